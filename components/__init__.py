@@ -1,0 +1,1 @@
+"""Pulumi ComponentResources of the fleet: platform and one ModelServing per catalog entry."""

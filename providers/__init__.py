@@ -1,0 +1,1 @@
+"""Dynamic providers. Importing this package must have no side effects: the engine re-imports it."""
