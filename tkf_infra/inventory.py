@@ -23,6 +23,8 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from prometheus_api_client.prometheus_connect import PrometheusConnect
 from urllib3.util.retry import Retry
 
+from tkf_infra.sizing.gpus import lookup_gpu
+
 MIB = 1024 * 1024
 
 # DCGM exporter metric names (gauges, MiB). FB_TOTAL is not in DCGM's default counter set, so the
@@ -145,27 +147,13 @@ def _connection_reason(exc: BaseException) -> str:
 # GPU product names
 # --------------------------------------------------------------------------------------------
 
-# Tokens that do not distinguish one GPU model from another for sizing purposes.
-_NOISE_TOKENS = frozenset(
-    {
-        "NVIDIA",
-        "TESLA",
-        "GEFORCE",
-        "SHARED",
-        "GENERATION",
-        "SXM",
-        "SXM2",
-        "SXM4",
-        "SXM5",
-        "PCIE",
-        "HBM2",
-        "HBM2E",
-        "HBM3",
-        "HBM3E",
-        "GDDR6",
-        "GDDR6X",
-    }
-)
+# Tokens that do not distinguish one GPU model from another for sizing purposes (fallback only).
+# fmt: off
+_NOISE_TOKENS = frozenset({
+    "NVIDIA", "TESLA", "GEFORCE", "SHARED", "GENERATION", "SXM", "SXM2", "SXM4", "SXM5", "PCIE",
+    "HBM2", "HBM2E", "HBM3", "HBM3E", "GDDR6", "GDDR6X",
+})
+# fmt: on
 _MEMORY_TOKEN = re.compile(r"^(\d+)GB?$")
 
 
@@ -183,7 +171,7 @@ class ProductKey:
 
 
 def normalise_product(name: str) -> ProductKey:
-    """Reduce DCGM's `modelName`, GPU Operator's `nvidia.com/gpu.product` or our short name to one key.
+    """Fallback for parts missing from the GPU table: reduce any spelling to model tokens + size.
 
     "NVIDIA H100 80GB HBM3" (DCGM), "NVIDIA-H100-80GB-HBM3-SHARED" (GPU Operator with time-slicing)
     and "H100-80GB" (stack file) all become (("H100",), 80). A MIG suffix ("-MIG-1g.10gb") is dropped
@@ -203,16 +191,41 @@ def normalise_product(name: str) -> ProductKey:
     return ProductKey(model=tuple(model), memory_gb=memory)
 
 
-def products_match(configured: str, reported: str) -> bool:
-    """True when both names denote the same GPU; a side that omits the memory size matches any size.
+_CLUSTER_SUFFIX = re.compile(r"([\s_-]+MIG[\s_-].*|[\s_-]+SHARED)$", re.IGNORECASE)
 
-    "H100-80GB" matches "NVIDIA H100 PCIe" (DCGM omits the size there) but not "NVIDIA H100 NVL"
-    (a different, 94 GB part) nor "NVIDIA A100-SXM4-80GB".
+
+def table_gpu_name(name: str) -> str | None:
+    """The GPU table's name for any spelling of a part it knows, else None.
+
+    The table (tkf_infra.sizing.gpus) is the authority for which parts are distinct, so the same
+    names appear in fit verdicts and here. Time-slicing ("-SHARED") and MIG ("-MIG-1g.10gb")
+    suffixes of GPU Operator labels are removed first: they describe sharing, not the part.
     """
-    a, b = normalise_product(configured), normalise_product(reported)
-    if not a.model or a.model != b.model:
+    try:
+        return lookup_gpu(_CLUSTER_SUFFIX.sub("", name.strip())).name
+    except KeyError:
+        return None
+
+
+def stack_product_name(reported: str) -> str:
+    """How to write a reported product in the stack file: the table name, else a short spelling."""
+    return table_gpu_name(reported) or normalise_product(reported).short_name()
+
+
+def products_match(configured: str, reported: str) -> bool:
+    """True when both names denote the same GPU.
+
+    Parts in the GPU table are compared by table entry, so "H100-80GB" matches DCGM's "NVIDIA H100
+    80GB HBM3" but not "NVIDIA H100 PCIe" or "NVIDIA H100 NVL", which the table sizes separately.
+    For parts the table lacks, model tokens must agree and memory sizes too when both name one.
+    """
+    a, b = table_gpu_name(configured), table_gpu_name(reported)
+    if a is not None and b is not None:
+        return a == b
+    ka, kb = normalise_product(configured), normalise_product(reported)
+    if not ka.model or ka.model != kb.model:
         return False
-    return a.memory_gb is None or b.memory_gb is None or a.memory_gb == b.memory_gb
+    return ka.memory_gb is None or kb.memory_gb is None or ka.memory_gb == kb.memory_gb
 
 
 # --------------------------------------------------------------------------------------------
@@ -379,7 +392,7 @@ def confirm_pool(
     if not inventory.gpus:
         return []
     wanted = f"{configured_product} with {configured_gpus_per_node} GPU(s) per node"
-    source = f"DCGM via Prometheus at {inventory.prometheus_url}"
+    source = f"according to DCGM (Prometheus at {inventory.prometheus_url})"
 
     if node_selector_hostnames:
         nodes = [(h, inventory.records_for(h)) for h in node_selector_hostnames]
@@ -400,7 +413,7 @@ def confirm_pool(
         bad = wrong_product + too_few
         reports = "; ".join(_describe_node(h, recs) for h, recs in bad)
         return [
-            f"GPU pool '{pool_name}' is configured as {wanted}, but {source}: {reports}. "
+            f"GPU pool '{pool_name}' is configured as {wanted}, but {source} {reports}. "
             + _fix_hint(pool_name, configured_product, configured_gpus_per_node, bad)
         ]
 
@@ -417,15 +430,15 @@ def confirm_pool(
     bad = sorted(matching.items()) or sorted(by_host.items())
     reports = "; ".join(_describe_node(h, recs) for h, recs in bad)
     return [
-        f"GPU pool '{pool_name}' is configured as {wanted}, but no node in the cluster has that "
-        f"({source}: {reports}). " + _fix_hint(pool_name, configured_product, configured_gpus_per_node, bad)
+        f"GPU pool '{pool_name}' is configured as {wanted}, but no node in the cluster has that; "
+        f"{source} {reports}. " + _fix_hint(pool_name, configured_product, configured_gpus_per_node, bad)
     ]
 
 
 def _fix_hint(
     pool_name: str, product: str, gpus_per_node: int, bad: Sequence[tuple[str, Sequence[GpuRecord]]]
 ) -> str:
-    reported = sorted({normalise_product(r.product).short_name() for _, recs in bad for r in recs})
+    reported = sorted({stack_product_name(r.product) for _, recs in bad for r in recs})
     fewest = min(_gpu_count(recs) for _, recs in bad)
     wrong_product = any(not products_match(product, p) for p in reported)
     changes: list[str] = []

@@ -10,9 +10,9 @@ from tkf_infra.inventory import (
     MIB,
     confirm_pool,
     free_memory_bytes_per_gpu,
-    normalise_product,
     products_match,
     read_gpu_inventory,
+    stack_product_name,
 )
 
 from .conftest import PromServer
@@ -28,7 +28,8 @@ from .metrics_fixtures import DCGM_NODES
         ("H100-80GB", "NVIDIA-H100-80GB-HBM3"),  # GPU Operator nvidia.com/gpu.product
         ("H100-80GB", "NVIDIA-H100-80GB-HBM3-SHARED"),  # ... with time-slicing
         ("h100-80gb", "NVIDIA H100 80GB HBM3"),
-        ("H100-80GB", "NVIDIA H100 PCIe"),  # DCGM omits the size of the 80 GB PCIe card
+        ("H100-PCIe", "NVIDIA H100 PCIe"),
+        ("GH200-480GB", "NVIDIA GH200 480GB"),  # not in the GPU table: token fallback
         ("A100-80GB", "NVIDIA A100-SXM4-80GB"),
         ("A100-40GB", "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"),
         ("T4", "Tesla T4"),
@@ -43,6 +44,9 @@ def test_same_gpu_in_different_spellings_matches(configured: str, reported: str)
     ("configured", "reported"),
     [
         ("H100-80GB", "NVIDIA H100 NVL"),  # 94 GB part, must not pass as an 80 GB one
+        ("H100-80GB", "NVIDIA H100 PCIe"),  # sized as its own part in the GPU table
+        ("A100", "NVIDIA A100-SXM4-80GB"),  # the table reads a bare "A100" as the 40 GB part
+        ("GH200-480GB", "NVIDIA GH200 96GB"),  # token fallback still compares sizes
         ("A100-80GB", "NVIDIA A100-SXM4-40GB"),
         ("L4", "NVIDIA L40S"),
         ("H100-80GB", "NVIDIA H200"),
@@ -53,9 +57,10 @@ def test_different_gpus_do_not_match(configured: str, reported: str) -> None:
     assert not products_match(configured, reported)
 
 
-def test_short_name_suggested_in_fixes_uses_stack_spelling() -> None:
-    assert normalise_product("NVIDIA A100-SXM4-40GB").short_name() == "A100-40GB"
-    assert normalise_product("NVIDIA-H100-80GB-HBM3-SHARED").short_name() == "H100-80GB"
+def test_fix_suggestions_use_names_the_stack_file_accepts() -> None:
+    assert stack_product_name("NVIDIA A100-SXM4-40GB") == "A100-40GB"
+    assert stack_product_name("NVIDIA-H100-80GB-HBM3-SHARED") == "H100-80GB"
+    assert stack_product_name("NVIDIA GH200 480GB") == "GH200-480GB"
 
 
 # ------------------------------------------------------------------ against Prometheus
