@@ -3,7 +3,7 @@
 Usage: ``python bench/sizing_accuracy.py --cases tests/data/calibration/cases.json``
 
 Each case's model facts come from, in order: its ``config_file`` (relative to the case file's
-folder), the project's ``models.lock.json`` entry for the same repo, or its inline ``model_facts``.
+folder), with ``--lock`` the lock entry for the same repo, or its inline ``model_facts``.
 Cases whose facts are too thin to size (no vocabulary, no intermediate size …) are listed as
 skipped and left out of the score rather than guessed. The last line is the summary the project
 tracks:
@@ -38,9 +38,8 @@ _INLINE_KEYS = (
 )  # fmt: skip
 
 
-def _lock_configs() -> dict[str, dict[str, Any]]:
-    path = ROOT / "models.lock.json"
-    if not path.exists():
+def _lock_configs(path: Path | None) -> dict[str, dict[str, Any]]:
+    if path is None or not path.exists():
         return {}
     data = json.loads(path.read_text())
     out: dict[str, dict[str, Any]] = {}
@@ -102,9 +101,9 @@ def _pct(pred: float, real: float) -> float:
     return abs(pred - real) / real * 100 if real else 0.0
 
 
-def run(cases_path: Path) -> tuple[list[str], str]:
+def run(cases_path: Path, lock_path: Path | None = None) -> tuple[list[str], str]:
     cases = json.loads(cases_path.read_text())
-    lock = _lock_configs()
+    lock = _lock_configs(lock_path)
     lines: list[str] = []
     kv_err: list[float] = []
     w_err: list[float] = []
@@ -156,8 +155,14 @@ def run(cases_path: Path) -> tuple[list[str], str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--cases", required=True, type=Path, help="case file in the calibration format")
+    parser.add_argument(
+        "--lock",
+        type=Path,
+        default=None,
+        help="also take configs from this models.lock.json for cases without a config_file (off by default)",
+    )
     args = parser.parse_args(argv)
-    lines, summary = run(args.cases)
+    lines, summary = run(args.cases, args.lock)
     for line in lines:
         print(line)
     print(summary)

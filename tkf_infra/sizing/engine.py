@@ -732,7 +732,15 @@ def estimate(facts: ModelFacts | dict[str, Any], gpu: GpuSpec | None, params: Se
     total = gpu.memory_gib
     u = params.gpu_memory_utilization
     requested = total * u
-    weights = weights_bytes_per_rank(arch, tp, pp, q, act_bytes)
+    try:
+        weights = weights_bytes_per_rank(arch, tp, pp, q, act_bytes)
+    except SizingError:
+        # Config too thin for a tensor-by-tensor count: fall back to the checkpoint's own size.
+        total_bytes = _checkpoint_bytes(facts, act_bytes)
+        if total_bytes is None:
+            raise
+        weights = [total_bytes / (tp * pp)] * pp
+        warnings.append("weights estimated from the checkpoint size split evenly (config.json incomplete)")
     activation = _activation_gib(arch, prof, seqs, mnbt, tp, act_bytes, q)
     multi = tp * pp > 1
     non_torch = prof.non_torch_multi_gib if tp > 1 else prof.non_torch_tp1_gib
@@ -905,3 +913,13 @@ def weight_bytes_from_params(facts: ModelFacts) -> float | None:
     if not facts.param_counts:
         return None
     return sum(DTYPE_BYTES.get(dt.upper(), 2) * n for dt, n in facts.param_counts.items())
+
+
+def _checkpoint_bytes(facts: ModelFacts | dict[str, Any], act_bytes: float) -> float | None:
+    if not isinstance(facts, ModelFacts):
+        return None
+    if facts.param_counts or facts.weight_bytes:
+        return float(facts.weight_bytes or weight_bytes_from_params(facts) or 0) or None
+    if facts.parameter_count:
+        return facts.parameter_count * act_bytes
+    return None

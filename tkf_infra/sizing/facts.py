@@ -41,6 +41,7 @@ class ModelFacts:
     config: dict[str, Any] = field(default_factory=dict)
     param_counts: dict[str, int] = field(default_factory=dict)
     weight_bytes: int | None = None
+    parameter_count: int | None = None
     gated: bool | None = None
     source: str = ""
     unknown_fields: tuple[str, ...] = ()
@@ -51,8 +52,8 @@ class ModelFacts:
 
     @property
     def total_parameters(self) -> int | None:
-        """Sum of stored elements; None when the safetensors headers were not read."""
-        return sum(self.param_counts.values()) if self.param_counts else None
+        """Sum of stored elements (or the sourced total); None when neither is known."""
+        return sum(self.param_counts.values()) if self.param_counts else self.parameter_count
 
     def text_config(self) -> dict[str, Any]:
         """The language-model config vLLM sizes the KV cache from.
@@ -69,6 +70,7 @@ class ModelFacts:
             "config": self.config,
             "param_counts": dict(sorted(self.param_counts.items())),
             "weight_bytes": self.weight_bytes,
+            "parameter_count": self.parameter_count,
             "gated": self.gated,
             "source": self.source,
             "unknown_fields": list(self.unknown_fields),
@@ -84,12 +86,14 @@ class ModelFacts:
             raise ValueError(f"model facts entry lacks the {exc.args[0]!r} key: {sorted(data)}") from exc
         weight_bytes = data.get("weight_bytes")
         gated = data.get("gated")
+        pcount = data.get("parameter_count")
         return cls(
             repo=repo,
             revision=revision,
             config=dict(data.get("config") or {}),
             param_counts={str(k): int(v) for k, v in (data.get("param_counts") or {}).items()},
             weight_bytes=int(weight_bytes) if weight_bytes is not None else None,
+            parameter_count=int(pcount) if pcount is not None else None,
             gated=bool(gated) if gated is not None else None,
             source=str(data.get("source") or ""),
             unknown_fields=tuple(str(x) for x in data.get("unknown_fields") or ()),

@@ -1,0 +1,156 @@
+"""Read a model's sizing facts from the Hugging Face Hub without downloading its weights.
+
+Only ``config.json`` (a few kB) is downloaded; tensor shapes and dtypes come from the safetensors
+headers, which ``huggingface_hub`` reads with HTTP Range requests. Everything is read at a pinned
+commit so the result can be locked forever. The endpoint is configurable (argument or
+``HF_ENDPOINT``) so tests and air-gapped mirrors work the same way as the public Hub.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+from huggingface_hub import HfApi, hf_hub_download
+from huggingface_hub.errors import (
+    GatedRepoError,
+    HfHubHTTPError,
+    LocalEntryNotFoundError,
+    NotASafetensorsRepoError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+
+from tkf_infra.sizing.facts import DTYPE_BYTES, ModelFacts
+
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
+def _network_errors() -> tuple[type[BaseException], ...]:
+    """Transport errors of whichever HTTP client this huggingface_hub uses (2.x ships httpx2)."""
+    errors: list[type[BaseException]] = [httpx.HTTPError, OSError]
+    try:
+        import httpx2  # type: ignore[import-not-found, unused-ignore]
+
+        errors.append(httpx2.HTTPError)
+    except ImportError:  # older huggingface_hub on plain httpx
+        pass
+    return tuple(errors)
+
+
+class HubError(RuntimeError):
+    """A Hub read failed; ``kind`` is one of revision_not_found, gated, not_found, unreachable, no_weights."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def default_endpoint() -> str:
+    return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+
+
+def _map_error(exc: BaseException, repo: str, revision: str, endpoint: str) -> HubError:
+    where = f"{repo}@{revision}"
+    if isinstance(exc, RevisionNotFoundError):
+        return HubError(
+            "revision_not_found",
+            f"{where}: revision {revision!r} does not exist on {endpoint} (404); pin a commit SHA that "
+            f"exists (see https://huggingface.co/{repo}/commits/main) in the catalog entry's revision",
+        )
+    if isinstance(exc, GatedRepoError):
+        return HubError(
+            "gated",
+            f"{where}: the repository is gated and the request was refused (401/403); accept the licence "
+            "on the model page, then set the Hugging Face token secret (HF_TOKEN, or the stack's "
+            "hfToken secret) to a token of that account and retry",
+        )
+    if isinstance(exc, RepositoryNotFoundError):
+        return HubError(
+            "not_found",
+            f"{where}: repository not found on {endpoint}, or private/gated without a valid token; check "
+            "the repo name, or set the Hugging Face token secret (HF_TOKEN) if it is private or gated",
+        )
+    if isinstance(exc, NotASafetensorsRepoError):
+        return HubError(
+            "no_weights",
+            f"{where}: no model.safetensors or model.safetensors.index.json at this revision; "
+            "vLLM sizing needs safetensors weights",
+        )
+    if isinstance(exc, HfHubHTTPError) and exc.response is not None and exc.response.status_code == 403:
+        return HubError(
+            "gated",
+            f"{where}: access denied (403); set the Hugging Face token secret (HF_TOKEN) to a token that "
+            "has accepted the model's licence",
+        )
+    return HubError(
+        "unreachable",
+        f"{where}: cannot reach the Hugging Face Hub at {endpoint} ({type(exc).__name__}: {exc}); run "
+        "`python -m tkf_infra lock` on a machine with Hub access and commit models.lock.json",
+    )
+
+
+def _safetensors_counts(meta: Any) -> tuple[dict[str, int], int]:
+    counts: dict[str, int] = {}
+    total = 0.0
+    for file_meta in meta.files_metadata.values():
+        for tensor in file_meta.tensors.values():
+            n = int(tensor.parameter_count)
+            counts[tensor.dtype] = counts.get(tensor.dtype, 0) + n
+            total += n * DTYPE_BYTES.get(tensor.dtype, 2)
+    return counts, int(total)
+
+
+def fetch_facts(
+    repo: str,
+    revision: str,
+    token: str | None = None,
+    endpoint: str | None = None,
+    cache_dir: str | Path | None = None,
+    timeout: float = 10.0,
+) -> ModelFacts:
+    """Read config.json and the safetensors headers of ``repo`` at ``revision``.
+
+    A branch or tag is resolved to its commit SHA first (the returned facts carry the SHA), so the
+    lock never records a moving reference.
+    """
+    ep = (endpoint or default_endpoint()).rstrip("/")
+    api = HfApi(endpoint=ep, token=token)
+    try:
+        info = api.model_info(repo, revision=revision, files_metadata=True, timeout=timeout)
+        sha = info.sha or revision
+        if not _SHA.match(sha):
+            raise HubError("revision_not_found", f"{repo}@{revision}: the Hub did not return a commit SHA")
+        config_path = hf_hub_download(
+            repo, "config.json", revision=sha, token=token, endpoint=ep, cache_dir=cache_dir,
+            etag_timeout=timeout,
+        )  # fmt: skip
+        config = json.loads(Path(config_path).read_text())
+        meta = api.get_safetensors_metadata(repo, revision=sha, token=token, timeout=timeout)
+    except HubError:
+        raise
+    except (
+        RevisionNotFoundError,
+        GatedRepoError,
+        RepositoryNotFoundError,
+        NotASafetensorsRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+    ) as exc:
+        raise _map_error(exc, repo, revision, ep) from exc
+    except _network_errors() as exc:
+        raise _map_error(exc, repo, revision, ep) from exc
+    counts, weight_bytes = _safetensors_counts(meta)
+    return ModelFacts(
+        repo=repo,
+        revision=sha,
+        config=config,
+        param_counts=counts,
+        weight_bytes=weight_bytes,
+        gated=bool(info.gated),
+        source=f"read from {ep} with huggingface_hub: config.json and safetensors headers at {sha}",
+    )

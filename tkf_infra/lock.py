@@ -1,0 +1,154 @@
+"""The model facts lock: ``models.lock.json`` at the project root, keyed by ``repo@revision``.
+
+A revision is a commit SHA, so an entry is valid forever and ``pulumi preview`` / CI can size
+models without network access. ``python -m tkf_infra lock REPO@REV …`` adds entries by reading the
+Hub (``tkf_infra.hub``); existing entries are never re-fetched or rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tkf_infra.sizing.facts import ModelFacts
+
+DEFAULT_LOCK_PATH = Path(__file__).resolve().parent.parent / "models.lock.json"
+LOCK_VERSION = 1
+
+
+class LockMissError(LookupError):
+    """The model is not in the lock and the Hub could not be asked."""
+
+
+@dataclass
+class Lock:
+    """In-memory lock; ``about`` is the free-text header kept when saving."""
+
+    entries: dict[str, ModelFacts] = field(default_factory=dict)
+    about: str = ""
+
+    def get(self, repo: str, revision: str) -> ModelFacts | None:
+        return self.entries.get(f"{repo}@{revision}")
+
+    def put(self, facts: ModelFacts) -> None:
+        self.entries[facts.key] = facts
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "_about": self.about,
+            "version": LOCK_VERSION,
+            "models": [self.entries[k].to_dict() for k in sorted(self.entries)],
+        }
+
+    def save(self, path: Path | str | None = None) -> Path:
+        target = Path(path) if path else DEFAULT_LOCK_PATH
+        target.write_text(json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n")
+        return target
+
+
+def load_lock(path: Path | str | None = None) -> Lock:
+    """Load the lock; a missing file is an empty lock (a fresh project has nothing pinned yet)."""
+    source = Path(path) if path else DEFAULT_LOCK_PATH
+    if not source.exists():
+        return Lock()
+    try:
+        data = json.loads(source.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{source} is not valid JSON ({exc}); restore it from git") from exc
+    if data.get("version") != LOCK_VERSION:
+        raise ValueError(f"{source} has lock version {data.get('version')!r}; this code reads {LOCK_VERSION}")
+    lock = Lock(about=str(data.get("_about") or ""))
+    for raw in data.get("models", []):
+        lock.put(ModelFacts.from_dict(raw))
+    return lock
+
+
+def resolve_facts(
+    repo: str,
+    revision: str,
+    lock: Lock | None = None,
+    token: str | None = None,
+    endpoint: str | None = None,
+    use_hub: bool = True,
+) -> ModelFacts:
+    """Facts from the lock, else from the Hub; a clear error when neither can answer."""
+    current = lock if lock is not None else load_lock()
+    hit = current.get(repo, revision)
+    if hit is not None:
+        return hit
+    hint = (
+        f"run `python -m tkf_infra lock {repo}@{revision}` on a machine with Hub access and commit "
+        "models.lock.json"
+    )
+    if not use_hub:
+        raise LockMissError(f"{repo}@{revision} is not in models.lock.json; {hint}")
+    from tkf_infra.hub import HubError, fetch_facts
+
+    try:
+        return fetch_facts(repo, revision, token=token, endpoint=endpoint)
+    except HubError as exc:
+        if exc.kind == "unreachable":
+            cause = exc.__cause__
+            raise LockMissError(
+                f"{repo}@{revision} is not in models.lock.json and the Hugging Face Hub cannot be reached "
+                f"({type(cause).__name__}: {cause}); {hint}"
+            ) from exc
+        raise
+
+
+def refresh_lock(
+    entries: list[tuple[str, str]],
+    token: str | None = None,
+    endpoint: str | None = None,
+    lock_path: Path | str | None = None,
+) -> tuple[Lock, list[str]]:
+    """Add missing ``(repo, revision)`` entries from the Hub; returns the lock and one line per entry.
+
+    Entries already locked are kept as they are (a commit's facts never change); failures are
+    reported per entry and do not stop the others.
+    """
+    from tkf_infra.hub import HubError, fetch_facts
+
+    lock = load_lock(lock_path)
+    lines: list[str] = []
+    for repo, revision in entries:
+        if lock.get(repo, revision) is not None:
+            lines.append(f"{repo}@{revision}: already locked")
+            continue
+        try:
+            facts = fetch_facts(repo, revision, token=token, endpoint=endpoint)
+        except HubError as exc:
+            lines.append(f"{repo}@{revision}: FAILED - {exc}")
+            continue
+        if facts.revision != revision:
+            lines.append(
+                f"{repo}@{revision}: resolved to commit {facts.revision}; pin that SHA in the catalog"
+            )
+        if lock.get(repo, facts.revision) is None:
+            lock.put(facts)
+            lines.append(f"{repo}@{facts.revision}: locked ({facts.total_parameters or 0:,} parameters)")
+    return lock, lines
+
+
+def parse_repo_revision(text: str) -> tuple[str, str]:
+    """``org/name@sha`` → (repo, revision); the revision is required so the lock stays immutable."""
+    repo, sep, revision = text.partition("@")
+    if not sep or not repo or not revision or repo.count("/") != 1:
+        raise ValueError(f"{text!r} is not REPO@REVISION, e.g. Qwen/Qwen2.5-0.5B-Instruct@7ae5576…")
+    return repo, revision
+
+
+def lock_command(
+    repos_revisions: list[tuple[str, str]],
+    lock_path: Path | str | None = None,
+    endpoint: str | None = None,
+    token: str | None = None,
+) -> tuple[str, int]:
+    """Body of ``python -m tkf_infra lock``: returns (report text, exit code 0/1)."""
+    lock, lines = refresh_lock(repos_revisions, token=token, endpoint=endpoint, lock_path=lock_path)
+    saved = lock.save(lock_path)
+    failed = any(": FAILED" in line for line in lines)
+    lines.append(f"wrote {saved}")
+    return "\n".join(lines), 1 if failed else 0
