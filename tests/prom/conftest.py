@@ -27,10 +27,9 @@ import pytest
 from .metrics_fixtures import DCGM_NODES, MODELS, dcgm_page, vllm_page
 
 INSTALL_HINT = (
-    "Prometheus server binary not found (looked for `prometheus` on PATH and /usr/bin/prometheus). "
-    "The `prometheus`-marked tests run against a real server: install it with "
-    "`sudo scripts/install_prometheus.sh` (Debian package, does not start a system service), "
-    "or set TKF_PROMETHEUS_BIN to a prometheus binary."
+    "Prometheus server binary not found. The `prometheus`-marked tests run against a real server: "
+    "install it with `sudo scripts/install_prometheus.sh` (Debian package; does not start a system "
+    "service), or set TKF_PROMETHEUS_BIN to a prometheus binary"
 )
 
 Page = Callable[[], str]
@@ -127,11 +126,14 @@ class PromServer:
 
 
 def _prometheus_binary() -> str:
-    candidates = [os.environ.get("TKF_PROMETHEUS_BIN"), shutil.which("prometheus"), "/usr/bin/prometheus"]
+    """Fail (not skip) without a server: a skipped suite would hide that nothing was checked."""
+    override = os.environ.get("TKF_PROMETHEUS_BIN")
+    candidates = [override] if override else [shutil.which("prometheus"), "/usr/bin/prometheus"]
     for candidate in candidates:
         if candidate and os.access(candidate, os.X_OK):
             return candidate
-    pytest.fail(INSTALL_HINT, pytrace=False)
+    where = f"TKF_PROMETHEUS_BIN={override}" if override else "`prometheus` on PATH or /usr/bin/prometheus"
+    pytest.fail(f"{INSTALL_HINT} (looked for {where})", pytrace=False)
 
 
 def _free_port() -> int:
