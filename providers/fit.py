@@ -171,7 +171,8 @@ def fleet_capacity_errors(models: list[ModelDemand], pools: list[PoolCapacity]) 
         if m.tensor_parallel_size > pool.gpus_per_node:
             errors.append(
                 f"model {m.name}: tensorParallelSize {m.tensor_parallel_size} needs "
-                f"{m.tensor_parallel_size} GPUs on one node but nodePool {pool.name} has {pool.gpus_per_node} per node; lower "
+                f"{m.tensor_parallel_size} GPUs on one node but nodePool {pool.name} has "
+                f"{pool.gpus_per_node} per node; lower "
                 "tensorParallelSize or use pipelineParallelSize across nodes"
             )
         need = m.replicas * m.tensor_parallel_size * m.pipeline_parallel_size
