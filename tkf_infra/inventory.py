@@ -21,6 +21,7 @@ from typing import Any
 import requests
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from prometheus_api_client.prometheus_connect import PrometheusConnect
+from urllib3.exceptions import MaxRetryError, ReadTimeoutError
 from urllib3.util.retry import Retry
 
 from tkf_infra.sizing.gpus import lookup_gpu
@@ -97,6 +98,8 @@ class PrometheusClient:
                 "not a valid http(s) URL (expected e.g. http://prometheus.monitoring.svc:9090)"
             ) from exc
         except requests.exceptions.ConnectionError as exc:
+            if _is_timeout(exc):  # requests reports a read timeout with exhausted retries this way
+                raise PrometheusQueryError(f"no answer within {self.timeout_s:g} s") from exc
             raise PrometheusQueryError(f"could not connect ({_connection_reason(exc)})") from exc
         except requests.exceptions.RequestException as exc:
             raise PrometheusQueryError(f"request failed ({type(exc).__name__})") from exc
@@ -136,6 +139,12 @@ def _describe_http_error(message: str) -> str:
         detail = re.search(r'"error":"([^"]*)"', message)
         hint = f" — query rejected: {detail.group(1)}" if detail else ""
     return f"answered HTTP {code}{hint}"
+
+
+def _is_timeout(exc: requests.exceptions.ConnectionError) -> bool:
+    cause = exc.args[0] if exc.args else None
+    # Only a read timeout: urllib3's NewConnectionError (refused, DNS) subclasses its connect-timeout class.
+    return isinstance(cause, MaxRetryError) and isinstance(cause.reason, ReadTimeoutError)
 
 
 def _connection_reason(exc: BaseException) -> str:

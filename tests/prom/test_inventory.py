@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
@@ -160,6 +161,20 @@ def test_prometheus_down_is_a_warning_and_configured_facts_are_used(dead_prometh
     # With nothing measured, no pool can be refused.
     assert confirm_pool("h100", "H100-80GB", 8, ["gpu-node-a"], inventory) == []
     assert free_memory_bytes_per_gpu(["gpu-node-a"], inventory) is None
+
+
+def test_prometheus_that_never_answers_times_out_with_a_warning() -> None:
+    with socket.socket() as listener:  # accepts connections, never replies: a hung server
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        started = time.monotonic()
+        inventory = read_gpu_inventory(url, timeout_s=0.5)
+
+    assert time.monotonic() - started < 2
+    assert inventory.gpus == []
+    assert len(inventory.warnings) == 1
+    assert url in inventory.warnings[0] and "no answer within 0.5 s" in inventory.warnings[0]
 
 
 @pytest.mark.prometheus
