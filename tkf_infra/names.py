@@ -1,0 +1,68 @@
+"""Kubernetes object names derived from catalog names, so length limits live in one place.
+
+Why 36: the longest name derived from a model is the one KServe gives a multi-node workload,
+`<name>-kserve-mn` (LeaderWorkerSet) with worker StatefulSets `<lws>-<group>`, whose pods carry a
+`controller-revision-hash` label of `<statefulset>-<10 chars>` that must stay within 63 characters:
+36 + len("-kserve-mn") + len("-99") + 11 = 60, leaving room for our own suffixes below.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+MAX_MODEL_NAME_LEN = 36
+K8S_NAME_LIMIT = 63
+
+# Suffixes tkf-infra appends to a model's name, longest first; tests check each stays within limits.
+MODEL_SUFFIXES: tuple[str, ...] = ("-kserve-mn", "-openai", "-netpol", "-vllm", "-fit", "-sa")
+
+
+def _check(name: str) -> str:
+    if len(name) > K8S_NAME_LIMIT:
+        raise ValueError(f"generated Kubernetes name {name!r} is {len(name)} characters (limit 63)")
+    return name
+
+
+def alias_service(model: str) -> str:
+    """The stable Service the gateway calls: `<name>-openai`, port 8000."""
+    return _check(f"{model}-openai")
+
+
+def network_policy(model: str) -> str:
+    return _check(f"{model}-netpol")
+
+
+def workload(model: str) -> str:
+    """Deployment / LeaderWorkerSet / LLMInferenceService name of a model."""
+    return _check(model)
+
+
+def service_account(model: str) -> str:
+    return _check(f"{model}-sa")
+
+
+def fit_check(model: str) -> str:
+    return f"{model}-fit"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", text.lower())).strip("-")
+
+
+def weight_cache(repo: str, revision: str) -> str:
+    """PVC (and download Job) of one `repo@revision`: the repo's name plus a short revision hash.
+
+    Two catalog entries serving the same weights get the same name, hence one PVC and one
+    download. The hash covers repo and revision so repos with the same short name never collide.
+    """
+    digest = hashlib.sha256(f"{repo}@{revision}".encode()).hexdigest()[:8]
+    base = _slug(repo.split("/", 1)[-1]) or "model"
+    prefix = "weights-"
+    room = K8S_NAME_LIMIT - len(prefix) - len(digest) - 1 - len("-download")
+    base = base[:room].rstrip("-")
+    return _check(f"{prefix}{base}-{digest}")
+
+
+def weight_download_job(repo: str, revision: str) -> str:
+    return _check(f"{weight_cache(repo, revision)}-download")
