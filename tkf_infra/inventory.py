@@ -324,9 +324,7 @@ def read_gpu_inventory(prometheus_url: str, timeout_s: float = 5) -> InventoryRe
             )
             return result
         used = {_series_key(s.labels): s.value for s in client.vector(f"max by ({by}) ({DCGM_FB_USED})")}
-        reserved = {
-            _series_key(s.labels): s.value for s in client.vector(f"max by ({by}) ({DCGM_FB_RESERVED})")
-        }
+        reserved = {_series_key(s.labels): s.value for s in client.vector(f"max by ({by}) ({DCGM_FB_RESERVED})")}
     except PrometheusQueryError as exc:
         result.warnings.append(f"Prometheus at {prometheus_url}: {exc}; {fallback}.")
         return result
@@ -407,15 +405,11 @@ def confirm_pool(
         nodes = [(h, inventory.records_for(h)) for h in node_selector_hostnames]
         observed = [(h, recs) for h, recs in nodes if recs]
         wrong_product = [
-            (h, recs)
-            for h, recs in observed
-            if not all(products_match(configured_product, r.product) for r in recs)
+            (h, recs) for h, recs in observed if not all(products_match(configured_product, r.product) for r in recs)
         ]
         wrong_hosts = {h for h, _ in wrong_product}
         too_few = [
-            (h, recs)
-            for h, recs in observed
-            if h not in wrong_hosts and _gpu_count(recs) < configured_gpus_per_node
+            (h, recs) for h, recs in observed if h not in wrong_hosts and _gpu_count(recs) < configured_gpus_per_node
         ]
         if not wrong_product and not too_few:
             return []
@@ -430,9 +424,7 @@ def confirm_pool(
     for r in inventory.gpus:
         by_host.setdefault(r.hostname, []).append(r)
     matching = {
-        h: recs
-        for h, recs in by_host.items()
-        if all(products_match(configured_product, r.product) for r in recs)
+        h: recs for h, recs in by_host.items() if all(products_match(configured_product, r.product) for r in recs)
     }
     if any(_gpu_count(recs) >= configured_gpus_per_node for recs in matching.values()):
         return []
@@ -444,21 +436,20 @@ def confirm_pool(
     ]
 
 
-def _fix_hint(
-    pool_name: str, product: str, gpus_per_node: int, bad: Sequence[tuple[str, Sequence[GpuRecord]]]
-) -> str:
+def _fix_hint(pool_name: str, product: str, gpus_per_node: int, bad: Sequence[tuple[str, Sequence[GpuRecord]]]) -> str:
+    """Name the stack keys (tkf_infra.settings.NodePool aliases) a user edits to resolve the mismatch."""
     reported = sorted({stack_product_name(r.product) for _, recs in bad for r in recs})
     fewest = min(_gpu_count(recs) for _, recs in bad)
     wrong_product = any(not products_match(product, p) for p in reported)
     changes: list[str] = []
     if wrong_product:
-        changes.append(f"its GPU product to {' or '.join(reported)}")
+        changes.append(f"gpuProduct: {' or '.join(reported)}")
     if fewest < gpus_per_node:
-        changes.append(f"its GPUs per node to {fewest}")
+        changes.append(f"gpusPerNode: {fewest}")
     return (
-        f"Fix the stack file (Pulumi.<stack>.yaml): for pool '{pool_name}' either set "
-        f"{' and '.join(changes)} to match the nodes, or point its node selector at nodes that really "
-        f"have {gpus_per_node} × {product}."
+        f"Fix the stack file (Pulumi.<stack>.yaml), nodePools entry '{pool_name}': either set "
+        f"{' and '.join(changes)} to match these nodes, or change its `nodes`/`labels` to select nodes "
+        f"that really have {gpus_per_node} × {product}."
     )
 
 

@@ -107,7 +107,7 @@ def test_pool_configured_with_another_product_is_refused(prom: PromServer) -> No
     assert "'big-h100'" in message  # the pool
     assert "H100-80GB" in message  # what the stack says
     assert f"gpu-node-b reports {len(node_b)} × {node_b[0].product}" in message  # what the node says
-    assert "Pulumi.<stack>.yaml" in message and "A100-40GB" in message  # how to fix it
+    assert "Pulumi.<stack>.yaml" in message and "gpuProduct: A100-40GB" in message  # how to fix it
     assert prom.url in message
 
 
@@ -121,8 +121,8 @@ def test_pool_with_more_gpus_per_node_than_the_nodes_have_is_refused(prom: PromS
     assert len(errors) == 1
     assert f"{have + 6} GPU(s) per node" in errors[0]
     assert f"gpu-node-a reports {have} × NVIDIA H100 80GB HBM3" in errors[0]
-    assert f"set its GPUs per node to {have}" in errors[0]
-    assert "GPU product to" not in errors[0]  # the product is right; only the count is wrong
+    assert f"set gpusPerNode: {have}" in errors[0]
+    assert "gpuProduct:" not in errors[0]  # the product is right; only the count is wrong
 
 
 @pytest.mark.prometheus
