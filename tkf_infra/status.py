@@ -51,8 +51,7 @@ def _queries(window: str) -> dict[str, str]:
             f" or avg by ({_BY}) (vllm:gpu_prefix_cache_hit_rate)"
         ),
         "ttft_p95": (
-            f"histogram_quantile(0.95, sum by ({_BY}, le) "
-            f"(rate(vllm:time_to_first_token_seconds_bucket[{window}])))"
+            f"histogram_quantile(0.95, sum by ({_BY}, le) (rate(vllm:time_to_first_token_seconds_bucket[{window}])))"
         ),
     }
 
@@ -163,18 +162,14 @@ def read_model_status(
                         f"Prometheus at {prometheus_url} is unavailable: {exc}; no live status to show."
                     )
                     return result
-                result.warnings.append(
-                    f"Prometheus at {prometheus_url}: the query for {figure} failed: {exc}."
-                )
+                result.warnings.append(f"Prometheus at {prometheus_url}: the query for {figure} failed: {exc}.")
                 indexes[figure] = {}
         try:
             up = client.vector(f"count by ({target_label}, namespace) (up)")
             up_ok = client.vector(f"sum by ({target_label}, namespace) (up)")
             targets, targets_up = _index(up, target_label), _index(up_ok, target_label)
         except PrometheusQueryError as exc:
-            result.warnings.append(
-                f"Prometheus at {prometheus_url}: the query for scrape targets failed: {exc}."
-            )
+            result.warnings.append(f"Prometheus at {prometheus_url}: the query for scrape targets failed: {exc}.")
             targets, targets_up = {}, {}
     finally:
         client.close()
@@ -276,9 +271,7 @@ def render_table(result: StatusResult, width: int = 140) -> str:
         "prefix hit",
         "TTFT p95",
     ):
-        table.add_column(
-            header, justify="left" if header in ("model", "namespace", "served name") else "right"
-        )
+        table.add_column(header, justify="left" if header in ("model", "namespace", "served name") else "right")
     for m in result.models:
         if not m.has_data:
             table.add_row(m.name, m.namespace, m.served_name, _replicas(m), "no data", "", "", "", "")

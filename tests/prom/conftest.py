@@ -97,9 +97,7 @@ class PromServer:
         result: list[dict[str, Any]] = response.json()["data"]["result"]
         return result
 
-    def wait_until(
-        self, promql: str, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float = 15
-    ) -> None:
+    def wait_until(self, promql: str, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float = 15) -> None:
         deadline = time.monotonic() + timeout
         last: list[dict[str, Any]] = []
         while time.monotonic() < deadline:
@@ -211,9 +209,7 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromServer]:
     try:
         _wait_ready(process, url, log_path)
         # Every target scraped at least twice, so rate() has two points from the first test on.
-        server.wait_until(
-            "count_over_time(up[1m]) >= 2 and up == 1", lambda r: len(r) == len(targets), timeout=20
-        )
+        server.wait_until("count_over_time(up[1m]) >= 2 and up == 1", lambda r: len(r) == len(targets), timeout=20)
         server.startup_seconds = time.monotonic() - started
         _STARTUP_SECONDS.append(server.startup_seconds)
         yield server

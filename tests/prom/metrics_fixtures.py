@@ -39,9 +39,7 @@ DCGM_NODES: dict[str, list[FakeGpu]] = {
         FakeGpu("gpu-node-a", 1, "NVIDIA H100 80GB HBM3", free_mib=60_000, used_mib=20_520, reserved_mib=559),
     ],
     "gpu-node-b": [
-        FakeGpu(
-            "gpu-node-b", i, "NVIDIA A100-SXM4-40GB", 30_000 + 1_000 * i, 10_000 - 1_000 * i, 460, "hostname"
-        )
+        FakeGpu("gpu-node-b", i, "NVIDIA A100-SXM4-40GB", 30_000 + 1_000 * i, 10_000 - 1_000 * i, 460, "hostname")
         for i in range(4)
     ],
 }

@@ -43,13 +43,9 @@ def test_json_reports_each_models_figures(prom: PromServer, model: FakeModel) ->
     assert (record["scrapeTargets"], record["scrapeTargetsDown"]) == (len(replicas), 0)
     assert record["requestsWaiting"] == sum(r.waiting for r in replicas)
     assert record["requestsRunning"] == sum(r.running for r in replicas)
-    assert record["kvCacheUsage"] == pytest.approx(
-        sum(r.kv_usage for r in replicas) / len(replicas), abs=1e-4
-    )
+    assert record["kvCacheUsage"] == pytest.approx(sum(r.kv_usage for r in replicas) / len(replicas), abs=1e-4)
     assert record["kvCacheUsageMax"] == pytest.approx(max(r.kv_usage for r in replicas), abs=1e-4)
-    assert record["prefixCacheHitRate"] == pytest.approx(
-        model.prefix_hits_per_s / model.prefix_queries_per_s, abs=1e-4
-    )
+    assert record["prefixCacheHitRate"] == pytest.approx(model.prefix_hits_per_s / model.prefix_queries_per_s, abs=1e-4)
     assert record["ttftP95Seconds"] == pytest.approx(histogram_quantile(0.95, model.ttft_shape), abs=1e-4)
 
 
