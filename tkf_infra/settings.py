@@ -129,7 +129,7 @@ class NodePool(_Model):
     )
     gpus_per_node: int = Field(ge=0, le=16)
     node_count: int = Field(1, ge=1, le=1000)
-    gpu_memory_gib: float | None = Field(None, gt=0, description="Override the GPU table's memory.")
+    gpu_memory_gib: float | None = Field(None, gt=0, alias="gpuMemoryGiB", description="Override the GPU table's memory.")
     labels: dict[str, str] = Field(default_factory=dict, description="Node selector labels.")
     taints: list[Taint] = Field(default_factory=list)
     nodes: list[str] = Field(default_factory=list, description="Node names to label/taint (kind existing).")
@@ -247,7 +247,7 @@ class ModelEntry(_Model):
     mode: Mode = Mode.CHAT
     extra_args: list[str] = Field(default_factory=list, description="Extra vLLM flags.")
     hf_token_secret: str | None = Field(None, description="Secret (key HF_TOKEN) for gated repos.")
-    cpu_kv_cache_gib: float = Field(4.0, gt=0, le=1024, description="KV cache space of the CPU profile.")
+    cpu_kv_cache_gib: float = Field(4.0, gt=0, le=1024, alias="cpuKvCacheGiB", description="KV cache space of the CPU profile.")
     cost: Cost = Field(default_factory=lambda: Cost())
 
     @field_validator("name")
@@ -615,3 +615,27 @@ def catalog_json_schema() -> dict[str, Any]:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "tkf-infra stack settings"
     return schema
+
+
+def read_pulumi_config() -> dict[str, Any]:
+    """The stack's `tkf-infra:*` keys as one document, ready for `validate_catalog`.
+
+    The only function that reads pulumi.Config. A malformed structured value (bad JSON/YAML
+    shape) becomes a SettingsError naming the key, never a traceback.
+    """
+    import pulumi  # local: the rest of this module must stay importable without the engine
+
+    config = pulumi.Config()
+    doc: dict[str, Any] = {}
+    problems: list[Problem] = []
+    for key in CONFIG_KEYS:
+        try:
+            value = config.get_object(key)
+        except Exception as err:  # ConfigTypeError and JSON errors carry the reason
+            problems.append(Problem(f"tkf-infra:{key}", "", f"cannot be read as structured config: {err}"))
+            continue
+        if value is not None:
+            doc[key] = value
+    if problems:
+        raise SettingsError(problems, headline="the stack file has malformed settings")
+    return doc

@@ -1,0 +1,17 @@
+"""tkf-infra: validate the stack's settings, build the fleet, publish the outputs."""
+
+import pulumi
+
+from components.fleet import build_fleet
+from tkf_infra.lock import load_lock
+from tkf_infra.outputs import export_outputs
+from tkf_infra.program import load_catalog
+
+catalog = load_catalog()
+fleet = build_fleet(
+    catalog,
+    lock=load_lock(),
+    api_key=pulumi.Config().get_secret("apiKey"),
+    stack=pulumi.get_stack(),
+)
+export_outputs(catalog, fleet)

@@ -1,0 +1,100 @@
+"""The stack outputs contract: what the LLM gateway's deploy and CI read from a stack.
+
+One function per shape, shared by the Pulumi program and the CLI, so the contract has exactly one
+definition (docs/outputs.md documents it; tests pin it). Version it: a consumer checks
+`contractVersion` before reading anything else.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tkf_infra.settings import Catalog, Mode, ModelEntry
+
+if TYPE_CHECKING:
+    from components.fleet import Fleet
+
+CONTRACT_VERSION = 1
+
+# LiteLLM provider prefixes by serving mode. `openai/` serves chat and embeddings against vLLM's
+# OpenAI-compatible API; LiteLLM refuses rerank through `openai/` ("Unsupported provider"), while
+# `hosted_vllm/` implements vLLM's /rerank. See docs/outputs.md.
+LITELLM_PROVIDER = {Mode.CHAT: "openai", Mode.EMBEDDING: "openai", Mode.RERANK: "hosted_vllm"}
+
+
+def base_url(entry: ModelEntry, namespace: str) -> str:
+    """OpenAI-compatible base URL of a model's alias Service, reachable only from the gateway."""
+    from tkf_infra.names import alias_service
+
+    return f"http://{alias_service(entry.name)}.{namespace}.svc.cluster.local:8000/v1"
+
+
+def endpoint(entry: ModelEntry, namespace: str) -> dict[str, Any]:
+    """The non-secret facts a client needs about one served model."""
+    return {
+        "name": entry.name,
+        "servedName": entry.served_name,
+        "baseUrl": base_url(entry, namespace),
+        "model": entry.model_ref,
+        "mode": entry.mode.value,
+        "profile": entry.profile.value,
+        "gpus": entry.node_count * entry.gpus_per_node,
+        "nodePool": entry.node_pool,
+        "replicas": entry.replicas,
+        "maxContext": entry.max_model_len,
+        "namespace": namespace,
+    }
+
+
+def gateway_model(entry: ModelEntry, namespace: str, api_key_env: str) -> dict[str, Any]:
+    """One LiteLLM-proxy `model_list` entry, usable as is.
+
+    Guards against LiteLLM's silent traps: `api_base` is always set (without it requests would go
+    to OpenAI with the key), `api_key` is always an explicit `os.environ/<VAR>` reference (an unset
+    key would otherwise fall back to OPENAI_API_KEY), names are unique (duplicates would be
+    load-balanced silently) and prices are validated non-negative by the catalog.
+    """
+    return {
+        "model_name": entry.served_name,
+        "litellm_params": {
+            "model": f"{LITELLM_PROVIDER[entry.mode]}/{entry.served_name}",
+            "api_base": base_url(entry, namespace),
+            "api_key": f"os.environ/{api_key_env}",
+        },
+        "model_info": {
+            "id": entry.name,
+            "mode": entry.mode.value,
+            "input_cost_per_token": entry.cost.input_per_token,
+            "output_cost_per_token": entry.cost.output_per_token,
+            "max_input_tokens": entry.max_model_len,
+            "supports_function_calling": entry.enable_auto_tool_choice,
+        },
+    }
+
+
+def gateway_model_list(catalog: Catalog) -> list[dict[str, Any]]:
+    ns = catalog.settings.namespaces.serving
+    models = [gateway_model(m, ns, catalog.settings.serving.api_key_env) for m in catalog.models]
+    names = [m["model_name"] for m in models]
+    if len(names) != len(set(names)):  # the catalog already refuses this; never publish it
+        raise ValueError(f"duplicate model_name in gateway model list: {sorted(names)}")
+    return models
+
+
+def export_outputs(catalog: Catalog, fleet: Fleet) -> None:
+    """Export the contract. Fit estimates are Outputs of the fit checks, known after preview."""
+    import pulumi
+
+    ns = catalog.settings.namespaces.serving
+    endpoints: dict[str, Any] = {}
+    for entry in catalog.models:
+        served = fleet.models.get(entry.name)
+        ep: dict[str, Any] = endpoint(entry, ns)
+        if served is not None:
+            ep["fit"] = served.fit
+        endpoints[entry.served_name] = ep
+    pulumi.export("contractVersion", CONTRACT_VERSION)
+    pulumi.export("endpoints", endpoints)
+    pulumi.export("gatewayModelList", gateway_model_list(catalog))
+    pulumi.export("rejected", [r.as_output() for r in catalog.rejected])
+    pulumi.export("apiKeyEnv", catalog.settings.serving.api_key_env)

@@ -1,0 +1,29 @@
+"""How the Pulumi program turns stack settings into a catalog, and reports what it left out.
+
+Kept apart from __main__.py so unit tests under mocks run exactly the same steps.
+"""
+
+from __future__ import annotations
+
+import pulumi
+
+from tkf_infra.settings import Catalog, SettingsError, read_pulumi_config, validate_catalog
+
+
+def load_catalog() -> Catalog:
+    """Read and validate the stack settings; log every rejected entry as an error.
+
+    A rejected entry is logged with `pulumi.log.error`, which makes the run end non-zero while the
+    healthy entries are still registered: one bad model must not block the others. Settings that
+    cannot be used at all (or any bad entry under `strict: true`) stop the run with one readable
+    message and no traceback.
+    """
+    try:
+        catalog = validate_catalog(read_pulumi_config())
+    except SettingsError as err:
+        raise pulumi.RunError(err.render()) from None
+    for rejected in catalog.rejected:
+        reasons = "\n".join(f"  - {p}" for p in rejected.problems)
+        label = rejected.problems[0].where if rejected.problems else f"models[{rejected.index}]"
+        pulumi.log.error(f"{label} was left out of this deployment:\n{reasons}")
+    return catalog
