@@ -1,0 +1,36 @@
+# The two commands of the README, and their parts. Every target sets itself up first (idempotent).
+.PHONY: preview up test lint typecheck unit setup setup-dev bench clean
+
+# Main job: `pulumi preview` of the dev stack through the real engine (no cluster needed).
+preview: setup
+	scripts/pulumi.sh dev preview
+
+# Second form: `pulumi up` of dev, rendering every manifest into rendered/dev/ (plaintext Secrets!).
+up: setup
+	scripts/pulumi.sh dev up --yes
+
+# The whole test suite: lint + type check + every test tier (mocks, engine, Prometheus, API server).
+test: setup-dev lint typecheck unit
+
+setup:
+	bash scripts/setup.sh
+
+setup-dev:
+	bash scripts/setup.sh --dev
+
+lint:
+	.venv/bin/ruff check .
+
+typecheck:
+	.venv/bin/mypy .
+
+unit:
+	bash -c 'source scripts/env.sh && .venv/bin/python -m pytest -q'
+
+bench: setup-dev
+	.venv/bin/python bench/sizing_accuracy.py --cases ../shared/calibration/cases.json
+	.venv/bin/python bench/program_eval.py
+	bash -c 'source scripts/env.sh && .venv/bin/python bench/engine_preview.py'
+
+clean:
+	rm -rf rendered .pulumi-state .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Everything a fresh clone needs, idempotent (seconds when already done):
+#   scripts/setup.sh          the virtualenv with runtime deps + the Pulumi engine
+#   scripts/setup.sh --dev    also test tools, a Prometheus server and the test kube-apiserver
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+dev=0; [ "${1:-}" = "--dev" ] && dev=1
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+python="${PYTHON:-python3}"
+"$python" -c 'import sys; sys.exit(0 if sys.version_info[:2] >= (3, 11) else 1)' || {
+  log "Python >= 3.11 is required (found $("$python" --version 2>&1)); set PYTHON=/path/to/python3.11"; exit 1; }
+[ -x .venv/bin/python ] || { log "creating .venv"; "$python" -m venv .venv; }
+
+req=requirements.txt; [ $dev = 1 ] && req=requirements-dev.txt
+stamp=".venv/.tkf-$(basename "$req" .txt)-$(cat requirements.txt "$req" | sha256sum | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  log "installing $req"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$req"
+  touch "$stamp"
+fi
+
+bash scripts/bootstrap.sh
+if [ $dev = 1 ]; then
+  bash scripts/install_prometheus.sh
+  if [ -f scripts/build_kube_apiserver.sh ]; then bash scripts/build_kube_apiserver.sh; fi
+fi
+log "ready"
