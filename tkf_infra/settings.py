@@ -129,7 +129,8 @@ class NodePool(_Model):
     )
     gpus_per_node: int = Field(ge=0, le=16)
     node_count: int = Field(1, ge=1, le=1000)
-    gpu_memory_gib: float | None = Field(None, gt=0, alias="gpuMemoryGiB", description="Override the GPU table's memory.")
+    gpu_memory_gib: float | None = Field(None, gt=0, alias="gpuMemoryGiB",
+                                         description="Override the GPU table's memory.")
     labels: dict[str, str] = Field(default_factory=dict, description="Node selector labels.")
     taints: list[Taint] = Field(default_factory=list)
     nodes: list[str] = Field(default_factory=list, description="Node names to label/taint (kind existing).")
@@ -247,7 +248,8 @@ class ModelEntry(_Model):
     mode: Mode = Mode.CHAT
     extra_args: list[str] = Field(default_factory=list, description="Extra vLLM flags.")
     hf_token_secret: str | None = Field(None, description="Secret (key HF_TOKEN) for gated repos.")
-    cpu_kv_cache_gib: float = Field(4.0, gt=0, le=1024, alias="cpuKvCacheGiB", description="KV cache space of the CPU profile.")
+    cpu_kv_cache_gib: float = Field(4.0, gt=0, le=1024, alias="cpuKvCacheGiB",
+                                    description="KV cache space of the CPU profile.")
     cost: Cost = Field(default_factory=lambda: Cost())
 
     @field_validator("name")

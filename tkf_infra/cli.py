@@ -1,0 +1,266 @@
+"""`python -m tkf_infra`: the command line CI and operators use (Automation API on this project).
+
+Exit codes tell CI what happened without parsing text:
+  0  everything went through;
+  1  the plan refused something (a rejected entry, a failed fit check, a model that failed to deploy);
+  2  the command was used wrongly (unknown stack, bad option, missing passphrase) — a one-line error;
+  3  the tool itself crashed (a bug: the traceback is printed for the report).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_CRASH = 0, 1, 2, 3
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="tkf-infra: preview, deploy and inspect the LLM inference fleet.")
+err_console = Console(stderr=True)
+out_console = Console()
+
+StackOpt = Annotated[str, typer.Option("--stack", "-s", help="Stack name (dev, prod, ...).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout.")]
+
+
+class Format(StrEnum):
+    litellm = "litellm"
+    json = "json"
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _operation(stack_name: str, operation: str, as_json: bool, create: bool = False) -> None:
+    from tkf_infra import automation
+
+    try:
+        stack = automation.open_stack(stack_name, create=create)
+    except automation.UsageError as err:
+        raise _fail(str(err)) from None
+
+    def stream(line: str) -> None:
+        if not as_json:
+            err_console.out(line.rstrip("\n"), highlight=False)
+
+    results: list[dict[str, Any]] = []
+    if operation == "up":  # preview first: Automation `up` skips the preview, and CI wants it
+        summary, _ok = automation.run_operation(stack, "preview", on_output=stream)
+        results.append(summary)
+    summary, _ok = automation.run_operation(stack, operation, on_output=stream)
+    results.append(summary)
+    final = results[-1]
+    if as_json:
+        print(json.dumps(final if len(results) == 1 else {**final, "preview": results[0]}, indent=2))
+    else:
+        _print_summary(final)
+    raise typer.Exit(EXIT_OK if final["ok"] else EXIT_REFUSED)
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    table = Table(title=f"{summary['operation']} of stack {summary['stack']}")
+    for col in ("model", "status", "changes", "reasons / drift"):
+        table.add_column(col)
+    for name, m in summary["models"].items():
+        changes = ", ".join(f"{k} {v}" for k, v in m["changes"].items() if k != "same") or "-"
+        notes = "\n".join(m.get("reasons", []) + m.get("drift", []))
+        table.add_row(name, m["status"], changes, notes)
+    err_console.print(table)
+    for e in summary["errors"]:
+        err_console.print(f"[red]stack error:[/] {e}", highlight=False)
+    if summary["failedModels"]:
+        err_console.print(f"[bold red]failed or rejected:[/] {', '.join(summary['failedModels'])}")
+
+
+@app.command()
+def preview(stack: StackOpt = "dev", as_json: JsonOpt = False) -> None:
+    """Preview the stack: every fit check runs; bad models are named."""
+    _operation(stack, "preview", as_json, create=True)
+
+
+@app.command()
+def up(stack: StackOpt = "dev", as_json: JsonOpt = False) -> None:
+    """Preview, then deploy; a failed model does not stop the others (continue-on-error)."""
+    _operation(stack, "up", as_json, create=True)
+
+
+@app.command()
+def refresh(stack: StackOpt = "dev", as_json: JsonOpt = False) -> None:
+    """Read the real state back and report drift (objects changed or deleted out of band) per model."""
+    _operation(stack, "refresh", as_json)
+
+
+@app.command()
+def destroy(stack: StackOpt = "dev", as_json: JsonOpt = False) -> None:
+    """Delete the stack's resources (weight caches are retained unless pruning is configured)."""
+    _operation(stack, "destroy", as_json)
+
+
+@app.command()
+def outputs(stack: StackOpt = "dev",
+            show_secrets: Annotated[bool, typer.Option(help="Include secret outputs.")] = False) -> None:
+    """Print the stack outputs (the gateway contract) as JSON."""
+    from tkf_infra import automation
+
+    try:
+        st = automation.open_stack(stack)
+        print(json.dumps(automation.stack_outputs(st, show_secrets=show_secrets), indent=2))
+    except automation.UsageError as err:
+        raise _fail(str(err)) from None
+
+
+@app.command("gateway-config")
+def gateway_config(
+    stack: StackOpt = "dev",
+    fmt: Annotated[Format, typer.Option("--format", help="litellm (proxy config YAML) or json.")] = Format.litellm,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")] = None,
+) -> None:
+    """Write the gateway's model list from the stack outputs; secrets stay environment references."""
+    from tkf_infra import automation
+
+    try:
+        st = automation.open_stack(stack)
+        outs = automation.stack_outputs(st)
+    except automation.UsageError as err:
+        raise _fail(str(err)) from None
+    model_list = outs.get("gatewayModelList")
+    if model_list is None:
+        raise _fail(f"stack {stack!r} has no gatewayModelList output yet; run `python -m tkf_infra up --stack {stack}`",
+                    EXIT_REFUSED)
+    doc = {"model_list": model_list}
+    text = yaml.safe_dump(doc, sort_keys=False) if fmt is Format.litellm else json.dumps(doc, indent=2) + "\n"
+    if output:
+        output.write_text(text)
+        err_console.print(f"wrote {len(model_list)} models to {output}")
+    else:
+        sys.stdout.write(text)
+
+
+@app.command()
+def schema(output: Annotated[Path | None, typer.Option("-o", "--output")] = None) -> None:
+    """Print the JSON Schema of the stack settings and the catalog (for editors)."""
+    from tkf_infra.settings import catalog_json_schema
+
+    text = json.dumps(catalog_json_schema(), indent=2) + "\n"
+    if output:
+        output.write_text(text)
+    else:
+        sys.stdout.write(text)
+
+
+@app.command()
+def size(
+    model: Annotated[str, typer.Argument(help="REPO@REVISION, e.g. Qwen/Qwen3-8B@<40-hex sha>.")],
+    gpu: Annotated[str, typer.Option(help="GPU, e.g. H100-80GB.")] = "H100-80GB",
+    tp: Annotated[int, typer.Option("--tp", help="tensorParallelSize")] = 1,
+    pp: Annotated[int, typer.Option("--pp", help="pipelineParallelSize")] = 1,
+    max_model_len: Annotated[int | None, typer.Option(help="maxModelLen (default: the model's)")] = None,
+    gpu_memory_utilization: Annotated[float, typer.Option()] = 0.9,
+    kv_cache_dtype: Annotated[str, typer.Option()] = "auto",
+    quantization: Annotated[str | None, typer.Option()] = None,
+    max_num_seqs: Annotated[int | None, typer.Option()] = None,
+    vllm_version: Annotated[str, typer.Option(help="vLLM version to model.")] = "0.11.0",
+    as_json: JsonOpt = False,
+) -> None:
+    """Predict what vLLM will print at start-up, offline from the lock, and suggest what fits."""
+    from tkf_infra.planner import SizeParams, size_command
+
+    text, code = size_command(SizeParams(
+        model=model, gpu=gpu, tp=tp, pp=pp, max_model_len=max_model_len,
+        gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype, vllm_version=vllm_version,
+        max_num_seqs=max_num_seqs, quantization=quantization, as_json=as_json))
+    print(text)
+    raise typer.Exit(code)
+
+
+@app.command()
+def lock(
+    models: Annotated[list[str] | None, typer.Argument(help="REPO@REVISION (default: the stack's catalog).")] = None,
+    stack: StackOpt = "dev",
+    endpoint: Annotated[str | None, typer.Option(help="Hub URL (default: HF_ENDPOINT or huggingface.co).")] = None,
+    token_env: Annotated[str, typer.Option(help="Env var holding a Hub token for gated repos.")] = "HF_TOKEN",
+) -> None:
+    """Refresh models.lock.json from the Hub for the given models or the stack's catalog."""
+    import os
+
+    from tkf_infra.lock import lock_command, parse_repo_revision
+    from tkf_infra.settings import SettingsError, validate_catalog
+
+    pairs: list[tuple[str, str]] = []
+    if models:
+        try:
+            pairs = [parse_repo_revision(m) for m in models]
+        except ValueError as err:
+            raise _fail(str(err)) from None
+    else:
+        stack_file = Path(__file__).resolve().parents[1] / f"Pulumi.{stack}.yaml"
+        if not stack_file.exists():
+            raise _fail(f"no stack file {stack_file.name}; give REPO@REVISION arguments or an existing --stack")
+        cfg = (yaml.safe_load(stack_file.read_text()) or {}).get("config", {})
+        doc = {k.split(":", 1)[1]: v for k, v in cfg.items() if k.startswith("tkf-infra:") and k != "tkf-infra:apiKey"}
+        try:
+            pairs = sorted({(m.repo, m.revision) for m in validate_catalog(doc).models})
+        except SettingsError as err:
+            raise _fail(err.render()) from None
+    text, code = lock_command(pairs, None, endpoint, os.environ.get(token_env))
+    print(text)
+    raise typer.Exit(code)
+
+
+@app.command()
+def status(
+    stack: StackOpt = "dev",
+    prometheus_url: Annotated[str | None, typer.Option(help="Default: the stack's prometheusUrl.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Capacity signal per model from Prometheus: replicas, queue depth, KV-cache use, hit rate, TTFT."""
+    from tkf_infra import automation
+    from tkf_infra.status import status_command
+
+    try:
+        st = automation.open_stack(stack)
+        outs = automation.stack_outputs(st)
+    except automation.UsageError as err:
+        raise _fail(str(err)) from None
+    url = prometheus_url
+    if not url:
+        catalog = automation.stack_catalog(st)
+        url = catalog.settings.prometheus_url if catalog else None
+    if not url:
+        raise _fail(f"stack {stack!r} sets no prometheusUrl; pass --prometheus-url")
+    endpoints = list((outs.get("endpoints") or {}).values())
+    text, code = status_command(endpoints, url, as_json)
+    print(text)
+    raise typer.Exit(code)
+
+
+def main() -> None:
+    """Entry point: usage errors exit 2 with one line; a crash exits 3 with the traceback."""
+    try:
+        code = app(standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else EXIT_OK)
+    except typer.Exit as done:
+        sys.exit(done.exit_code)
+    except (typer.BadParameter, typer.Abort) as err:  # pragma: no cover - typer formats these itself
+        err_console.print(f"error: {err}")
+        sys.exit(EXIT_USAGE)
+    except Exception as err:
+        import click
+
+        if isinstance(err, click.ClickException):
+            err.show()
+            sys.exit(EXIT_USAGE)
+        traceback.print_exc()
+        err_console.print("[bold red]tkf-infra crashed[/] (a bug, not your input): please report the traceback above")
+        sys.exit(EXIT_CRASH)
