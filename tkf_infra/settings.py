@@ -632,7 +632,13 @@ def read_pulumi_config() -> dict[str, Any]:
     problems: list[Problem] = []
     for key in CONFIG_KEYS:
         try:
-            value = config.get_object(key)
+            value: Any
+            if key == "prometheusUrl":
+                value = config.get(key) or None
+            elif key == "strict":
+                value = config.get_bool(key)
+            else:
+                value = config.get_object(key)
         except Exception as err:  # ConfigTypeError and JSON errors carry the reason
             problems.append(Problem(f"tkf-infra:{key}", "", f"cannot be read as structured config: {err}"))
             continue
