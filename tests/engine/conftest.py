@@ -6,6 +6,7 @@ never land in the checkout), its own file backend, and a stack configured like `
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
@@ -74,7 +75,8 @@ class EngineStack:
 
 
 def dev_config() -> dict[str, Any]:
-    return yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+    doc: dict[str, Any] = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+    return doc
 
 
 @pytest.fixture
@@ -101,14 +103,10 @@ def make_stack(engine_ready: None, tmp_path: Path) -> Iterator[Callable[..., Eng
 
     yield make
     for es in created:
-        try:
+        with contextlib.suppress(auto.CommandError):
             es.stack.destroy(continue_on_error=True)
-        except auto.CommandError:
-            pass
-        try:
+        with contextlib.suppress(auto.CommandError):
             es.stack.workspace.remove_stack(es.stack.name, force=True)
-        except auto.CommandError:
-            pass
 
 
 def resource_events(collected: list[auto.events.EngineEvent]) -> list[tuple[str, str, str]]:

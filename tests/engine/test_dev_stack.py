@@ -56,7 +56,7 @@ def test_up_renders_manifests_then_is_idempotent_then_removes_one_model(
             assert DEV_API_KEY not in json.dumps(doc)
 
     second = es.stack.up()
-    changes = {k: v for k, v in (second.summary.resource_changes or {}).items() if k != "same"}
+    changes = {k: v for k, v in (second.summary.resource_changes or {}).items() if k != auto.events.OpType.SAME}
     assert changes == {}, f"a second up must change nothing, got {changes}"
 
     removed, kept = DEV_MODELS[1], DEV_MODELS[0]
@@ -70,7 +70,7 @@ def test_up_renders_manifests_then_is_idempotent_then_removes_one_model(
     pvcs_before = {n for k, n in objs if k == "PersistentVolumeClaim"}
     pvcs_after = {n for k, n in after if k == "PersistentVolumeClaim"}
     assert pvcs_before == pvcs_after
-    deleted = (third.summary.resource_changes or {}).get("delete", 0)
+    deleted = (third.summary.resource_changes or {}).get(auto.events.OpType.DELETE, 0)
     assert deleted > 0
 
 

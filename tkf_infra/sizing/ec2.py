@@ -41,10 +41,10 @@ def describe_gpu_instances(instance_types: list[str], client: Any = None, region
     Raises ``ValueError`` naming unknown instance types (AWS answers InvalidInstanceType).
     """
     if client is None:
-        import boto3  # type: ignore[import-untyped]
+        import boto3
 
         client = boto3.client("ec2", region_name=region)
-    from botocore.exceptions import ClientError  # type: ignore[import-untyped]
+    from botocore.exceptions import ClientError
 
     out: dict[str, InstanceGpus] = {}
     try:

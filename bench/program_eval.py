@@ -1,0 +1,73 @@
+"""Program evaluation time under Pulumi mocks for generated catalogs of 10, 100 and 500 models.
+
+Prints seconds per model per size; the target is linear growth under 20 ms per model. Runs the same
+steps as __main__.py (settings validation, lock, fleet, outputs) with every resource mocked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import pulumi  # noqa: E402
+
+from bench.catalogs import dev_stack_config, generated_models  # noqa: E402
+
+
+class EchoMocks(pulumi.runtime.Mocks):
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
+        return f"{args.name}-id", dict(args.inputs)
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
+        return {}, None
+
+
+def run_once(n: int) -> float:
+    cfg = dev_stack_config()["config"]
+    pulumi.runtime.set_mocks(EchoMocks(), project="tkf-infra", stack="bench", preview=True)
+    settings = {k: json.dumps(v) if not isinstance(v, str) else v for k, v in cfg.items() if k != "tkf-infra:apiKey"}
+    settings["tkf-infra:models"] = json.dumps(generated_models(n))
+    settings["tkf-infra:apiKey"] = "bench-key"
+    pulumi.runtime.set_all_config(settings, ["tkf-infra:apiKey"])
+    from components.fleet import build_fleet
+    from tkf_infra.lock import load_lock
+    from tkf_infra.outputs import export_outputs
+    from tkf_infra.program import load_catalog
+
+    started = time.perf_counter()
+
+    def program() -> None:
+        catalog = load_catalog()
+        fleet = build_fleet(catalog, lock=load_lock(), api_key=pulumi.Config().get_secret("apiKey"), stack="bench")
+        export_outputs(catalog, fleet)
+
+    from pulumi.runtime.stack import run_in_stack
+
+    asyncio.get_event_loop().run_until_complete(run_in_stack(program))
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--sizes", default="10,100,500")
+    args = ap.parse_args()
+    rows = []
+    for n in (int(s) for s in args.sizes.split(",")):
+        secs = run_once(n)
+        rows.append((n, secs))
+        print(f"models={n:4d} seconds={secs:7.3f} ms_per_model={1000 * secs / n:6.2f}")
+    (n0, s0), (n1, s1) = rows[0], rows[-1]
+    print(f"summary ms_per_model_small={1000 * s0 / n0:.2f} ms_per_model_large={1000 * s1 / n1:.2f} "
+          f"growth_ratio={(s1 / n1) / (s0 / n0):.2f} target_ms_per_model=20")
+
+
+if __name__ == "__main__":
+    main()
