@@ -1,0 +1,146 @@
+"""WeightCache: one PVC and one download Job per distinct ``repo@revision``.
+
+Why a cache of our own: downloading hundreds of GiB from the Hub on every pod start makes
+restarts slow and ties serving to the Hub being up. The Job downloads the pinned revision once;
+every catalog entry that serves the same weights mounts the same PVC read-only (two entries → one
+PVC, one Job). Serving pods wait for the Job's marker file with an init container, so ``pulumi up``
+does not have to wait for the download itself.
+
+Removing a model keeps its PVC (``retain_on_delete``) unless ``serving.pruneWeightCache`` is set:
+re-adding the model, or rolling back, must not cost another download. ``serving.protect`` (prod)
+also protects it from ``pulumi destroy``.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components import vllm_args as va
+from tkf_infra import names
+
+#: Smallest PVC we ask for: several CSI drivers refuse tiny volumes, and tokenizer-only repos exist.
+MIN_PVC_GIB = 10
+
+
+@dataclass(frozen=True)
+class WeightCacheArgs:
+    repo: str
+    revision: str
+    weight_bytes: int
+    """Tensor bytes of the checkpoint (lock); the PVC is this × headroom, rounded up to GiB."""
+    namespace: str
+    image: str
+    """Image with the Hugging Face CLI; the serving image, so no extra image has to be mirrored."""
+    headroom: float = 1.25
+    storage_class: str | None = None
+    hf_token_secret: str | None = None
+    """Secret (key ``HF_TOKEN``) for gated repos; only the download Job sees it."""
+    read_write_many: bool = False
+    """True when pods on several nodes mount the cache (multi-node, replicas, shared weights)."""
+    consumers: tuple[str, ...] = field(default_factory=tuple)
+    """Catalog names served from these weights (recorded as an annotation for humans)."""
+    prune: bool = False
+    protect: bool = False
+    skip_await: bool = False
+
+
+def pvc_size_gib(weight_bytes: int, headroom: float) -> int:
+    return max(MIN_PVC_GIB, math.ceil(weight_bytes * headroom / va.GIB))
+
+
+def download_script(repo: str, revision: str) -> str:
+    """Idempotent: a completed revision has its marker and is skipped; partial downloads resume."""
+    dest = f"{va.CACHE_MOUNT}/{revision}"
+    marker = f"{dest}/{va.MARKER_FILE}"
+    q = shlex.quote
+    return "\n".join([
+        "set -eu",
+        f"if [ -f {q(marker)} ]; then echo 'already downloaded: {repo}@{revision}'; exit 0; fi",
+        f"mkdir -p {q(dest)}",
+        # `hf` replaced `huggingface-cli` in huggingface_hub 0.34; images carry one or the other.
+        "if command -v hf >/dev/null 2>&1; then CLI='hf download'; else CLI='huggingface-cli download'; fi",
+        f"$CLI {q(repo)} --revision {q(revision)} --local-dir {q(dest)}",
+        f"echo {q(f'{repo}@{revision}')} > {q(marker)}",
+    ])  # fmt: skip
+
+
+class WeightCache(pulumi.ComponentResource):
+    """PVC + download Job of one ``repo@revision``; see the module docstring for why."""
+
+    pvc_name: str
+    subpath: str
+    """Directory of the revision inside the PVC (``pvc://<pvc>/<subpath>``)."""
+    pvc: k8s.core.v1.PersistentVolumeClaim
+    job: k8s.batch.v1.Job
+
+    def __init__(self, name: str, args: WeightCacheArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("tkf:serving:WeightCache", name, None, opts)
+        self.pvc_name = names.weight_cache(args.repo, args.revision)
+        self.subpath = args.revision
+        job_name = names.weight_download_job(args.repo, args.revision)
+        lbl = {
+            "app.kubernetes.io/name": "weight-cache",
+            "app.kubernetes.io/instance": self.pvc_name,
+            "app.kubernetes.io/component": "weight-cache",
+            "app.kubernetes.io/part-of": va.PART_OF,
+            "app.kubernetes.io/managed-by": "pulumi",
+            "tkf.io/revision": args.revision[:12],
+        }
+        ann = {"tkf.io/repo": args.repo, "tkf.io/revision": args.revision, "tkf.io/models": ",".join(args.consumers)}
+        if args.skip_await:
+            # Test API servers run no controllers: nothing would ever bind or complete.
+            ann["pulumi.com/skipAwait"] = "true"
+        size = pvc_size_gib(args.weight_bytes, args.headroom)
+        self.pvc = k8s.core.v1.PersistentVolumeClaim(
+            f"{name}-pvc",
+            metadata={"name": self.pvc_name, "namespace": args.namespace, "labels": lbl, "annotations": ann},
+            spec={
+                "accessModes": ["ReadWriteMany" if args.read_write_many else "ReadWriteOnce"],
+                "resources": {"requests": {"storage": f"{size}Gi"}},
+                "storageClassName": args.storage_class,
+            },
+            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=not args.prune, protect=args.protect),
+        )
+        env: list[dict[str, object]] = [
+            {"name": "HOME", "value": "/tmp"},
+            {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+        ]
+        if args.hf_token_secret:
+            env.append({"name": "HF_TOKEN",
+                        "valueFrom": {"secretKeyRef": {"name": args.hf_token_secret, "key": "HF_TOKEN"}}})  # fmt: skip
+        # The marker, not Pulumi, gates serving: downloads can outlast any sensible await timeout.
+        job_ann = {**ann, "pulumi.com/skipAwait": "true"}
+        self.job = k8s.batch.v1.Job(
+            f"{name}-download",
+            metadata={"name": job_name, "namespace": args.namespace, "labels": lbl, "annotations": job_ann},
+            spec={
+                "backoffLimit": 6,
+                "template": {
+                    "metadata": {"labels": lbl},
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "automountServiceAccountToken": False,
+                        "securityContext": va.pod_security(),
+                        "containers": [{
+                            "name": "download",
+                            "image": args.image,
+                            "command": ["/bin/sh", "-c", download_script(args.repo, args.revision)],
+                            "env": env,
+                            "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
+                            "securityContext": va.container_security(),
+                            "volumeMounts": [{"name": "weight-cache", "mountPath": va.CACHE_MOUNT},
+                                             {"name": "tmp", "mountPath": "/tmp"}],
+                        }],
+                        "volumes": [{"name": "weight-cache", "persistentVolumeClaim": {"claimName": self.pvc_name}},
+                                    {"name": "tmp", "emptyDir": {}}],
+                    },
+                },
+            },
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.pvc], delete_before_replace=True),
+        )  # fmt: skip
+        self.register_outputs({"pvcName": self.pvc_name, "subpath": self.subpath, "sizeGiB": size})

@@ -1,0 +1,244 @@
+"""ModelServing under mocks: per profile and backend, what a user of the cluster would notice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pytest
+
+from components.fleet import Fleet, build_fleet
+from components.model_serving import PIPELINE_PARALLEL_PRESET
+from tests.mocks import CPU, MULTI_NODE, SINGLE_GPU, TP4, Harness, Registered, run, stack_doc
+from tkf_infra.lock import load_lock
+from tkf_infra.settings import validate_catalog
+
+LOCK = load_lock()
+API_KEY = "sk-test-4f1c9a7e-not-a-real-key"
+
+
+def build(*models: dict[str, Any], backend: str = "kserve", **overrides: Any) -> Harness[Fleet]:
+    catalog = validate_catalog(stack_doc(*models, backend=backend, **overrides))
+    assert not catalog.rejected, catalog.rejected
+    return run(lambda: build_fleet(catalog, lock=LOCK, api_key=pulumi.Output.secret(API_KEY), stack="test"),
+               lambda f: {**{f"{n}.url": m.base_url for n, m in f.models.items()},
+                          **{f"{n}.fit": m.fit for n, m in f.models.items()}})  # fmt: skip
+
+
+def workload(h: Harness[Fleet], name: str) -> Registered:
+    kinds = {"LLMInferenceService", "LeaderWorkerSet", "Deployment"}
+    found = [r for r in h.resources if r.custom and r.metadata.get("name") == name and r.inputs.get("kind") in kinds]
+    assert len(found) == 1, h.mocks.dump()
+    return found[0]
+
+
+def main(pod: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in pod["containers"] if c["name"] == "main")
+
+
+def _gib(container: dict[str, Any]) -> int:
+    return int(container["resources"]["requests"]["memory"].removesuffix("Gi"))
+
+
+def flag(args: list[str], name: str) -> str | None:
+    return args[args.index(name) + 1] if name in args else None
+
+
+# ---------------------------------------------------------------------------------------------
+# KServe backend, per profile
+# ---------------------------------------------------------------------------------------------
+
+
+def test_single_gpu_llmisvc_requests_one_gpu_on_the_pool_and_serves_from_the_cache() -> None:
+    h = build(SINGLE_GPU)
+    svc = workload(h, "qwen3-8b")
+    spec = svc.spec
+    assert svc.inputs["apiVersion"] == "serving.kserve.io/v1alpha2"
+    assert spec["model"]["name"] == "qwen3-8b"
+    assert spec["model"]["uri"].startswith("pvc://weights-qwen3-8b-")
+    assert spec["model"]["uri"].endswith("/b968826d9c46dd6066d109eabc6255188de91218")
+    assert spec["parallelism"] == {"tensor": 1}
+    assert "worker" not in spec
+    c = main(spec["template"])
+    assert c["resources"]["requests"]["nvidia.com/gpu"] == "1" == c["resources"]["limits"]["nvidia.com/gpu"]
+    assert c["image"] == "vllm/vllm-openai:v0.11.0"
+    assert flag(c["args"], "--max-model-len") == "8192"
+    assert flag(c["args"], "--gpu-memory-utilization") == "0.9"
+    assert spec["template"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["template"]["tolerations"]
+    assert spec["template"]["initContainers"][0]["name"] == "wait-for-weights"
+
+
+def test_tensor_parallel_gpus_equal_tp_and_shm_grows_with_it() -> None:
+    h = build(TP4, SINGLE_GPU)
+    tp4, one = workload(h, "qwen-72b").spec, workload(h, "qwen3-8b").spec
+    assert tp4["parallelism"] == {"tensor": 4}
+    assert main(tp4["template"])["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    shm = {v["name"]: v for v in tp4["template"]["volumes"]}["dshm"]["emptyDir"]
+    shm1 = {v["name"]: v for v in one["template"]["volumes"]}["dshm"]["emptyDir"]
+    assert shm["medium"] == "Memory" and shm["sizeLimit"] == "8Gi" and shm1["sizeLimit"] == "2Gi"
+
+
+def test_bigger_models_get_more_memory_and_startup_patience() -> None:
+    h = build(TP4, SINGLE_GPU)
+    big, small = main(workload(h, "qwen-72b").spec["template"]), main(workload(h, "qwen3-8b").spec["template"])
+    assert _gib(big) > _gib(small)
+    assert big["startupProbe"]["failureThreshold"] > small["startupProbe"]["failureThreshold"]
+    assert big["startupProbe"]["httpGet"]["path"] == "/health"
+
+
+def test_multi_node_has_a_worker_spec_with_the_pipeline_parallel_preset() -> None:
+    h = build(MULTI_NODE)
+    spec = workload(h, "llama-405b").spec
+    assert spec["parallelism"] == {"tensor": 8, "pipeline": 2}
+    assert spec["baseRefs"] == [{"name": PIPELINE_PARALLEL_PRESET}]
+    for pod in (spec["template"], spec["worker"]):
+        assert main(pod)["resources"]["limits"]["nvidia.com/gpu"] == "8"
+        assert pod["serviceAccountName"] == "llama-405b-sa"
+    assert "startupProbe" not in main(spec["worker"])
+    # The preset is installed with the prerequisites, in the KServe namespace.
+    preset = [r for r in h.resources if r.inputs.get("kind") == "LLMInferenceServiceConfig"]
+    assert [p.metadata["name"] for p in preset] == [PIPELINE_PARALLEL_PRESET]
+    assert preset[0].metadata["namespace"] == "kserve"
+    # Gated: the ServiceAccount lists the token Secret; the download Job reads HF_TOKEN from it.
+    sa = next(r for r in h.resources if r.type == "kubernetes:core/v1:ServiceAccount")
+    assert sa.inputs["secrets"] == [{"name": "hf-token"}]
+    job = next(r for r in h.resources if r.type == "kubernetes:batch/v1:Job")
+    env = job.spec["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN"}}} in env
+
+
+def test_cpu_profile_uses_cpu_image_no_gpus_and_kv_cache_space() -> None:
+    h = build(CPU)
+    spec = workload(h, "tiny").spec
+    c = main(spec["template"])
+    assert c["image"].startswith("public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo")
+    assert "nvidia.com/gpu" not in c["resources"]["requests"] and "nvidia.com/gpu" not in c["resources"]["limits"]
+    assert {"name": "VLLM_CPU_KVCACHE_SPACE", "value": "2"} in c["env"]
+    assert "--gpu-memory-utilization" not in c["args"]
+    assert "parallelism" not in spec and "nodeSelector" not in spec["template"]
+
+
+def test_llmisvc_waits_for_ready_with_a_timeout_and_is_replaced_on_parallelism_change() -> None:
+    h = build(SINGLE_GPU)
+    svc = workload(h, "qwen3-8b")
+    ann = svc.metadata["annotations"]
+    assert ann["pulumi.com/waitFor"] == "condition=Ready"
+    assert int(ann["pulumi.com/timeoutSeconds"]) > 600
+    assert "spec.parallelism" in svc.options["replaceOnChanges"]
+    assert svc.options["deleteBeforeReplace"] is True
+
+
+def test_skip_await_switches_waiting_off() -> None:
+    h = build(SINGLE_GPU, cluster={"mode": "render", "renderDir": "r", "skipAwait": True})
+    ann = workload(h, "qwen3-8b").metadata["annotations"]
+    assert ann["pulumi.com/skipAwait"] == "true" and "pulumi.com/waitFor" not in ann
+
+
+def test_labels_and_fit_annotations() -> None:
+    h = build(CPU)
+    md = workload(h, "tiny").metadata
+    assert md["labels"]["tkf.io/model"] == "tiny"
+    assert md["labels"]["tkf.io/revision"] == "7ae557604adf"
+    for key in ("name", "instance", "component", "part-of", "managed-by"):
+        assert f"app.kubernetes.io/{key}" in md["labels"]
+    assert md["annotations"]["tkf.io/fit-kv-cache-gib"] == "2.0"
+    assert h.values["tiny.fit"]["fits"] is True
+
+
+# ---------------------------------------------------------------------------------------------
+# Endpoints and security (any backend)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["kserve", "vllm"])
+def test_alias_service_and_base_url(backend: str) -> None:
+    h = build(SINGLE_GPU, MULTI_NODE, backend=backend)
+    assert h.values["qwen3-8b.url"] == "http://qwen3-8b-openai.llm-serving.svc.cluster.local:8000/v1"
+    alias = {r.metadata["name"]: r for r in h.resources if r.type == "kubernetes:core/v1:Service"}
+    assert alias["qwen3-8b-openai"].spec["ports"][0]["port"] == 8000
+    assert alias["qwen3-8b-openai"].spec["selector"] == {"tkf.io/model": "qwen3-8b"}
+    # Only the LWS leader (worker index 0) serves the API.
+    assert alias["llama-405b-openai"].spec["selector"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0"
+
+
+def test_network_policy_admits_gateway_and_monitoring_on_8000_only() -> None:
+    h = build(SINGLE_GPU)
+    pol = next(r for r in h.resources if r.type == "kubernetes:networking.k8s.io/v1:NetworkPolicy")
+    assert pol.metadata["name"] == "qwen3-8b-netpol"
+    rules = pol.spec["ingress"]
+    sources = [r["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for r in rules]
+    assert sources == ["llm-gateway", "monitoring"]
+    assert all(r["ports"] == [{"protocol": "TCP", "port": 8000}] for r in rules)
+
+
+def test_api_key_is_a_secret_reference_never_plaintext() -> None:
+    h = build(SINGLE_GPU, CPU, MULTI_NODE)
+    secret = next(r for r in h.resources if r.type == "kubernetes:core/v1:Secret")
+    assert set(secret.options["additionalSecretOutputs"]) >= {"data", "stringData"}
+    assert "4dabf18193072939515e22adb298388d" in str(secret.raw["stringData"])  # marked secret on the wire
+    for r in h.resources:
+        if r is not secret:
+            assert API_KEY not in str(r.inputs), f"{r.type} {r.name} carries the API key"
+    assert API_KEY not in str(h.values)
+    env = main(workload(h, "qwen3-8b").spec["template"])["env"]
+    assert {"name": "VLLM_API_KEY",
+            "valueFrom": {"secretKeyRef": {"name": "vllm-api-key", "key": "api-key"}}} in env  # fmt: skip
+
+
+def test_model_serving_waits_for_its_fit_check_and_the_namespace() -> None:
+    h = build(SINGLE_GPU)
+    ms = next(r for r in h.resources if r.type == "tkf:serving:ModelServing")
+    fit = h.mocks.named("qwen3-8b-fit")
+    ns = h.mocks.named("namespace-serving")
+    assert fit.urn in ms.depends_on and ns.urn in ms.depends_on
+    svc = workload(h, "qwen3-8b")
+    assert fit.urn in svc.depends_on  # forwarded: component depends_on is not inherited
+    assert svc.parent == ms.urn
+
+
+def test_every_kubernetes_resource_uses_the_explicit_provider() -> None:
+    h = build(SINGLE_GPU, CPU, MULTI_NODE)
+    provider = next(r for r in h.resources if r.type == "pulumi:providers:kubernetes")
+    for r in h.resources:
+        if r.custom and r.type.startswith("kubernetes:"):
+            assert r.provider and r.provider.startswith(provider.urn), f"{r.type} {r.name}: {r.provider}"
+
+
+# ---------------------------------------------------------------------------------------------
+# vllm backend
+# ---------------------------------------------------------------------------------------------
+
+
+def test_vllm_backend_single_node_is_a_recreate_deployment_with_the_full_command() -> None:
+    h = build(TP4, backend="vllm")
+    dep = workload(h, "qwen-72b")
+    assert dep.type == "kubernetes:apps/v1:Deployment"
+    assert dep.spec["strategy"] == {"type": "Recreate"}
+    c = main(dep.spec["template"]["spec"])
+    cmd = c["command"]
+    assert cmd[:3] == ["vllm", "serve", "/mnt/models"]
+    assert flag(cmd, "--served-model-name") == "qwen2.5-72b"
+    assert flag(cmd, "--tensor-parallel-size") == "4" and flag(cmd, "--pipeline-parallel-size") == "1"
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    mount = next(m for m in c["volumeMounts"] if m["mountPath"] == "/mnt/models")
+    assert mount["subPath"] == "495f39366efef23836d0cfae4fbe635880d2be31" and mount["readOnly"] is True
+    assert not any(r.inputs.get("kind") == "LLMInferenceService" for r in h.resources)
+
+
+def test_vllm_backend_multi_node_is_a_leader_worker_set_with_lws_env() -> None:
+    h = build(MULTI_NODE, backend="vllm")
+    lws = workload(h, "llama-405b")
+    assert lws.inputs["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
+    tmpl = lws.spec["leaderWorkerTemplate"]
+    assert tmpl["size"] == 2
+    leader = main(tmpl["leaderTemplate"]["spec"])["command"][-1]
+    worker = main(tmpl["workerTemplate"]["spec"])["command"][-1]
+    for line in (leader, worker):
+        assert "--nnodes ${LWS_GROUP_SIZE} --node-rank ${LWS_WORKER_INDEX} --master-addr ${LWS_LEADER_ADDRESS}" in line
+        assert "--pipeline-parallel-size 2" in line and "--tensor-parallel-size 8" in line
+    assert "--headless" in worker and "--headless" not in leader
+    assert main(tmpl["workerTemplate"]["spec"])["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    # Leader and workers may talk to each other on any port.
+    pol = next(r for r in h.resources if r.type == "kubernetes:networking.k8s.io/v1:NetworkPolicy")
+    assert {"from": [{"podSelector": {"matchLabels": {"tkf.io/model": "llama-405b"}}}]} in pol.spec["ingress"]
