@@ -5,7 +5,7 @@ import pulumi
 from components.fleet import build_fleet
 from tkf_infra.lock import load_lock
 from tkf_infra.outputs import export_outputs
-from tkf_infra.program import load_catalog
+from tkf_infra.program import finish, load_catalog
 
 catalog = load_catalog()
 fleet = build_fleet(
@@ -15,3 +15,4 @@ fleet = build_fleet(
     stack=pulumi.get_stack(),
 )
 export_outputs(catalog, fleet)
+finish(catalog)

@@ -27,3 +27,17 @@ def load_catalog() -> Catalog:
         label = rejected.problems[0].where if rejected.problems else f"models[{rejected.index}]"
         pulumi.log.error(f"{label} was left out of this deployment:\n{reasons}")
     return catalog
+
+
+def finish(catalog: Catalog) -> None:
+    """End the run non-zero when entries were left out, after every good resource is registered.
+
+    `pulumi.log.error` alone does not fail a Python program; raising at the very end does, and the
+    SDK waits for all registrations before reporting it, so the healthy models still deploy.
+    """
+    if catalog.rejected:
+        names = ", ".join(r.name or f"models[{r.index}]" for r in catalog.rejected)
+        raise pulumi.RunError(
+            f"{len(catalog.rejected)} catalog entr{'y was' if len(catalog.rejected) == 1 else 'ies were'} left out "
+            f"({names}); the other {len(catalog.models)} were deployed. Fix the errors above and run again."
+        )

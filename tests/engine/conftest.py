@@ -110,13 +110,16 @@ def make_stack(engine_ready: None, tmp_path: Path) -> Iterator[Callable[..., Eng
 
 
 def resource_events(collected: list[auto.events.EngineEvent]) -> list[tuple[str, str, str]]:
-    """(op, type, name) of every resource step of a run, from its engine events."""
-    out = []
+    """(op, type, name) of every resource step of a run, once per URN, from its engine events.
+
+    Components report outputs twice (at registration and at register_outputs): count URNs, not events.
+    """
+    steps: dict[str, tuple[str, str, str]] = {}
     for ev in collected:
         if ev.res_outputs_event:
             meta = ev.res_outputs_event.metadata
             op = meta.op.value if hasattr(meta.op, "value") else str(meta.op)
-            out.append((op, meta.type, meta.urn.split("::")[-1]))
-    return out
+            steps.setdefault(meta.urn, (op, meta.type, meta.urn.split("::")[-1]))
+    return list(steps.values())
 
 
