@@ -105,8 +105,8 @@ def test_state_holds_no_plaintext_secret(make_stack: Callable[..., EngineStack])
     es = make_stack()
     es.stack.up()
     # `pulumi stack export` as a person runs it (the Automation API's export shows secrets)
-    exported = subprocess.run(["pulumi", "stack", "export", "--stack", es.stack.name], cwd=es.project, env={**os.environ, **es.env},
-                              capture_output=True, text=True, check=True).stdout
+    exported = subprocess.run(["pulumi", "stack", "export", "--stack", es.stack.name], cwd=es.project,
+                              env={**os.environ, **es.env}, capture_output=True, text=True, check=True).stdout
     assert DEV_API_KEY not in exported
     assert '"ciphertext"' in exported  # the key is there, encrypted
     outs = es.stack.outputs()
