@@ -150,7 +150,16 @@ class ServingParams:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ServingParams:
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and v is not None}
+        """Rebuild from a dict; integral floats become ints again (the Pulumi wire has only doubles)."""
+        fields = cls.__dataclass_fields__
+        known: dict[str, Any] = {}
+        for k, v in data.items():
+            if k not in fields or v is None:
+                continue
+            if isinstance(v, float) and v.is_integer() and "int" in str(fields[k].type) and "float" not in str(
+                    fields[k].type):
+                v = int(v)
+            known[k] = v
         return cls(**known)
 
 
