@@ -48,14 +48,20 @@ def _norm(text: str) -> str:
     return re.sub(r"[^a-z0-9]", "", text.lower())
 
 
-def product_label(pool: NodePool, gpu: GpuSpec, suffix: str = "") -> str:
-    """The ``nvidia.com/gpu.product`` value GPU feature discovery puts on the pool's nodes."""
+def product_label(pool: NodePool, gpu: GpuSpec, suffix: str = "") -> str | None:
+    """The ``nvidia.com/gpu.product`` value GPU feature discovery puts on the pool's nodes.
+
+    None for an EKS pool whose GPU has several labels (A100: SXM4 / PCIe): its own pool label
+    already selects exactly the node group.
+    """
     given = pool.gpu_product or ""
     exact = [lbl for lbl in gpu.product_labels if _norm(lbl) == _norm(given)]
     if exact:
         return exact[0] + suffix
     if len(gpu.product_labels) == 1:
         return gpu.product_labels[0] + suffix
+    if pool.kind == "eks":
+        return None
     raise NodePoolError(
         f"node pool {pool.name}: gpuProduct {given!r} ({gpu.name}) matches several node labels "
         f"{list(gpu.product_labels)}; set gpuProduct to the exact nvidia.com/gpu.product label of its nodes"
@@ -150,8 +156,9 @@ class GpuNodePool(pulumi.ComponentResource):
         manages_labels = pool.kind == "eks" or bool(pool.nodes)
         node_labels = {**pool.labels, **({POOL_LABEL: pool.name} if manages_labels else {})}
         self.node_selector = dict(node_labels)
-        if spec is not None:
-            self.node_selector[GPU_PRODUCT_LABEL] = product_label(pool, spec, args.product_label_suffix)
+        product = product_label(pool, spec, args.product_label_suffix) if spec is not None else None
+        if product:
+            self.node_selector[GPU_PRODUCT_LABEL] = product
         taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in pool.taints]
         if spec is not None:
             taints.insert(0, {"key": GPU_TAINT_KEY, "value": "true", "effect": "NoSchedule"})

@@ -122,7 +122,7 @@ class RecordingMonitor(pmocks.MockMonitor):
             type=request.type,
             name=request.name,
             urn=response.urn,
-            inputs=pulumi.runtime.rpc.deserialize_properties(request.object),
+            inputs=unwrap_secrets(pulumi.runtime.rpc.deserialize_properties(request.object)),
             custom=bool(request.custom),
             provider=request.provider or None,
             parent=request.parent or None,
@@ -212,6 +212,17 @@ def prune_nulls(value: Any) -> Any:
         return {k: prune_nulls(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
         return [prune_nulls(v) for v in value]
+    return value
+
+
+def unwrap_secrets(value: Any) -> Any:
+    """Replace Pulumi's secret envelopes with their values (``raw`` keeps the envelopes)."""
+    if isinstance(value, dict):
+        if value.get("4dabf18193072939515e22adb298388d") == SECRET_SIG:
+            return unwrap_secrets(value.get("value"))
+        return {k: unwrap_secrets(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unwrap_secrets(v) for v in value]
     return value
 
 

@@ -1,0 +1,106 @@
+"""Every custom resource the program emits validates against the real CRD schema; core kinds
+validate offline with kubernetes-validate. A typo in a field path (which the API server would
+reject, or silently prune) fails here instead of on the cluster."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pulumi
+import pytest
+import yaml
+
+from components.fleet import build_fleet
+from tests.mocks import CPU, MULTI_NODE, SINGLE_GPU, TP4, Registered, prune_nulls, run, stack_doc
+from tkf_infra.lock import load_lock
+from tkf_infra.settings import validate_catalog
+
+CRDS = Path(__file__).resolve().parent.parent / "components" / "data" / "crds"
+CRD_FILES = {
+    ("serving.kserve.io", "LLMInferenceService"): "serving.kserve.io_llminferenceservices.yaml",
+    ("serving.kserve.io", "LLMInferenceServiceConfig"): "serving.kserve.io_llminferenceserviceconfigs.yaml",
+    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
+}
+K8S_VERSION = kubernetes_validate.latest_version()
+
+
+@functools.cache
+def crd_validator(group: str, kind: str, version: str) -> Any:
+    """A validator on the CRD's structural schema (built once: the KServe schemas are 2.7 MB, and
+    ``jsonschema.validate`` would re-check the whole schema on every call)."""
+    doc = yaml.load((CRDS / CRD_FILES[(group, kind)]).read_text(), Loader=yaml.CSafeLoader)
+    match = [v for v in doc["spec"]["versions"] if v["name"] == version]
+    assert match, f"{kind} has no version {version}"
+    return jsonschema.Draft7Validator(match[0]["schema"]["openAPIV3Schema"])
+
+
+def pruned_fields(obj: Any, schema: dict[str, Any], path: str = "") -> list[str]:
+    """Fields the API server would silently drop (structural pruning): jsonschema accepts unknown
+    keys, so a misspelt field path would otherwise pass unnoticed."""
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        return []
+    out: list[str] = []
+    if isinstance(obj, dict):
+        props = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        for key, value in obj.items():
+            if props is not None and key in props:
+                out += pruned_fields(value, props[key], f"{path}.{key}")
+            elif isinstance(extra, dict):
+                out += pruned_fields(value, extra, f"{path}.{key}")
+            elif props is not None:
+                out.append(f"{path}.{key}")
+    elif isinstance(obj, list) and isinstance(schema.get("items"), dict):
+        for i, value in enumerate(obj):
+            out += pruned_fields(value, schema["items"], f"{path}[{i}]")
+    return out
+
+
+def emitted(backend: str) -> list[Registered]:
+    models = [SINGLE_GPU, TP4, MULTI_NODE, CPU]
+    catalog = validate_catalog(stack_doc(*models, backend=backend, installed=False))
+    h = run(lambda: build_fleet(catalog, lock=load_lock(), api_key=pulumi.Output.secret("k"), stack="t"))
+    return [r for r in h.resources if r.custom and r.type.startswith("kubernetes:") and "helm.sh" not in r.type
+            and "yaml/v2" not in r.type]  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=["kserve", "vllm"])
+def objects(request: pytest.FixtureRequest) -> list[dict[str, Any]]:
+    return [prune_nulls(r.manifest()) for r in emitted(request.param)]
+
+
+def test_custom_resources_match_the_crd_schema(objects: list[dict[str, Any]]) -> None:
+    custom = [o for o in objects if "/" in o["apiVersion"] and o["apiVersion"].split("/")[0] in
+              {"serving.kserve.io", "leaderworkerset.x-k8s.io"}]  # fmt: skip
+    assert custom, "no custom resources emitted"
+    for obj in custom:
+        group, version = obj["apiVersion"].split("/")
+        validator = crd_validator(group, obj["kind"], version)
+        validator.validate(obj)
+        assert pruned_fields(obj, validator.schema) == [], f"{obj['kind']} {obj['metadata']['name']}"
+        # CEL rule the schema carries but jsonschema cannot check.
+        assert not ("replicas" in obj["spec"] and "scaling" in obj["spec"])
+
+
+def test_core_kinds_validate_offline(objects: list[dict[str, Any]]) -> None:
+    core = [o for o in objects if o["kind"] in
+            {"Namespace", "Secret", "Service", "ServiceAccount", "PersistentVolumeClaim", "Job", "Deployment",
+             "NetworkPolicy", "ConfigMap"}]  # fmt: skip
+    assert {o["kind"] for o in core} >= {"Namespace", "Service", "PersistentVolumeClaim", "Job", "NetworkPolicy"}
+    for obj in core:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_schema_checks_catch_bad_values_and_misspelt_fields() -> None:
+    validator = crd_validator("serving.kserve.io", "LLMInferenceService", "v1alpha2")
+    bad = {"apiVersion": "serving.kserve.io/v1alpha2", "kind": "LLMInferenceService", "metadata": {"name": "x"},
+           "spec": {"model": {"uri": "hf://a/b"}, "parallelism": {"tensor": 0}}}  # fmt: skip
+    with pytest.raises(jsonschema.ValidationError):
+        validator.validate(bad)
+    misspelt = {"apiVersion": "serving.kserve.io/v1alpha2", "kind": "LLMInferenceService", "metadata": {"name": "x"},
+                "spec": {"model": {"uri": "hf://a/b"}, "parallelism": {"tensorParallel": 2}}}  # fmt: skip
+    assert pruned_fields(misspelt, validator.schema) == [".spec.parallelism.tensorParallel"]

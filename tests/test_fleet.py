@@ -1,0 +1,118 @@
+"""build_fleet under mocks: provider modes, the shared weight cache, reporting, capacity."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pulumi
+
+from components.fleet import Fleet, build_fleet
+from tests.mocks import CPU, MULTI_NODE, QWEN3_8B, SINGLE_GPU, TP4, Harness, run, stack_doc
+from tkf_infra.lock import Lock, load_lock
+from tkf_infra.settings import validate_catalog
+
+LOCK = load_lock()
+
+
+def build(doc: dict[str, Any], lock: Lock = LOCK, api_key: str | None = "k") -> Harness[Fleet]:
+    catalog = validate_catalog(doc)
+    assert not catalog.rejected, catalog.rejected
+    key = pulumi.Output.secret(api_key) if api_key else None
+    return run(lambda: build_fleet(catalog, lock=lock, api_key=key, stack="test"))
+
+
+def test_render_mode_provider_gets_only_the_directory() -> None:
+    h = build(stack_doc(CPU))
+    provider = next(r for r in h.resources if r.type == "pulumi:providers:kubernetes")
+    assert provider.inputs["renderYamlToDirectory"] == "rendered/test"
+    assert "kubeconfig" not in provider.inputs and "context" not in provider.inputs
+
+
+def test_kubeconfig_mode_passes_contents_context_and_cluster_identifier_as_secret(tmp_path: Path) -> None:
+    kc = tmp_path / "kubeconfig"
+    kc.write_text("apiVersion: v1\nkind: Config\n# token: sekrit\n")
+    cluster = {"mode": "kubeconfig", "kubeconfig": str(kc), "context": "prod", "clusterIdentifier": "prod-eu-1"}
+    h = build(stack_doc(CPU, cluster=cluster))
+    provider = next(r for r in h.resources if r.type == "pulumi:providers:kubernetes")
+    assert provider.inputs["kubeconfig"] == kc.read_text()
+    assert "4dabf18193072939515e22adb298388d" in str(provider.raw["kubeconfig"])
+    assert provider.inputs["context"] == "prod" and provider.inputs["clusterIdentifier"] == "prod-eu-1"
+    assert "renderYamlToDirectory" not in provider.inputs
+
+
+def test_two_entries_with_the_same_weights_share_one_pvc_and_one_job() -> None:
+    twin = {**SINGLE_GPU, "name": "qwen3-8b-long", "servedName": "qwen3-8b-long", "maxModelLen": 16384}
+    h = build(stack_doc(SINGLE_GPU, twin))
+    pvcs = [r for r in h.resources if r.type == "kubernetes:core/v1:PersistentVolumeClaim"]
+    jobs = [r for r in h.resources if r.type == "kubernetes:batch/v1:Job"]
+    assert len(pvcs) == 1 and len(jobs) == 1
+    # Pods on different nodes mount it: ReadWriteMany.
+    assert pvcs[0].spec["accessModes"] == ["ReadWriteMany"]
+    uris = {r.spec["model"]["uri"] for r in h.resources if r.inputs.get("kind") == "LLMInferenceService"}
+    assert len(uris) == 1
+
+
+def test_pvc_is_sized_from_the_lock_and_kept_when_the_model_goes() -> None:
+    h = build(stack_doc(SINGLE_GPU))
+    pvc = next(r for r in h.resources if r.type == "kubernetes:core/v1:PersistentVolumeClaim")
+    # Qwen3-8B: 16,381,470,720 bytes x 1.25 headroom = 19.07 GiB -> 20Gi.
+    assert pvc.spec["resources"]["requests"]["storage"] == "20Gi"
+    assert pvc.options["retainOnDelete"] is True
+    assert not pvc.options["protect"]
+
+
+def test_prune_and_protect_settings_reach_the_pvc_and_namespace() -> None:
+    h = build(stack_doc(SINGLE_GPU, serving={"allowCpu": True, "pruneWeightCache": True, "protect": True,
+                                             "storageClass": "fast-rwx"}))  # fmt: skip
+    pvc = next(r for r in h.resources if r.type == "kubernetes:core/v1:PersistentVolumeClaim")
+    assert pvc.options["retainOnDelete"] is False and pvc.options["protect"] is True
+    assert pvc.spec["storageClassName"] == "fast-rwx"
+    assert h.mocks.named("namespace-serving").options["protect"] is True
+
+
+def test_download_job_pins_the_revision_and_skips_a_finished_download() -> None:
+    h = build(stack_doc(SINGLE_GPU))
+    job = next(r for r in h.resources if r.type == "kubernetes:batch/v1:Job")
+    script = job.spec["template"]["spec"]["containers"][0]["command"][-1]
+    assert f"--revision {QWEN3_8B['revision']}" in script
+    assert "if [ -f /weight-cache/" in script and "exit 0" in script
+    env = {e["name"] for e in job.spec["template"]["spec"]["containers"][0]["env"]}
+    assert "HF_HUB_OFFLINE" not in env
+
+
+def test_an_entry_missing_from_the_lock_is_reported_not_built() -> None:
+    lock = Lock(entries={k: v for k, v in LOCK.entries.items() if not k.startswith("Qwen/Qwen3-8B@")})
+    h = build(stack_doc(SINGLE_GPU, CPU), lock=lock)
+    fleet = h.result
+    assert fleet is not None
+    assert set(fleet.models) == {"tiny"} and "qwen3-8b" in fleet.skipped
+    assert any("qwen3-8b" in e and "python -m tkf_infra lock Qwen/Qwen3-8B@" in e for e in h.errors())
+
+
+def test_gated_model_without_token_secret_is_reported() -> None:
+    ungated = {k: v for k, v in MULTI_NODE.items() if k != "hfTokenSecret"}
+    h = build(stack_doc(ungated))
+    assert h.result is not None and "llama-405b" in h.result.skipped
+    assert any("hfTokenSecret" in e for e in h.errors())
+
+
+def test_pool_over_capacity_is_an_error_naming_the_models() -> None:
+    h = build(stack_doc(MULTI_NODE, TP4, SINGLE_GPU, nodePools=[
+        {"name": "h100", "gpuProduct": "H100-80GB", "gpusPerNode": 8, "nodeCount": 2}]))  # fmt: skip
+    errors = h.errors()
+    assert any("nodePool h100" in e and "llama-405b 16" in e and "qwen-72b 4" in e for e in errors), errors
+
+
+def test_no_api_key_warns_and_serves_without_the_env() -> None:
+    h = build(stack_doc(CPU), api_key=None)
+    assert any("without authentication" in w for w in h.warnings())
+    assert not [r for r in h.resources if r.type == "kubernetes:core/v1:Secret"]
+
+
+def test_all_platform_pieces_installed_registers_no_platform_resources() -> None:
+    h = build(stack_doc(CPU, MULTI_NODE))
+    platform = {r.urn for r in h.resources if r.type.startswith("tkf:platform:")}
+    children = [r for r in h.resources if r.parent in platform]
+    # Only our own pipeline-parallel preset: installed KServe does not ship it.
+    assert [r.inputs.get("kind") for r in children] == ["LLMInferenceServiceConfig"]
