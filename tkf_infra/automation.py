@@ -115,6 +115,7 @@ class ModelReport:
     errors: list[str] = field(default_factory=list)
     drift: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
+    failed_urns: set[str] = field(default_factory=set)
 
     @property
     def status(self) -> str:
@@ -192,13 +193,16 @@ class RunTracker:
         if event.res_op_failed_event:
             model = self.model_of(event.res_op_failed_event.metadata.urn)
             if model:
-                self.report(model).errors.append(f"{event.res_op_failed_event.metadata.op} failed")
+                op = event.res_op_failed_event.metadata.op
+                self.report(model).errors.append(f"{getattr(op, 'value', op)} failed")
         if event.diagnostic_event and event.diagnostic_event.severity == "error":
             diag = event.diagnostic_event
             message = diag.message.strip()
             model = self.model_of(diag.urn)
             if model:
                 self.report(model).errors.append(message)
+                if diag.urn:
+                    self.report(model).failed_urns.add(diag.urn)
             elif message and not message.startswith("update failed") and message not in self.stack_errors:
                 self.stack_errors.append(message)
 
@@ -237,9 +241,22 @@ def summarize(stack_name: str, operation: str, tracker: RunTracker, catalog: Cat
     }
 
 
-def run_operation(stack: auto.Stack, operation: str, *, on_output: Any = None) -> tuple[dict[str, Any], bool]:
-    """Run preview / up / refresh / destroy with event tracking; never raises for a failed plan."""
+def run_operation(stack: auto.Stack, operation: str, *, on_output: Any = None,
+                  after: RunTracker | None = None) -> tuple[dict[str, Any], bool]:
+    """Run preview / up / refresh / destroy with event tracking; never raises for a failed plan.
+
+    `after`: the tracker of a preview run just before an `up`. Models whose checks failed there are
+    excluded from the up (with their dependents): a failed check would otherwise abort the whole
+    deployment — continue-on-error only covers failures while steps execute — and one bad model
+    must not block the others. They are reported as failed with the preview's reasons.
+    """
     tracker = RunTracker(operation)
+    excluded: list[str] = []
+    if after is not None:
+        for name, rep in after.models.items():
+            if rep.failed_urns:
+                excluded.extend(sorted(rep.failed_urns))
+                tracker.report(name).errors.extend(rep.errors)
     ok = True
     extra: dict[str, Any] = {}
     try:
@@ -248,7 +265,8 @@ def run_operation(stack: auto.Stack, operation: str, *, on_output: Any = None) -
             extra["changeSummary"] = {str(k.value if hasattr(k, 'value') else k): v
                                       for k, v in res.change_summary.items()}
         elif operation == "up":
-            up = stack.up(on_event=tracker, on_output=on_output, continue_on_error=True)
+            up = stack.up(on_event=tracker, on_output=on_output, continue_on_error=True,
+                          exclude=excluded or None, exclude_dependents=True if excluded else None)
             extra["changeSummary"] = dict(up.summary.resource_changes or {})
         elif operation == "refresh":
             ref = stack.refresh(on_event=tracker, on_output=on_output)
@@ -262,7 +280,9 @@ def run_operation(stack: auto.Stack, operation: str, *, on_output: Any = None) -
         ok = False
         if not tracker.models and not tracker.stack_errors:
             tracker.stack_errors.append(_last_error_line(str(err)))
-    return summarize(stack.name, operation, tracker, stack_catalog(stack), ok, extra), ok
+    summary = summarize(stack.name, operation, tracker, stack_catalog(stack), ok, extra)
+    summary["_tracker"] = tracker
+    return summary, ok
 
 
 def _last_error_line(text: str) -> str:

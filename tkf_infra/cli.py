@@ -55,10 +55,13 @@ def _operation(stack_name: str, operation: str, as_json: bool, create: bool = Fa
             err_console.out(line.rstrip("\n"), highlight=False)
 
     results: list[dict[str, Any]] = []
+    before = None
     if operation == "up":  # preview first: Automation `up` skips the preview, and CI wants it
         summary, _ok = automation.run_operation(stack, "preview", on_output=stream)
+        before = summary.pop("_tracker")
         results.append(summary)
-    summary, _ok = automation.run_operation(stack, operation, on_output=stream)
+    summary, _ok = automation.run_operation(stack, operation, on_output=stream, after=before)
+    summary.pop("_tracker")
     results.append(summary)
     final = results[-1]
     if as_json:
@@ -98,6 +101,16 @@ def up(stack: StackOpt = "dev", as_json: JsonOpt = False) -> None:
 @app.command()
 def refresh(stack: StackOpt = "dev", as_json: JsonOpt = False) -> None:
     """Read the real state back and report drift (objects changed or deleted out of band) per model."""
+    from tkf_infra import automation
+
+    try:
+        catalog = automation.stack_catalog(automation.open_stack(stack))
+    except automation.UsageError as err:
+        raise _fail(str(err)) from None
+    if catalog is not None and catalog.settings.cluster.mode == "render":
+        raise _fail(f"stack {stack!r} renders manifests to {catalog.settings.cluster.render_dir} "
+                    "(cluster.mode render): there is no cluster to compare against; "
+                    "refresh a stack with cluster.mode kubeconfig")
     _operation(stack, "refresh", as_json)
 
 
