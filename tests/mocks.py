@@ -77,7 +77,10 @@ class RecordingMocks(pulumi.runtime.Mocks):
         if args.typ.startswith("pulumi-python:dynamic"):
             from providers.fit import evaluate
 
-            outs, _ = evaluate(inputs)
+            # The mock monitor hands every number over as a float; the real engine's dynamic provider
+            # host sized GPU entries fine (checked with `pulumi up` in render mode), the engine's
+            # range()/int arithmetic does not accept 8192.0. Give it back its integers.
+            outs, _ = evaluate(_integral(inputs))
             outputs.update(outs)
         if args.typ == "kubernetes:helm.sh/v4:Chart" or args.typ.startswith("kubernetes:yaml/v2"):
             outputs = {**inputs, "resources": []}
@@ -212,6 +215,16 @@ def prune_nulls(value: Any) -> Any:
         return {k: prune_nulls(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
         return [prune_nulls(v) for v in value]
+    return value
+
+
+def _integral(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
     return value
 
 

@@ -146,6 +146,14 @@ def test_labels_and_fit_annotations() -> None:
     assert h.values["tiny.fit"]["fits"] is True
 
 
+def test_gpu_fit_estimates_reach_annotations_and_outputs() -> None:
+    h = build(SINGLE_GPU)
+    fit = h.values["qwen3-8b.fit"]
+    assert fit["fits"] is True and 15 < fit["weightsGiB"] < 16 and fit["kvCacheTokens"] > 100_000
+    ann = workload(h, "qwen3-8b").metadata["annotations"]
+    assert float(ann["tkf.io/fit-weights-gib"]) == fit["weightsGiB"]
+
+
 # ---------------------------------------------------------------------------------------------
 # Endpoints and security (any backend)
 # ---------------------------------------------------------------------------------------------
