@@ -1,0 +1,354 @@
+// Command tkf-kube-apiserver runs a real, throw-away Kubernetes control plane for tests: an embedded
+// etcd, kube-apiserver, and a kube-controller-manager that runs only the garbage-collector and
+// namespace controllers (without them foreground deletes and namespace deletes never finish).
+// Everything listens on 127.0.0.1 only; state lives in a temp dir removed on exit.
+//
+// Usage:
+//
+//	tkf-kube-apiserver --kubeconfig PATH [--data-dir DIR] [--secure-port N] [-- extra kube-apiserver flags]
+//
+// The kubeconfig (admin token, CA of the generated serving cert) is written only once /readyz
+// answers 200, then one JSON line {"server":…,"kubeconfig":…} is printed on stdout. SIGTERM/SIGINT
+// stop everything. The binary re-executes itself as `tkf-kube-apiserver controller-manager …` for
+// the controllers: running both cobra commands in one process would share global feature gates,
+// metrics registries and the once-only signal handler.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"syscall"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/keyutil"
+	apiserverapp "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "controller-manager" {
+		cmd := kcmapp.NewControllerManagerCommand()
+		cmd.SetArgs(os.Args[2:])
+		if err := cmd.Execute(); err != nil {
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "tkf-kube-apiserver:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	kubeconfigPath := flag.String("kubeconfig", "", "where to write the admin kubeconfig once the server is ready (required)")
+	dataDir := flag.String("data-dir", "", "directory for etcd data, certs and keys (default: a temp dir removed on exit)")
+	securePort := flag.Int("secure-port", 0, "kube-apiserver HTTPS port on 127.0.0.1 (0: pick a free one)")
+	readyTimeout := flag.Duration("ready-timeout", 3*time.Minute, "give up if /readyz does not answer 200 in time")
+	flag.Parse()
+	if *kubeconfigPath == "" {
+		return errors.New("--kubeconfig is required")
+	}
+	start := time.Now()
+
+	dir := *dataDir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "tkf-kube-apiserver-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+
+	etcd, etcdURL, err := startEtcd(filepath.Join(dir, "etcd"))
+	if err != nil {
+		return fmt.Errorf("etcd: %w", err)
+	}
+	defer etcd.Close()
+
+	port := *securePort
+	if port == 0 {
+		if port, err = freePort(); err != nil {
+			return err
+		}
+	}
+	server := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	creds, err := writeCredentials(dir)
+	if err != nil {
+		return err
+	}
+
+	// Flags, not internal option structs: the CLI is the stable interface of kube-apiserver.
+	args := []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
+		// Must be explicit: for a loopback bind address the server would advertise the
+		// default-route interface (and fail to start without a default route).
+		"--advertise-address=127.0.0.1",
+		"--tls-cert-file=" + creds.certFile, "--tls-private-key-file=" + creds.keyFile,
+		"--cert-dir=" + filepath.Join(dir, "certs"),
+		"--token-auth-file=" + creds.tokenFile,
+		"--authorization-mode=RBAC", // system:masters passes; charts' RBAC objects are still validated
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file=" + creds.saKeyFile,
+		"--service-account-signing-key-file=" + creds.saKeyFile,
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--allow-privileged=true",
+		// No ServiceAccount controller runs, so no `default` SA would ever exist for pods. The
+		// webhook plugins are off so applied (Validating|Mutating)WebhookConfigurations, whose
+		// backends do not exist here, cannot make every matching request fail.
+		"--disable-admission-plugins=ServiceAccount,MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
+		// Resolve any remaining service calls (APIService, CRD conversion webhooks) to
+		// EndpointSlice IPs (none) instead of dialling a ClusterIP that would leave the machine.
+		"--enable-aggregator-routing=true",
+		"--enable-priority-and-fairness=false", // less CPU on a 2-core machine
+		"--endpoint-reconciler-type=none",      // no `kubernetes` Endpoints churn in the logs
+		"--profiling=false",
+	}
+	args = append(args, flag.Args()...) // extra kube-apiserver flags after `--`
+
+	apiserverDone := make(chan error, 1)
+	go func() {
+		// NewAPIServerCommand installs the SIGTERM/SIGINT handler that cancels the server context.
+		cmd := apiserverapp.NewAPIServerCommand()
+		cmd.SetArgs(args)
+		apiserverDone <- cmd.Execute()
+	}()
+
+	if err := waitReady(server, creds, *readyTimeout, apiserverDone); err != nil {
+		return err
+	}
+	readyAfter := time.Since(start)
+
+	internalKubeconfig := filepath.Join(dir, "admin.kubeconfig")
+	if err := writeKubeconfig(internalKubeconfig, server, creds); err != nil {
+		return err
+	}
+	kcmDone, kcm, err := startControllerManager(internalKubeconfig)
+	if err != nil {
+		return err
+	}
+	if err := writeKubeconfig(*kubeconfigPath, server, creds); err != nil {
+		return err
+	}
+	line, _ := json.Marshal(map[string]any{
+		"server": server, "kubeconfig": *kubeconfigPath, "etcd": etcdURL, "dataDir": dir,
+		"readySeconds": readyAfter.Seconds(),
+	})
+	fmt.Println(string(line))
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	var failure error
+	select {
+	case <-sigs:
+	case err := <-apiserverDone:
+		failure = fmt.Errorf("kube-apiserver stopped: %v", err)
+		apiserverDone <- nil
+	case err := <-kcmDone:
+		failure = fmt.Errorf("controller-manager stopped: %v", err)
+		kcmDone <- nil
+	}
+	// Stop in reverse order; the apiserver's own handler has seen the same signal.
+	_ = kcm.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-kcmDone:
+	case <-time.After(5 * time.Second):
+		_ = kcm.Process.Kill()
+	}
+	select {
+	case <-apiserverDone:
+	case <-time.After(15 * time.Second):
+	}
+	return failure
+}
+
+// startEtcd runs etcd in-process: the etcd server module is already in kube-apiserver's
+// dependency graph at the version Kubernetes tests against, so no separate etcd binary is needed.
+func startEtcd(dir string) (*embed.Etcd, string, error) {
+	ports := make([]int, 2)
+	for i := range ports {
+		p, err := freePort()
+		if err != nil {
+			return nil, "", err
+		}
+		ports[i] = p
+	}
+	clientURL := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))}
+	peerURL := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))}
+	cfg := embed.NewConfig()
+	cfg.Dir = dir
+	cfg.UnsafeNoFsync = true // test data: durability is not worth the fsync latency
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{clientURL}, []url.URL{clientURL}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peerURL}, []url.URL{peerURL}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.LogLevel = "error"
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, "", err
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+		return e, clientURL.String(), nil
+	case <-time.After(60 * time.Second):
+		e.Close()
+		return nil, "", errors.New("not ready after 60s")
+	}
+}
+
+type credentials struct {
+	certFile, keyFile, tokenFile, saKeyFile string
+	caPEM                                   []byte
+	token                                   string
+}
+
+// writeCredentials generates a serving cert for 127.0.0.1/localhost (signed by a fresh CA that
+// goes into the kubeconfig), a service-account signing key, and an admin bearer token.
+func writeCredentials(dir string) (*credentials, error) {
+	c := &credentials{
+		certFile: filepath.Join(dir, "serving.crt"), keyFile: filepath.Join(dir, "serving.key"),
+		tokenFile: filepath.Join(dir, "tokens.csv"), saKeyFile: filepath.Join(dir, "sa.key"),
+	}
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost"})
+	if err != nil {
+		return nil, err
+	}
+	// certPEM is the leaf followed by the CA that signed it; clients trust the CA only.
+	for rest := certPEM; ; {
+		var block *pem.Block
+		if block, rest = pem.Decode(rest); block == nil {
+			break
+		}
+		c.caPEM = pem.EncodeToMemory(block)
+	}
+	saKey, err := keyutil.MakeEllipticPrivateKeyPEM()
+	if err != nil {
+		return nil, err
+	}
+	raw := make([]byte, 24)
+	if _, err := rand.Read(raw); err != nil {
+		return nil, err
+	}
+	c.token = hex.EncodeToString(raw)
+	files := map[string][]byte{
+		c.certFile: certPEM, c.keyFile: keyPEM, c.saKeyFile: saKey,
+		// token,user,uid,"groups": system:masters bypasses RBAC.
+		c.tokenFile: []byte(c.token + `,admin,admin,"system:masters"` + "\n"),
+	}
+	for path, data := range files {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func waitReady(server string, c *credentials, timeout time.Duration, apiserverDone <-chan error) error {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(c.caPEM)
+	client := &http.Client{
+		Timeout:   5 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
+	}
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-apiserverDone:
+			return fmt.Errorf("kube-apiserver exited before ready: %v", err)
+		case <-time.After(250 * time.Millisecond):
+		}
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, server+"/readyz", nil)
+		req.Header.Set("Authorization", "Bearer "+c.token)
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("kube-apiserver not ready after %s", timeout)
+}
+
+// writeKubeconfig writes atomically (temp file + rename): a reader that sees the file sees all of it.
+func writeKubeconfig(path, server string, c *credentials) error {
+	cfg := map[string]any{
+		"apiVersion": "v1", "kind": "Config", "current-context": "tkf-test",
+		"clusters": []any{map[string]any{"name": "tkf-test", "cluster": map[string]any{
+			"server": server, "certificate-authority-data": c.caPEM, // []byte → base64, as kubeconfig wants
+		}}},
+		"users":    []any{map[string]any{"name": "admin", "user": map[string]any{"token": c.token}}},
+		"contexts": []any{map[string]any{"name": "tkf-test", "context": map[string]any{"cluster": "tkf-test", "user": "admin"}}},
+	}
+	data, err := json.MarshalIndent(cfg, "", "  ") // JSON is valid YAML; client-go and kubectl read it
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// startControllerManager runs this binary's `controller-manager` mode with only the controllers
+// deletions need. Pdeathsig kills it if this process dies without cleaning up (even SIGKILL);
+// Pdeathsig fires when the *thread* that forked exits, so that goroutine keeps its thread locked
+// for the child's whole life.
+func startControllerManager(kubeconfig string) (chan error, *exec.Cmd, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(self, "controller-manager",
+		"--kubeconfig="+kubeconfig,
+		"--controllers=garbage-collector-controller,namespace-controller",
+		"--leader-elect=false",
+		"--secure-port=0", // no HTTPS endpoint: nothing scrapes it
+		"--use-service-account-credentials=false",
+	)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	started, done := make(chan error, 1), make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: see above
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		done <- cmd.Wait()
+	}()
+	if err := <-started; err != nil {
+		return nil, nil, err
+	}
+	return done, cmd, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
