@@ -8,11 +8,7 @@ from tkf_infra.outputs import export_outputs
 from tkf_infra.program import finish, load_catalog
 
 catalog = load_catalog()
-fleet = build_fleet(
-    catalog,
-    lock=load_lock(),
-    api_key=pulumi.Config().get_secret("apiKey"),
-    stack=pulumi.get_stack(),
-)
-export_outputs(catalog, fleet)
-finish(catalog)
+api_key = pulumi.Config().get_secret("apiKey")
+fleet = build_fleet(catalog, lock=load_lock(), api_key=api_key, stack=pulumi.get_stack())
+export_outputs(catalog, fleet, api_key)
+finish(catalog, fleet.skipped)

@@ -86,7 +86,7 @@ class GpuOperator(pulumi.ComponentResource):
                 f"{name}-release",
                 name=CHART,
                 chart=CHART,
-                version=s.version,
+                version=s.pinned,
                 repository_opts={"repo": REPOSITORY},
                 namespace=args.namespace,
                 values=chart_values(s),

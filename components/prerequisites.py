@@ -78,12 +78,12 @@ class ServingPrerequisites(pulumi.ComponentResource):
         cert_manager: list[pulumi.Resource] = []
         if kserve and not p.cert_manager.already_installed:
             cert_manager.append(self._release(
-                f"{name}-cert-manager", "cert-manager", "cert-manager", p.cert_manager.version, ns.cert_manager,
+                f"{name}-cert-manager", "cert-manager", "cert-manager", p.cert_manager.pinned, ns.cert_manager,
                 repo=CERT_MANAGER_REPO, values={"crds": {"enabled": True}}, deps=[]))  # fmt: skip
 
         gateway: list[pulumi.Resource] = []
         if kserve and not p.gateway_api.already_installed:
-            for suffix, url in (("gateway-api-crds", GATEWAY_API_URL.format(version=p.gateway_api.version)),
+            for suffix, url in (("gateway-api-crds", GATEWAY_API_URL.format(version=p.gateway_api.pinned)),
                                 ("inference-extension-crds", GIE_URL.format(version=GIE_VERSION))):  # fmt: skip
                 cf = k8s.yaml.v2.ConfigFile(f"{name}-{suffix}", file=url, opts=pulumi.ResourceOptions(parent=self))
                 gateway.append(cf)
@@ -93,19 +93,19 @@ class ServingPrerequisites(pulumi.ComponentResource):
         if kserve and not p.kserve.already_installed:
             crd = self._release(
                 f"{name}-kserve-llmisvc-crd", "kserve-llmisvc-crd", f"{KSERVE_CHARTS}/kserve-llmisvc-crd",
-                p.kserve.version, ns.kserve, deps=[])  # fmt: skip
+                p.kserve.pinned, ns.kserve, deps=[])  # fmt: skip
             kserve_crd = [crd]
             controller = self._release(
                 f"{name}-kserve-llmisvc-resources", "kserve-llmisvc-resources",
-                f"{KSERVE_CHARTS}/kserve-llmisvc-resources", p.kserve.version, ns.kserve,
+                f"{KSERVE_CHARTS}/kserve-llmisvc-resources", p.kserve.pinned, ns.kserve,
                 deps=[crd, *cert_manager, *gateway])  # fmt: skip
             self._release(
                 f"{name}-kserve-runtime-configs", "kserve-runtime-configs", f"{KSERVE_CHARTS}/kserve-runtime-configs",
-                p.kserve.version, ns.kserve, values={"kserve": {"llmisvcConfigs": {"enabled": True}}},
+                p.kserve.pinned, ns.kserve, values={"kserve": {"llmisvcConfigs": {"enabled": True}}},
                 deps=[crd, controller])  # fmt: skip
 
         if not p.lws.already_installed:
-            self._release(f"{name}-lws", "lws", LWS_CHART, p.lws.version, ns.lws, deps=[])
+            self._release(f"{name}-lws", "lws", LWS_CHART, p.lws.pinned, ns.lws, deps=[])
 
         if kserve and args.pipeline_parallel_preset:
             doc = pipeline_parallel_preset(ns.kserve, args.vllm_image)

@@ -137,7 +137,7 @@ def test_prerequisites_install_in_dependency_order_at_pinned_versions() -> None:
     ctrl = rel["kserve-llmisvc-resources"].depends_on
     assert rel["kserve-llmisvc-crd"].urn in ctrl and rel["cert-manager"].urn in ctrl
     gateway = [r for r in h.resources if r.type == "kubernetes:yaml/v2:ConfigFile"]
-    assert any("gateway-api/releases/download/v1.3.0/standard-install.yaml" in r.inputs["file"] for r in gateway)
+    assert any("gateway-api/releases/download/v1.5.1/standard-install.yaml" in r.inputs["file"] for r in gateway)
     assert all(g.urn in ctrl for g in gateway)
     preset = next(r for r in h.resources if r.inputs.get("kind") == "LLMInferenceServiceConfig")
     assert rel["kserve-llmisvc-crd"].urn in preset.depends_on

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import boto3  # type: ignore[import-untyped]
+import boto3
 import pytest
 from moto import mock_aws
 

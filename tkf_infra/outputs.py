@@ -72,16 +72,26 @@ def gateway_model(entry: ModelEntry, namespace: str, api_key_env: str) -> dict[s
     }
 
 
-def gateway_model_list(catalog: Catalog) -> list[dict[str, Any]]:
+def gateway_model_list(catalog: Catalog, deployed: set[str] | None = None) -> list[dict[str, Any]]:
+    """The LiteLLM model list of the deployed entries (all valid entries when `deployed` is None)."""
     ns = catalog.settings.namespaces.serving
-    models = [gateway_model(m, ns, catalog.settings.serving.api_key_env) for m in catalog.models]
+    models = [gateway_model(m, ns, catalog.settings.serving.api_key_env) for m in catalog.models
+              if deployed is None or m.name in deployed]
     names = [m["model_name"] for m in models]
     if len(names) != len(set(names)):  # the catalog already refuses this; never publish it
         raise ValueError(f"duplicate model_name in gateway model list: {sorted(names)}")
     return models
 
 
-def export_outputs(catalog: Catalog, fleet: Fleet) -> None:
+def rejected_output(catalog: Catalog, skipped: dict[str, str]) -> list[dict[str, Any]]:
+    """Entries left out: by the catalog rules, or by the fleet (e.g. no locked model facts)."""
+    out = [r.as_output() for r in catalog.rejected]
+    index = {m.get("name"): i for i, m in enumerate(catalog.settings.models) if isinstance(m, dict)}
+    out += [{"index": index.get(name, -1), "name": name, "reasons": [reason]} for name, reason in skipped.items()]
+    return out
+
+
+def export_outputs(catalog: Catalog, fleet: Fleet, api_key: Any = None) -> None:
     """Export the contract. Fit estimates are Outputs of the fit checks, known after preview."""
     import pulumi
 
@@ -89,12 +99,13 @@ def export_outputs(catalog: Catalog, fleet: Fleet) -> None:
     endpoints: dict[str, Any] = {}
     for entry in catalog.models:
         served = fleet.models.get(entry.name)
-        ep: dict[str, Any] = endpoint(entry, ns)
-        if served is not None:
-            ep["fit"] = served.fit
-        endpoints[entry.served_name] = ep
+        if served is None:
+            continue
+        endpoints[entry.served_name] = {**endpoint(entry, ns), "fit": served.fit}
     pulumi.export("contractVersion", CONTRACT_VERSION)
     pulumi.export("endpoints", endpoints)
-    pulumi.export("gatewayModelList", gateway_model_list(catalog))
-    pulumi.export("rejected", [r.as_output() for r in catalog.rejected])
+    pulumi.export("gatewayModelList", gateway_model_list(catalog, set(fleet.models)))
+    pulumi.export("rejected", rejected_output(catalog, fleet.skipped))
     pulumi.export("apiKeyEnv", catalog.settings.serving.api_key_env)
+    if api_key is not None:
+        pulumi.export("runtimeApiKey", pulumi.Output.secret(api_key))

@@ -29,15 +29,16 @@ def load_catalog() -> Catalog:
     return catalog
 
 
-def finish(catalog: Catalog) -> None:
+def finish(catalog: Catalog, skipped: dict[str, str] | None = None) -> None:
     """End the run non-zero when entries were left out, after every good resource is registered.
 
     `pulumi.log.error` alone does not fail a Python program; raising at the very end does, and the
     SDK waits for all registrations before reporting it, so the healthy models still deploy.
     """
-    if catalog.rejected:
-        names = ", ".join(r.name or f"models[{r.index}]" for r in catalog.rejected)
+    left_out = [r.name or f"models[{r.index}]" for r in catalog.rejected] + list(skipped or {})
+    if left_out:
+        deployed = len(catalog.models) - len(skipped or {})
         raise pulumi.RunError(
-            f"{len(catalog.rejected)} catalog entr{'y was' if len(catalog.rejected) == 1 else 'ies were'} left out "
-            f"({names}); the other {len(catalog.models)} were deployed. Fix the errors above and run again."
+            f"{len(left_out)} catalog entr{'y was' if len(left_out) == 1 else 'ies were'} left out "
+            f"({', '.join(left_out)}); the other {deployed} were deployed. Fix the errors above and run again."
         )

@@ -166,18 +166,30 @@ class Component(_Model):
     already_installed: bool = Field(
         False, description="True: someone else installed it; tkf-infra registers nothing for it."
     )
-    version: str = Field(description="Pinned chart/release version. Never 'latest'.")
+    version: str | None = Field(None, description="Pinned chart/release version (required unless alreadyInstalled).")
 
     @field_validator("version")
     @classmethod
-    def _pinned(cls, v: str) -> str:
-        if v.strip().lower() in {"", "latest", "*", "stable", "main", "master"}:
+    def _pinned(cls, v: str | None) -> str | None:
+        if v is not None and v.strip().lower() in {"", "latest", "*", "stable", "main", "master"}:
             raise ValueError(f"version {v!r} is not pinned; give an exact release such as v0.15.2")
         return v
 
+    @model_validator(mode="after")
+    def _version_when_installing(self) -> Component:
+        if not self.already_installed and not self.version:
+            raise ValueError("version is required when tkf-infra installs this piece; pin an exact release "
+                             "(or set alreadyInstalled: true)")
+        return self
+
+    @property
+    def pinned(self) -> str:
+        """The pinned version; only meaningful when tkf-infra installs the piece."""
+        return self.version or ""
+
 
 class GpuOperatorSettings(Component):
-    version: str = "v25.3.4"
+    version: str | None = "v26.7.0"
     driver_enabled: bool = Field(True, description="False where nodes ship NVIDIA drivers.")
     toolkit_enabled: bool = True
     dcgm_exporter_enabled: bool = Field(True, description="Feeds GPU inventory and capacity data.")
@@ -187,10 +199,11 @@ class GpuOperatorSettings(Component):
 
 class Platform(_Model):
     gpu_operator: GpuOperatorSettings = Field(default_factory=lambda: GpuOperatorSettings())
-    cert_manager: Component = Field(default_factory=lambda: Component(version="v1.18.2"))
-    gateway_api: Component = Field(default_factory=lambda: Component(version="v1.3.0"))
+    # Versions KServe v0.20.0 is tested with (shared/docs/serving-landscape.md, section 4).
+    cert_manager: Component = Field(default_factory=lambda: Component(version="v1.17.0"))
+    gateway_api: Component = Field(default_factory=lambda: Component(version="v1.5.1"))
     kserve: Component = Field(default_factory=lambda: Component(version="v0.20.0"))
-    lws: Component = Field(default_factory=lambda: Component(version="0.7.0"))
+    lws: Component = Field(default_factory=lambda: Component(version="0.8.0"))
 
 
 class Serving(_Model):
