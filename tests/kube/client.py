@@ -117,18 +117,22 @@ class KubeClient:
 
     # -- discovery ---------------------------------------------------------------------------------
 
+    def _resources(self, api_version: str, refresh: bool = False) -> list[Obj]:
+        """Discovery of one API version (cached); an unknown version has no resources."""
+        if refresh or api_version not in self._discovery:
+            path = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+            try:
+                self._discovery[api_version] = self.request("GET", path).get("resources", [])
+            except KubeAPIError as e:
+                if e.status_code != 404:
+                    raise
+                self._discovery[api_version] = []
+        return self._discovery[api_version]
+
     def resource(self, api_version: str, kind: str) -> Resource:
         """Resolve a kind through discovery; re-asks once on a miss (a CRD may have just appeared)."""
         for refresh in (False, True):
-            if refresh or api_version not in self._discovery:
-                path = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-                try:
-                    self._discovery[api_version] = self.request("GET", path).get("resources", [])
-                except KubeAPIError as e:
-                    if e.status_code != 404:
-                        raise
-                    self._discovery[api_version] = []
-            for r in self._discovery[api_version]:
+            for r in self._resources(api_version, refresh):
                 if r.get("kind") == kind and "/" not in r["name"]:  # skip subresources like pods/status
                     return Resource(api_version, kind, r["name"], bool(r["namespaced"]))
         raise LookupError(f"the server does not serve {kind} in {api_version}")
@@ -151,6 +155,19 @@ class KubeClient:
         params = {"labelSelector": label_selector} if label_selector else {}
         items: list[Obj] = self.request("GET", self.resource(api_version, kind).path(namespace), params=params)["items"]
         return items
+
+    def all_objects(self, namespace: str, skip_kinds: frozenset[str] = frozenset({"Event"})) -> dict[str, list[Obj]]:
+        """Every object in a namespace, keyed "apiVersion/Kind" (preferred versions; empty kinds left
+        out) — to read back what `pulumi up` created without knowing the kinds in advance."""
+        groups = self.request("GET", "/apis").get("groups", [])
+        found: dict[str, list[Obj]] = {}
+        for api_version in ["v1"] + [g["preferredVersion"]["groupVersion"] for g in groups]:
+            for r in self._resources(api_version, refresh=True):  # CRDs may have appeared since
+                if "/" in r["name"] or not r.get("namespaced") or "list" not in r.get("verbs", []):
+                    continue
+                if r["kind"] not in skip_kinds and (items := self.list_objects(api_version, r["kind"], namespace)):
+                    found[f"{api_version}/{r['kind']}"] = items
+        return found
 
     def apply(self, obj: Obj, field_manager: str = "tkf-tests", force: bool = True) -> Obj:
         """Server-side apply (what `kubectl apply --server-side` and the Pulumi provider do)."""

@@ -86,6 +86,48 @@ def test_namespace_deletion_completes(kube: KubeClient, crds: dict[str, Any]) ->
 
 
 @pytest.mark.apiserver
+def test_foreground_delete_cascades(kube: KubeClient, kube_namespace: str) -> None:
+    # Foreground deletion (the Pulumi provider's default) puts a `foregroundDeletion` finalizer on
+    # the owner that only the garbage-collector controller removes, after deleting the dependents.
+    # (Dependents of a *custom* kind are only seen once the GC re-reads discovery — every 30 s,
+    # hard-coded upstream — so right after a CRD is created they may outlive the owner that long.)
+    def configmap(name: str) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": kube_namespace}}
+
+    owner = kube.apply(configmap("owner"))
+    dependent = configmap("dependent")
+    dependent["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": "owner",
+            "uid": owner["metadata"]["uid"],
+            "blockOwnerDeletion": True,
+        }
+    ]
+    kube.apply(dependent)
+
+    kube.delete("v1", "ConfigMap", "owner", kube_namespace, propagation="Foreground")
+    # Without the GC controller the owner would keep its foregroundDeletion finalizer forever.
+    seconds = kube.wait_gone("v1", "ConfigMap", "owner", kube_namespace, timeout=90)
+    assert kube.get("v1", "ConfigMap", "dependent", kube_namespace) is None  # blockOwnerDeletion: gone first
+    print(f"foreground delete with a dependent took {seconds:.1f}s")
+
+
+@pytest.mark.apiserver
+def test_all_objects_reads_back_a_namespace(kube: KubeClient, crds: dict[str, Any], kube_namespace: str) -> None:
+    kube.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": kube_namespace}})
+    kube.apply(_llmisvc(kube_namespace, "svc", scaling=False))
+    found = {
+        key: sorted(o["metadata"]["name"] for o in items) for key, items in kube.all_objects(kube_namespace).items()
+    }
+    # ["cm"] only: kube-root-ca.crt would need the root-ca-cert-publisher controller, which does not run.
+    assert found["v1/ConfigMap"] == ["cm"]
+    assert found[f"{LLMISVC_API}/LLMInferenceService"] == ["svc"]
+    assert "v1/Namespace" not in found  # cluster-scoped kinds are not "in" a namespace
+
+
+@pytest.mark.apiserver
 def test_kserve_cel_rule_is_enforced(kube: KubeClient, crds: dict[str, Any], kube_namespace: str) -> None:
     # The same object without the conflict is accepted: the refusal below is the CEL rule, not
     # some other schema problem in the test's object.
