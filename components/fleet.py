@@ -28,6 +28,8 @@ from components.prerequisites import ServingPrerequisites, ServingPrerequisitesA
 from components.weight_cache import WeightCache, WeightCacheArgs
 from providers.fit import FitCheck, ModelDemand, PoolCapacity, fit_inputs, fleet_capacity_errors
 from tkf_infra import names
+from tkf_infra.inventory import read_gpu_inventory
+from tkf_infra.live import check_against_inventory
 from tkf_infra.lock import Lock
 from tkf_infra.settings import Backend, Catalog, ClusterTarget, ModelEntry, StackSettings
 from tkf_infra.sizing.engine import ServingParams, SizingError
@@ -53,6 +55,8 @@ class Fleet:
     api_key_secret: k8s.core.v1.Secret | None = None
     skipped: dict[str, str] = field(default_factory=dict)
     """Catalog name → why the entry was not built."""
+    errors: list[str] = field(default_factory=list)
+    """Stack-level problems (pool capacity, pool facts contradicted by DCGM): the run must fail."""
 
 
 def make_provider(cluster: ClusterTarget, stack: str) -> k8s.Provider:
@@ -172,10 +176,28 @@ def build_fleet(catalog: Catalog, *, lock: Lock, api_key: pulumi.Output[str] | N
         pulumi.log.warn("no `apiKey` secret is set: vLLM will serve without authentication "
                         "(set it with `pulumi config set --secret apiKey …`)")  # fmt: skip
 
+    # What the GPUs really report (when the stack names a Prometheus): pools confirmed, shared GPUs'
+    # free memory checked. Problems skip the models they would break, never the whole fleet.
+    errors: list[str] = []
+    live_problems: dict[str, str] = {}
+    if s.prometheus_url:
+        live = check_against_inventory(s, catalog.models, read_gpu_inventory(s.prometheus_url))
+        for warning in live.warnings:
+            pulumi.log.warn(warning)
+        for pool_errors in live.pool_errors.values():
+            for message in pool_errors:
+                pulumi.log.error(message)
+                errors.append(message)
+        live_problems = live.model_problems
+
     # Size every entry from the lock; report the ones that cannot be sized.
     skipped: dict[str, str] = {}
     sized: list[tuple[ModelEntry, ModelFacts, int]] = []
     for entry in catalog.models:
+        if entry.name in live_problems:
+            skipped[entry.name] = live_problems[entry.name]
+            pulumi.log.error(skipped[entry.name])
+            continue
         facts, weight_bytes, problem = _facts_for(entry, lock)
         if problem or facts is None:
             skipped[entry.name] = problem or "no facts"
@@ -188,6 +210,7 @@ def build_fleet(catalog: Catalog, *, lock: Lock, api_key: pulumi.Output[str] | N
     capacity = [PoolCapacity(name, p.gpus_per_node, p.node_count) for name, p in pools.items()]
     for message in fleet_capacity_errors(demands, capacity):
         pulumi.log.error(message)
+        errors.append(message)
 
     # One cache per repo@revision, shared by every entry serving those weights.
     by_ref: dict[str, list[tuple[ModelEntry, int]]] = defaultdict(list)
@@ -240,4 +263,4 @@ def build_fleet(catalog: Catalog, *, lock: Lock, api_key: pulumi.Output[str] | N
 
     return Fleet(provider=provider, namespace=namespace, node_pools=pools, gpu_operator=gpu_operator,
                  prerequisites=prerequisites, weight_caches=caches, fit_checks=fits, models=models,
-                 api_key_secret=api_key_secret, skipped=skipped)  # fmt: skip
+                 api_key_secret=api_key_secret, skipped=skipped, errors=errors)  # fmt: skip

@@ -20,14 +20,14 @@ from pulumi import automation as auto
 
 from tkf_infra.automation import DEV_PASSPHRASE, engine_env, pulumi_home
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 PROJECT_FILES = ["Pulumi.yaml", "__main__.py", "models.lock.json", "requirements.txt"]
 PROJECT_DIRS = ["tkf_infra", "components", "providers"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if "tests/engine/" in str(item.fspath):
+        if "tests/engine/" in str(item.fspath) or "make_stack" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.engine)
 
 

@@ -29,13 +29,16 @@ def load_catalog() -> Catalog:
     return catalog
 
 
-def finish(catalog: Catalog, skipped: dict[str, str] | None = None) -> None:
+def finish(catalog: Catalog, skipped: dict[str, str] | None = None, errors: list[str] | None = None) -> None:
     """End the run non-zero when entries were left out, after every good resource is registered.
 
     `pulumi.log.error` alone does not fail a Python program; raising at the very end does, and the
     SDK waits for all registrations before reporting it, so the healthy models still deploy.
     """
     left_out = [r.name or f"models[{r.index}]" for r in catalog.rejected] + list(skipped or {})
+    if errors and not left_out:
+        raise pulumi.RunError(f"{len(errors)} fleet problem(s), reported above; the models were deployed but "
+                              "the fleet needs fixing")
     if left_out:
         deployed = len(catalog.models) - len(skipped or {})
         raise pulumi.RunError(

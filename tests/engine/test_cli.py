@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.engine.conftest import copy_project, dev_config
+from tests.engine_fixtures import copy_project, dev_config
 
 DEV_API_KEY = "tkf-dev-api-key"
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from tests.engine.conftest import EngineStack, dev_config, resource_events
+from tests.engine_fixtures import EngineStack, dev_config, resource_events
 
 DEV_MODELS = dev_config()["config"]["tkf-infra:models"]
 DEV_API_KEY = "tkf-dev-api-key"  # the dev stack's documented dev-only key (Pulumi.dev.yaml, encrypted)

@@ -9,7 +9,7 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from tests.engine.conftest import EngineStack
+from tests.engine_fixtures import EngineStack
 
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
            "AWS_DEFAULT_REGION": "us-east-1"}
