@@ -68,7 +68,8 @@ def make_provider(cluster: ClusterTarget, stack: str) -> k8s.Provider:
     try:
         text = kubeconfig.read_text()
     except OSError as exc:
-        raise ValueError(f"cluster.kubeconfig {str(kubeconfig)!r} cannot be read ({exc}); fix the path") from None
+        raise pulumi.RunError(f"cluster.kubeconfig {str(kubeconfig)!r} cannot be read ({exc}); fix the path "
+                              "in the stack file (tkf-infra:cluster.kubeconfig)") from None
     return k8s.Provider(
         f"k8s-{stack}",
         kubeconfig=pulumi.Output.secret(text),

@@ -1,0 +1,140 @@
+"""The whole program (the steps of __main__.py) under Pulumi mocks, fed the committed dev and prod
+stack files: the expected components and resources, with the right parents; bad entries left out
+and reported; the run failing at the end, after the healthy models were registered."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+import yaml
+
+from components.fleet import Fleet, build_fleet
+from tests.mocks import Harness, run
+from tkf_infra.lock import load_lock
+from tkf_infra.outputs import export_outputs
+from tkf_infra.program import finish, load_catalog
+from tkf_infra.settings import Catalog
+
+ROOT = Path(__file__).resolve().parents[1]
+SHA = "b968826d9c46dd6066d109eabc6255188de91218"
+API_KEY = "unit-test-api-key"
+
+
+def stack_config(stack: str) -> dict[str, Any]:
+    cfg: dict[str, Any] = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
+    cfg.pop("tkf-infra:apiKey", None)
+    return cfg
+
+
+@pytest.fixture
+def config() -> Iterator[dict[str, Any]]:
+    """Stack config as the engine passes it: every value JSON-encoded; the API key secret."""
+    saved = dict(pulumi.runtime.config.CONFIG.get())
+    values: dict[str, Any] = {}
+    yield values
+    pulumi.runtime.set_all_config(saved, [])
+
+
+def program(cfg: dict[str, Any], config: dict[str, Any]) -> Harness[tuple[Catalog, Fleet]]:
+    encoded = {k: v if isinstance(v, str) else json.dumps(v) for k, v in cfg.items()}
+    encoded["tkf-infra:apiKey"] = API_KEY
+    pulumi.runtime.set_all_config(encoded, ["tkf-infra:apiKey"])
+    config.update(encoded)
+
+    def build() -> tuple[Catalog, Fleet]:
+        catalog = load_catalog()
+        api_key = pulumi.Config().get_secret("apiKey")
+        fleet = build_fleet(catalog, lock=load_lock(), api_key=api_key, stack="unit")
+        export_outputs(catalog, fleet, api_key)
+        return catalog, fleet
+
+    return run(build, stack="unit")
+
+
+def by_type(h: Harness[Any]) -> Counter[str]:
+    return Counter(r.type for r in h.resources)
+
+
+def test_dev_stack_registers_two_cpu_models_and_no_platform(config: dict[str, Any]) -> None:
+    h = program(stack_config("dev"), config)
+    types = by_type(h)
+    assert types["tkf:serving:ModelServing"] == 2
+    assert types["kubernetes:serving.kserve.io/v1alpha2:LLMInferenceService"] == 2
+    assert types["kubernetes:helm.sh/v3:Release"] == 0  # every platform piece is alreadyInstalled in dev
+    servings = {r.name: r for r in h.resources if r.type == "tkf:serving:ModelServing"}
+    for isvc in (r for r in h.resources if r.type.endswith(":LLMInferenceService")):
+        assert isvc.parent == servings[isvc.inputs["metadata"]["name"]].urn, "a workload is its ModelServing's child"
+        container = isvc.inputs["spec"]["template"]["containers"][0]
+        assert "nvidia.com/gpu" not in json.dumps(container.get("resources", {}))
+    for svc in (r for r in h.resources if r.type == "kubernetes:core/v1:Service"):
+        owner = svc.inputs["metadata"]["name"].removesuffix("-openai")
+        assert svc.parent == servings[owner].urn, f"{svc.name} must be parented to ModelServing {owner}"
+
+
+def test_prod_stack_renders_every_profile(config: dict[str, Any], tmp_path: Path) -> None:
+    cfg = stack_config("prod")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    cfg["tkf-infra:cluster"] = {**cfg["tkf-infra:cluster"], "kubeconfig": str(kubeconfig)}
+    h = program(cfg, config)
+    catalog, fleet = h.result  # type: ignore[misc]
+    assert catalog.ok and not fleet.skipped and not fleet.errors
+    types = by_type(h)
+    assert types["tkf:serving:ModelServing"] == 4
+    releases = {r.inputs["name"]: r.inputs["version"] for r in h.resources if r.type == "kubernetes:helm.sh/v3:Release"}
+    assert releases["gpu-operator"] == "v26.7.0" and releases["kserve-llmisvc-crd"] == "v0.20.0"
+    isvcs = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in h.resources
+             if r.type.endswith(":LLMInferenceService")}
+    gpus = {name: spec["template"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+            for name, spec in isvcs.items()}
+    assert gpus == {"llama-3-1-8b": "1", "qwen-2-5-72b": "4", "gpt-oss-120b": "2", "llama-3-1-405b": "8"}
+    assert "worker" in isvcs["llama-3-1-405b"] and all("worker" not in s for n, s in isvcs.items()
+                                                       if n != "llama-3-1-405b")
+    assert isvcs["llama-3-1-405b"]["parallelism"] == {"tensor": 8, "pipeline": 2}
+    provider = next(r for r in h.resources if r.type == "pulumi:providers:kubernetes")
+    assert provider.inputs.get("clusterIdentifier") == "prod-llm-eu-1"
+    assert API_KEY not in json.dumps([r.inputs for r in h.resources if r.type != "kubernetes:core/v1:Secret"])
+
+
+def test_three_bad_entries_two_good_two_registered_three_reported(config: dict[str, Any]) -> None:
+    cfg = stack_config("dev")
+    good = cfg["tkf-infra:models"]
+    cfg["tkf-infra:models"] = [
+        good[0],
+        {**good[1], "name": "bad-rev", "servedName": "x1", "revision": "main"},
+        good[1],
+        {**good[1], "name": "bad-dup", "servedName": good[0]["servedName"]},
+        {**good[1], "name": "Bad_Name", "servedName": "x3"},
+    ]
+    h = program(cfg, config)
+    catalog, fleet = h.result  # type: ignore[misc]
+    assert sorted(fleet.models) == sorted(m["name"] for m in good)
+    assert by_type(h)["tkf:serving:ModelServing"] == 2
+    errors = h.errors()
+    assert len(errors) == 3
+    assert any("models[1] bad-rev" in e and "revision 'main' is a branch" in e for e in errors)
+    assert any("models[3] bad-dup" in e and "servedName" in e for e in errors)
+    assert any("models[4] Bad_Name" in e and "DNS-1035" in e for e in errors)
+    with pytest.raises(pulumi.RunError, match=r"3 catalog entries were left out .* the other 2 were deployed"):
+        finish(catalog, fleet.skipped, fleet.errors)
+
+
+def test_strict_stops_before_anything_is_registered(config: dict[str, Any]) -> None:
+    cfg = stack_config("dev")
+    cfg["tkf-infra:strict"] = True
+    cfg["tkf-infra:models"] = [*cfg["tkf-infra:models"], {**cfg["tkf-infra:models"][0], "revision": "main"}]
+    with pytest.raises(Exception, match="strict: true and the catalog has bad entries; nothing was registered"):
+        program(cfg, config)
+
+
+def test_malformed_stack_value_is_a_clear_error(config: dict[str, Any]) -> None:
+    cfg = stack_config("dev")
+    cfg["tkf-infra:models"] = "{not json"
+    with pytest.raises(Exception, match="tkf-infra:models: cannot be read as structured config"):
+        program(cfg, config)
