@@ -47,7 +47,7 @@ def tkf_project(tmp: Path, n: int) -> auto.Stack:
     doc["config"]["tkf-infra:cluster"]["renderDir"] = str(tmp / "rendered-tkf")
     (project / "Pulumi.bench.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     env = engine_env("dev", project, f"file://{tmp / 'state-tkf'}")
-    (tmp / "state-tkf").mkdir()
+    (tmp / "state-tkf").mkdir(exist_ok=True)
     env["PULUMI_CONFIG_PASSPHRASE"] = DEV_PASSPHRASE
     opts = auto.LocalWorkspaceOptions(env_vars=env, pulumi_command=auto.PulumiCommand(root=str(pulumi_home())))
     return auto.create_stack("bench", work_dir=str(project), opts=opts)
@@ -62,7 +62,7 @@ def baseline_project(tmp: Path, n: int) -> auto.Stack:
     (project / ".venv").symlink_to(ROOT / ".venv")
     (project / "Pulumi.bench.yaml").write_text(yaml.safe_dump(
         {"config": {"tkf-baseline:count": n, "tkf-baseline:renderDir": str(tmp / "rendered-base")}}))
-    (tmp / "state-base").mkdir()
+    (tmp / "state-base").mkdir(exist_ok=True)
     env = engine_env("dev", project, f"file://{tmp / 'state-base'}")
     env["PULUMI_CONFIG_PASSPHRASE"] = DEV_PASSPHRASE
     opts = auto.LocalWorkspaceOptions(env_vars=env, pulumi_command=auto.PulumiCommand(root=str(pulumi_home())))
