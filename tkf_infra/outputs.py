@@ -17,9 +17,17 @@ if TYPE_CHECKING:
 CONTRACT_VERSION = 1
 
 # LiteLLM provider prefixes by serving mode. `openai/` serves chat and embeddings against vLLM's
-# OpenAI-compatible API; LiteLLM refuses rerank through `openai/` ("Unsupported provider"), while
-# `hosted_vllm/` implements vLLM's /rerank. See docs/outputs.md.
-LITELLM_PROVIDER = {Mode.CHAT: "openai", Mode.EMBEDDING: "openai", Mode.RERANK: "hosted_vllm"}
+# OpenAI-compatible API. Rerank needs its own provider, and the choice is about billing:
+# - `openai/` is refused for rerank ("Unsupported provider", litellm/rerank_api/main.py);
+# - `hosted_vllm/` calls vLLM's /rerank but is always billed 0: it inherits
+#   BaseRerankConfig.calculate_rerank_cost (litellm/llms/base_llm/rerank/transformation.py), which
+#   charges `input_cost_per_query` × billed_units.search_units, and its response transformation
+#   (litellm/llms/hosted_vllm/rerank/transformation.py) never sets search_units;
+# - `jina_ai/` sends the same request body to <host>/v1/rerank (vLLM's rerank endpoint, where
+#   hosted_vllm/ posts too) and its calculate_rerank_cost (litellm/llms/jina_ai/rerank/transformation.py) bills
+#   `input_cost_per_token` × usage.total_tokens — the catalog's own per-token price, no assumption.
+# Checked against litellm 1.110.2 (tests/test_outputs.py runs it). See docs/outputs.md.
+LITELLM_PROVIDER = {Mode.CHAT: "openai", Mode.EMBEDDING: "openai", Mode.RERANK: "jina_ai"}
 
 
 def base_url(entry: ModelEntry, namespace: str) -> str:

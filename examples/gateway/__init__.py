@@ -1,0 +1,1 @@
+"""The gateway-side Pulumi program example (run as __main__ by Pulumi; importable for tests)."""
