@@ -26,7 +26,7 @@ from components.model_serving import CacheRef, ModelServing, ModelServingArgs, P
 from components.node_pool import GpuNodePool, GpuNodePoolArgs
 from components.prerequisites import ServingPrerequisites, ServingPrerequisitesArgs
 from components.weight_cache import WeightCache, WeightCacheArgs
-from providers.fit import FitCheck, ModelDemand, PoolCapacity, fit_inputs, fleet_capacity_errors
+from providers.fit import FitCheck, ModelDemand, PoolCapacity, evaluate, fit_inputs, fleet_capacity_errors
 from tkf_infra import names
 from tkf_infra.inventory import read_gpu_inventory
 from tkf_infra.live import check_against_inventory
@@ -55,6 +55,8 @@ class Fleet:
     api_key_secret: k8s.core.v1.Secret | None = None
     skipped: dict[str, str] = field(default_factory=dict)
     """Catalog name → why the entry was not built."""
+    fit_failures: dict[str, str] = field(default_factory=dict)
+    """Catalog name → why its fit check refuses it (the same evaluation the provider's check runs)."""
     errors: list[str] = field(default_factory=list)
     """Stack-level problems (pool capacity, pool facts contradicted by DCGM): the run must fail."""
 
@@ -236,14 +238,19 @@ def build_fleet(catalog: Catalog, *, lock: Lock, api_key: pulumi.Output[str] | N
         )  # fmt: skip
 
     fits: dict[str, FitCheck] = {}
+    fit_failures: dict[str, str] = {}
     models: dict[str, ModelServing] = {}
     for entry, facts, weight_bytes in sized:
         pool = pools.get(entry.node_pool or "") if not entry.is_cpu else None
-        fits[entry.name] = FitCheck(
-            names.fit_check(entry.name),
-            fit_inputs(entry.name, entry.repo, entry.revision, facts.to_dict(), pool.gpu if pool else None,
-                       serving_params(entry, s).to_dict(), max_tensor_parallel=pool.gpus_per_node if pool else 8),
-        )  # fmt: skip
+        inputs = fit_inputs(entry.name, entry.repo, entry.revision, facts.to_dict(), pool.gpu if pool else None,
+                            serving_params(entry, s).to_dict(), max_tensor_parallel=pool.gpus_per_node if pool else 8)
+        # The provider's check enforces the fit in the engine; evaluating it here too tells the
+        # outputs which models will really be served (an `up` that excludes a refused model must
+        # not publish a route to it).
+        _, failure = evaluate(inputs)
+        if failure:
+            fit_failures[entry.name] = failure
+        fits[entry.name] = FitCheck(names.fit_check(entry.name), inputs)
         cache = caches[entry.model_ref]
         placement = Placement(pool.node_selector, tuple(pool.tolerations)) if pool else Placement()
         models[entry.name] = ModelServing(
@@ -264,4 +271,4 @@ def build_fleet(catalog: Catalog, *, lock: Lock, api_key: pulumi.Output[str] | N
 
     return Fleet(provider=provider, namespace=namespace, node_pools=pools, gpu_operator=gpu_operator,
                  prerequisites=prerequisites, weight_caches=caches, fit_checks=fits, models=models,
-                 api_key_secret=api_key_secret, skipped=skipped, errors=errors)  # fmt: skip
+                 api_key_secret=api_key_secret, skipped=skipped, fit_failures=fit_failures, errors=errors)  # fmt: skip

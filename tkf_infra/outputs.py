@@ -100,20 +100,22 @@ def rejected_output(catalog: Catalog, skipped: dict[str, str]) -> list[dict[str,
 
 
 def export_outputs(catalog: Catalog, fleet: Fleet, api_key: Any = None) -> None:
-    """Export the contract. Fit estimates are Outputs of the fit checks, known after preview."""
+    """Export the contract.
+
+    Only models that will really be served are published (endpoints, gatewayModelList): a model
+    whose fit check refuses it is excluded from `up` by the CLI and must not become a gateway route
+    to nothing; it is listed in `rejected` with the check's reason instead.
+    """
     import pulumi
 
     ns = catalog.settings.namespaces.serving
-    endpoints: dict[str, Any] = {}
-    for entry in catalog.models:
-        served = fleet.models.get(entry.name)
-        if served is None:
-            continue
-        endpoints[entry.served_name] = {**endpoint(entry, ns), "fit": served.fit}
+    served = {name for name in fleet.models if name not in fleet.fit_failures}
+    endpoints = {e.served_name: {**endpoint(e, ns), "fit": fleet.models[e.name].fit}
+                 for e in catalog.models if e.name in served}
     pulumi.export("contractVersion", CONTRACT_VERSION)
     pulumi.export("endpoints", endpoints)
-    pulumi.export("gatewayModelList", gateway_model_list(catalog, set(fleet.models)))
-    pulumi.export("rejected", rejected_output(catalog, fleet.skipped))
+    pulumi.export("gatewayModelList", gateway_model_list(catalog, served))
+    pulumi.export("rejected", rejected_output(catalog, {**fleet.skipped, **fleet.fit_failures}))
     pulumi.export("apiKeyEnv", catalog.settings.serving.api_key_env)
     if api_key is not None:
         pulumi.export("runtimeApiKey", pulumi.Output.secret(api_key))

@@ -75,7 +75,12 @@ def test_up_deploys_good_models_and_names_the_one_that_does_not_fit(cli: CliProj
     assert ("LLMInferenceService", good["name"]) in objs
     assert ("LLMInferenceService", bad["name"]) not in objs
 
-    # the human form names the failure too, and a second up changes nothing for the good model
+    # the gateway is never handed a route to the model that was not deployed
+    outs = json.loads(cli.run("outputs", "--stack", "dev").stdout)
+    assert [m["model_name"] for m in outs["gatewayModelList"]] == [good["servedName"]]
+    assert list(outs["endpoints"]) == [good["servedName"]]
+
+    # a second up changes nothing for the good model
     again = cli.run("up", "--stack", "dev", "--json")
     assert again.returncode == 1
     assert json.loads(again.stdout)["models"][good["name"]]["status"] == "unchanged"
