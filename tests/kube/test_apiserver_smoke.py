@@ -17,8 +17,6 @@ import yaml
 from tests.kube.apiserver import BINARY_ENV, BUILD_HINT, KubeAPIServer, require_binary
 from tests.kube.client import KubeAPIError, KubeClient
 
-pytest_plugins = ["tests.kube.apiserver"]
-
 DATA = Path(__file__).parent / "data"
 GO_MOD = Path(__file__).parents[2] / "tools" / "kube-apiserver" / "go.mod"
 CRDS = {
