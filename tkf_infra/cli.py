@@ -42,13 +42,27 @@ def _fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _operation(stack_name: str, operation: str, as_json: bool, create: bool = False) -> None:
+def _open(stack_name: str, create: bool = False) -> Any:
+    """The project's stack, or a one-line usage error (exit 2)."""
     from tkf_infra import automation
 
     try:
-        stack = automation.open_stack(stack_name, create=create)
+        return automation.open_stack(stack_name, create=create)
     except automation.UsageError as err:
         raise _fail(str(err)) from None
+
+
+def _outputs(stack_name: str) -> tuple[Any, dict[str, Any]]:
+    from tkf_infra import automation
+
+    st = _open(stack_name)
+    return st, automation.stack_outputs(st)
+
+
+def _operation(stack_name: str, operation: str, as_json: bool, create: bool = False) -> None:
+    from tkf_infra import automation
+
+    stack = _open(stack_name, create=create)
 
     def stream(line: str) -> None:
         if not as_json:
@@ -103,10 +117,7 @@ def refresh(stack: StackOpt = "dev", as_json: JsonOpt = False) -> None:
     """Read the real state back and report drift (objects changed or deleted out of band) per model."""
     from tkf_infra import automation
 
-    try:
-        catalog = automation.stack_catalog(automation.open_stack(stack))
-    except automation.UsageError as err:
-        raise _fail(str(err)) from None
+    catalog = automation.stack_catalog(_open(stack))
     if catalog is not None and catalog.settings.cluster.mode == "render":
         raise _fail(f"stack {stack!r} renders manifests to {catalog.settings.cluster.render_dir} "
                     "(cluster.mode render): there is no cluster to compare against; "
@@ -126,11 +137,7 @@ def outputs(stack: StackOpt = "dev",
     """Print the stack outputs (the gateway contract) as JSON."""
     from tkf_infra import automation
 
-    try:
-        st = automation.open_stack(stack)
-        print(json.dumps(automation.stack_outputs(st, show_secrets=show_secrets), indent=2))
-    except automation.UsageError as err:
-        raise _fail(str(err)) from None
+    print(json.dumps(automation.stack_outputs(_open(stack), show_secrets=show_secrets), indent=2))
 
 
 @app.command("gateway-config")
@@ -140,13 +147,7 @@ def gateway_config(
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")] = None,
 ) -> None:
     """Write the gateway's model list from the stack outputs; secrets stay environment references."""
-    from tkf_infra import automation
-
-    try:
-        st = automation.open_stack(stack)
-        outs = automation.stack_outputs(st)
-    except automation.UsageError as err:
-        raise _fail(str(err)) from None
+    _, outs = _outputs(stack)
     model_list = outs.get("gatewayModelList")
     if model_list is None:
         raise _fail(f"stack {stack!r} has no gatewayModelList output yet; run `python -m tkf_infra up --stack {stack}`",
@@ -241,11 +242,7 @@ def status(
     from tkf_infra import automation
     from tkf_infra.status import status_command
 
-    try:
-        st = automation.open_stack(stack)
-        outs = automation.stack_outputs(st)
-    except automation.UsageError as err:
-        raise _fail(str(err)) from None
+    st, outs = _outputs(stack)
     url = prometheus_url
     if not url:
         catalog = automation.stack_catalog(st)
