@@ -56,6 +56,12 @@ def test_branch_revision_refused_with_reason() -> None:
     assert "pin the 40-character commit SHA" in msg
 
 
+def test_every_problem_of_an_entry_reported_at_once() -> None:
+    msg = only_problem(with_model(revision="main", gpusPerNode=2))
+    assert "revision 'main' is a branch" in msg
+    assert "tensorParallelSize × pipelineParallelSize = 1 × 1 = 1, but nodeCount × gpusPerNode = 1 × 2 = 2" in msg
+
+
 def test_tag_and_short_sha_refused() -> None:
     assert "is a tag" in only_problem(with_model(revision="v2.0.1"))
     assert "abbreviated commit" in only_problem(with_model(revision=SHA[:12]))

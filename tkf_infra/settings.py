@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -122,7 +122,7 @@ class Taint(_Model):
 class NodePool(_Model):
     """A set of identical GPU nodes. `gpusPerNode: 0` marks a CPU pool (dev only)."""
 
-    name: Annotated[str, Field(pattern=DNS1035_RE.pattern, max_length=40)]
+    name: str
     kind: Literal["eks", "existing"] = "existing"
     gpu_product: str | None = Field(
         None, description="GPU model, e.g. H100-80GB or the GPU Operator label NVIDIA-H100-80GB-HBM3."
@@ -143,6 +143,14 @@ class NodePool(_Model):
     max_size: int | None = Field(None, ge=1)
     capacity_type: Literal["ON_DEMAND", "SPOT", "CAPACITY_BLOCK"] = "ON_DEMAND"
     ami_type: str = "AL2023_x86_64_NVIDIA"
+
+    @field_validator("name")
+    @classmethod
+    def _pool_name(cls, v: str) -> str:
+        if not DNS1035_RE.match(v) or len(v) > 40:
+            raise ValueError(f"node pool name {v!r} must be a DNS-1035 label of at most 40 characters "
+                             "(lowercase letters, digits and '-', starting with a letter)")
+        return v
 
     @model_validator(mode="after")
     def _pool_rules(self) -> NodePool:
@@ -533,7 +541,7 @@ def validate_catalog(raw: Mapping[str, Any]) -> Catalog:
         try:
             parsed[i] = ModelEntry.model_validate(merged)
         except ValidationError as err:
-            per_entry[i] = _problems_from(err, labels[i])
+            per_entry[i] = _problems_from(err, labels[i]) + _raw_parallelism_problems(merged, labels[i])
 
     _cross_entry_rules(settings, parsed, labels, per_entry)
 
@@ -549,6 +557,23 @@ def validate_catalog(raw: Mapping[str, Any]) -> Catalog:
         )
     good = tuple(parsed[i] for i in sorted(parsed) if i not in per_entry)
     return Catalog(settings=settings, models=good, rejected=rejected)
+
+
+def _raw_parallelism_problems(raw: Mapping[str, Any], label: str) -> list[Problem]:
+    """The GPU arithmetic rule, checked on the raw entry when other fields already failed.
+
+    Pydantic runs cross-field rules only on entries whose fields all parsed; a person fixing a bad
+    revision should also learn, in the same run, that their parallelism does not add up.
+    """
+    keys = ("nodeCount", "gpusPerNode", "tensorParallelSize", "pipelineParallelSize")
+    values = [raw.get(k, 1) for k in keys]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        return []
+    nodes, gpus, tp, pp = values
+    if gpus == 0 or tp * pp == nodes * gpus:
+        return []
+    return [Problem(label, "tensorParallelSize", f"tensorParallelSize × pipelineParallelSize = {tp} × {pp} = "
+                    f"{tp * pp}, but nodeCount × gpusPerNode = {nodes} × {gpus} = {nodes * gpus}; they must be equal")]
 
 
 def _cross_entry_rules(
