@@ -734,7 +734,12 @@ def estimate(facts: ModelFacts | dict[str, Any], gpu: GpuSpec | None, params: Se
         warnings.append("multimodal model: vision/audio tower memory and encoder profiling are not modelled")
 
     if gpu is None:
-        return _estimate_cpu(arch, name, params, max_len, kv_bytes, block, problems, warnings, prof)
+        try:  # the weights still live in memory on CPU: report them, the fit is about KV space
+            cpu_weights = sum(weights_bytes_per_rank(arch, 1, 1, quant_scheme(arch, params, act_bytes), act_bytes))
+        except SizingError:
+            cpu_weights = _checkpoint_bytes(facts, act_bytes) or 0.0
+        return _estimate_cpu(arch, name, params, max_len, kv_bytes, block, problems, warnings, prof,
+                             cpu_weights / GIB)
 
     q = quant_scheme(arch, params, act_bytes)
     seqs, mnbt = _defaults(gpu, params, max_len)
@@ -832,7 +837,8 @@ def largest_fitting_len(layout: KvLayout, available: float, mnbt: int, block: in
 
 
 def _estimate_cpu(arch: Arch, name: str, params: ServingParams, max_len: int, kv_bytes: float, block: int,
-                  problems: list[str], warnings: list[str], prof: VersionProfile) -> Estimate:  # fmt: skip
+                  problems: list[str], warnings: list[str], prof: VersionProfile,
+                  weights_gib: float) -> Estimate:  # fmt: skip
     """CPU profile: no GPU fit; the KV space (``cpuKvCacheGiB``) must hold one max-length request."""
     layout = kv_layout(arch, range(arch.layers), 1, kv_bytes, block)
     mnbt = params.max_num_batched_tokens or max_len
@@ -851,7 +857,7 @@ def _estimate_cpu(arch: Arch, name: str, params: ServingParams, max_len: int, kv
     return Estimate(
         model=name, gpu="cpu", vllm_profile=prof.name, tensor_parallel_size=1, pipeline_parallel_size=1,
         max_model_len=max_len, max_num_seqs=params.max_num_seqs or 256, max_num_batched_tokens=mnbt,
-        block_size=block, total_gib=0.0, requested_gib=0.0, weights_gib=0.0, activation_gib=0.0,
+        block_size=block, total_gib=0.0, requested_gib=0.0, weights_gib=weights_gib, activation_gib=0.0,
         non_torch_gib=0.0, cuda_graph_gib=0.0, cuda_graph_reserved=False,
         available_kv_gib=space / GIB, kv_bytes_per_token=layout.page_bytes * len(layout.kinds) / block,
         num_blocks=blocks, kv_cache_tokens=layout.tokens(blocks), need_per_request_gib=need / GIB,
