@@ -1,0 +1,1 @@
+"""The program through the Automation API against a real kube-apiserver (tests/kube)."""
