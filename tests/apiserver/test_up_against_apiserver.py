@@ -32,7 +32,7 @@ from tests.engine_fixtures import EngineStack, dev_config
 from tests.kube.apiserver import KubeAPIServer
 from tests.kube.client import KubeAPIError, KubeClient
 from tkf_infra import names
-from tkf_infra.automation import DEV_PASSPHRASE
+from tkf_infra.automation import DEV_PASSPHRASE, pulumi_home
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.engine]
 
@@ -426,3 +426,87 @@ def test_up_refresh_drift_and_removal(backend: str, kube: KubeClient,
     assert cache in after["v1/PersistentVolumeClaim"]
     assert f"{cache}-download" not in after["batch/v1/Job"]
     print(TIMINGS)
+
+
+def test_kserve_cel_rule_is_enforced_through_pulumi(crds: None, kube: KubeClient, kube_apiserver: KubeAPIServer,
+                                                    kube_namespace: str, tmp_path: Path) -> None:
+    """No catalog input produces `replicas` together with `scaling` (the program only ever sets
+    replicas), so the CEL rule is exercised through Pulumi's Kubernetes provider in an inline program."""
+    import pulumi
+    import pulumi_kubernetes as k8s
+
+    def program() -> None:
+        provider = k8s.Provider("k8s", kubeconfig=kube_apiserver.kubeconfig.read_text())
+        k8s.apiextensions.CustomResource(
+            "conflict", api_version=LLMISVC, kind="LLMInferenceService",
+            metadata={"name": "conflict", "namespace": kube_namespace,
+                      "annotations": {"pulumi.com/skipAwait": "true"}},  # no KServe controller runs here
+            spec={"model": {"uri": "hf://Qwen/Qwen3-0.6B"}, "replicas": 1,
+                  "scaling": {"minReplicas": 1, "maxReplicas": 2, "wva": {"hpa": {}}}},
+            opts=pulumi.ResourceOptions(provider=provider))
+
+    (tmp_path / "state").mkdir()
+    env = {"PULUMI_BACKEND_URL": f"file://{tmp_path / 'state'}", "PULUMI_CONFIG_PASSPHRASE": DEV_PASSPHRASE,
+           "PULUMI_SKIP_UPDATE_CHECK": "true"}
+    opts = auto.LocalWorkspaceOptions(env_vars=env, work_dir=str(tmp_path),
+                                      pulumi_command=auto.PulumiCommand(root=str(pulumi_home())))
+    stack = auto.create_stack(f"cel{uuid.uuid4().hex[:6]}", project_name="tkf-cel", program=program, opts=opts)
+    try:
+        with pytest.raises(auto.CommandError) as refused:
+            stack.up(color="never")
+        assert CEL_MESSAGE in str(refused.value)
+        assert kube.get(LLMISVC, "LLMInferenceService", "conflict", kube_namespace) is None
+    finally:
+        stack.destroy(color="never")
+        stack.workspace.remove_stack(stack.name)
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """pid → cmdline of every live process whose parent chain reaches root."""
+    parents: dict[int, int] = {}
+    cmdlines: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+            cmdlines[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue
+    out = {}
+    for pid in parents:
+        p, seen = pid, 0
+        while p in parents and p != root and seen < 64:
+            p, seen = parents[p], seen + 1
+        if p == root and pid != root:
+            out[pid] = cmdlines.get(pid, "")
+    return out
+
+
+def test_no_process_left_behind(kube_apiserver: KubeAPIServer, tmp_path: Path) -> None:
+    """After the engine runs above: no engine, provider or language host of ours remains, and the only
+    server processes are the session server's own (stopped by its fixture; a private one is started and
+    stopped here to check that stopping leaves nothing)."""
+    from tests.kube.apiserver import start_apiserver, stop_apiserver
+
+    ours = _descendants(os.getpid())
+    engine = {p: c for p, c in ours.items() if "pulumi" in c}
+    assert engine == {}, engine
+    servers = {p for p, c in ours.items() if "tkf-kube-apiserver" in c}
+    assert kube_apiserver.pid in servers and len(servers) <= 2, servers  # the server + its controller-manager
+
+    proc, server = start_apiserver(tmp_path)
+    started = {p for p, c in _descendants(os.getpid()).items() if str(tmp_path) in c}
+    assert server.pid in started
+    stop_apiserver(proc)
+    left = {p: c for p, c in _descendants(os.getpid()).items() if str(tmp_path) in c}
+    assert left == {}, left
+    # and nothing orphaned (re-parented to init) still runs from that server's directory
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            assert str(tmp_path) not in cmd, (entry.name, cmd)
