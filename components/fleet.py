@@ -142,7 +142,10 @@ def build_fleet(catalog: Catalog, *, lock: Lock, api_key: pulumi.Output[str] | N
     namespace = k8s.core.v1.Namespace(
         "namespace-serving",
         metadata={"name": s.namespaces.serving, "labels": {"app.kubernetes.io/part-of": va.PART_OF}},
-        opts=pulumi.ResourceOptions(provider=provider, protect=s.serving.protect),
+        # Retained on delete: deleting a namespace deletes every PVC in it, and the weight caches
+        # must survive even `destroy` unless pruning is configured.
+        opts=pulumi.ResourceOptions(provider=provider, protect=s.serving.protect,
+                                    retain_on_delete=not s.serving.prune_weight_cache),
     )
 
     suffix = "-SHARED" if s.platform.gpu_operator.time_slicing_replicas > 1 else ""
@@ -241,9 +244,11 @@ def build_fleet(catalog: Catalog, *, lock: Lock, api_key: pulumi.Output[str] | N
     fit_failures: dict[str, str] = {}
     models: dict[str, ModelServing] = {}
     for entry, facts, weight_bytes in sized:
-        pool = pools.get(entry.node_pool or "") if not entry.is_cpu else None
-        inputs = fit_inputs(entry.name, entry.repo, entry.revision, facts.to_dict(), pool.gpu if pool else None,
-                            serving_params(entry, s).to_dict(), max_tensor_parallel=pool.gpus_per_node if pool else 8)
+        pool = pools.get(entry.node_pool or "")
+        gpu = pool.gpu if pool and not entry.is_cpu else None
+        max_tp = (pool.gpus_per_node if pool else 0) or 8
+        inputs = fit_inputs(entry.name, entry.repo, entry.revision, facts.to_dict(), gpu,
+                            serving_params(entry, s).to_dict(), max_tensor_parallel=max_tp)
         # The provider's check enforces the fit in the engine; evaluating it here too tells the
         # outputs which models will really be served (an `up` that excludes a refused model must
         # not publish a route to it).

@@ -160,7 +160,8 @@ class GpuNodePool(pulumi.ComponentResource):
         if product:
             self.node_selector[GPU_PRODUCT_LABEL] = product
         taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in pool.taints]
-        if spec is not None:
+        if spec is not None and not any(t["key"] == GPU_TAINT_KEY and t["effect"] == "NoSchedule" for t in taints):
+            # GPU nodes carry the NVIDIA taint; a pool that already lists it must not get it twice.
             taints.insert(0, {"key": GPU_TAINT_KEY, "value": "true", "effect": "NoSchedule"})
         self.tolerations = [
             {"key": t["key"], "operator": "Exists", "effect": t["effect"]} if t["key"] == GPU_TAINT_KEY

@@ -72,6 +72,10 @@ def test_dev_stack_registers_two_cpu_models_and_no_platform(config: dict[str, An
         assert isvc.parent == servings[isvc.inputs["metadata"]["name"]].urn, "a workload is its ModelServing's child"
         container = isvc.inputs["spec"]["template"]["containers"][0]
         assert "nvidia.com/gpu" not in json.dumps(container.get("resources", {}))
+    ns = next(r for r in h.resources if r.type == "kubernetes:core/v1:Namespace")
+    assert ns.options.get("retainOnDelete") is True, "destroy must not take the weight caches with the namespace"
+    for isvc in (r for r in h.resources if r.type.endswith(":LLMInferenceService")):
+        assert isvc.inputs["spec"]["template"]["nodeSelector"] == {"kubernetes.io/os": "linux"}  # the CPU pool
     for svc in (r for r in h.resources if r.type == "kubernetes:core/v1:Service"):
         owner = svc.inputs["metadata"]["name"].removesuffix("-openai")
         assert svc.parent == servings[owner].urn, f"{svc.name} must be parented to ModelServing {owner}"
@@ -99,6 +103,9 @@ def test_prod_stack_renders_every_profile(config: dict[str, Any], tmp_path: Path
     assert isvcs["llama-3-1-405b"]["parallelism"] == {"tensor": 8, "pipeline": 2}
     provider = next(r for r in h.resources if r.type == "pulumi:providers:kubernetes")
     assert provider.inputs.get("clusterIdentifier") == "prod-llm-eu-1"
+    tolerations = isvcs["llama-3-1-8b"]["template"]["tolerations"]
+    assert [t for t in tolerations if t["key"] == "nvidia.com/gpu"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]  # once, though prod lists it
     assert API_KEY not in json.dumps([r.inputs for r in h.resources if r.type != "kubernetes:core/v1:Secret"])
 
 

@@ -222,8 +222,8 @@ def assert_model_objects(kube: KubeClient, backend: str, ns: dict[str, str], mod
                 {"key": "tkf.io/dedicated", "operator": "Equal", "value": "llm", "effect": "NoSchedule"}]
         else:
             assert "nvidia.com/gpu" not in req and "nvidia.com/gpu" not in lim
-            # The CPU profile is placed by the scheduler alone (fleet.py gives CPU entries no Placement).
-            assert "nodeSelector" not in pod and "tolerations" not in pod
+            # The CPU profile lands on its CPU pool (the dev stack's pool selects on kubernetes.io/os).
+            assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"} and "tolerations" not in pod
         # The API key only ever as a secretKeyRef.
         env = {e["name"]: e for e in main.get("env", [])}
         assert env["VLLM_API_KEY"] == {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {
