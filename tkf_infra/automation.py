@@ -188,7 +188,10 @@ class RunTracker:
                 if self.operation == "refresh" and (kind in {"update", "delete"} or meta.diffs):
                     _, res = _urn_type_and_name(meta.urn)
                     what = "deleted out of band" if kind == "delete" else "changed out of band"
-                    detail = f" ({', '.join(meta.diffs)})" if meta.diffs else ""
+                    fields = list(meta.diffs or [])
+                    if not fields and kind == "update" and meta.old and meta.new:
+                        fields = changed_paths(meta.old.outputs or {}, meta.new.outputs or {})
+                    detail = f" ({', '.join(fields)})" if fields else ""
                     report.drift.append(f"{res}: {what}{detail}")
         if event.res_op_failed_event:
             model = self.model_of(event.res_op_failed_event.metadata.urn)
@@ -205,6 +208,30 @@ class RunTracker:
                     self.report(model).failed_urns.add(diag.urn)
             elif message and not message.startswith("update failed") and message not in self.stack_errors:
                 self.stack_errors.append(message)
+
+
+# Fields the server changes by itself; a difference there is bookkeeping, not drift.
+_VOLATILE = {"resourceVersion", "managedFields", "generation", "uid", "creationTimestamp", "status",
+             "__inputs", "__initialApiVersion", "kubectl.kubernetes.io/last-applied-configuration"}
+
+
+def changed_paths(old: Any, new: Any, prefix: str = "", limit: int = 5) -> list[str]:
+    """Dotted paths where a refreshed object differs from the state (at most `limit`, first found).
+
+    The engine's refresh events carry old and new state but no diff keys; this names what a person
+    changed (e.g. `metadata.labels.team`) so the drift report says more than "changed".
+    """
+    out: list[str] = []
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return [] if old == new else ([prefix] if prefix else [])
+    for key in sorted(set(old) | set(new)):
+        if key in _VOLATILE or len(out) >= limit or old.get(key) == new.get(key):
+            continue
+        path = f"{prefix}.{key}" if prefix else str(key)
+        a, b = old.get(key), new.get(key)
+        out.extend(changed_paths(a, b, path, limit - len(out)) if isinstance(a, dict) and isinstance(b, dict)
+                   else [path])
+    return out[:limit]
 
 
 def _urn_type_and_name(urn: str) -> tuple[str, str]:

@@ -399,9 +399,11 @@ def test_up_refresh_drift_and_removal(backend: str, kube: KubeClient,
     assert summary, stderr
     models = summary["models"]
     assert any(names.network_policy(gone) in d and "deleted" in d for d in models[gone].get("drift", [])), models[gone]
-    assert any(names.alias_service(edited) in d for d in models[edited].get("drift", [])), models[edited]
+    assert any(names.alias_service(edited) in d and "(metadata.labels.app.kubernetes.io/part-of)" in d
+               for d in models[edited].get("drift", [])), models[edited]
     if backend == "kserve":
-        assert any(f"{edited}-llmisvc" in d for d in models[edited]["drift"]), models[edited]
+        assert any(f"{edited}-llmisvc" in d and "spec.template.containers" in d
+                   for d in models[edited]["drift"]), models[edited]
     untouched = set(workloads) - {gone, edited}
     assert all("drift" not in models[n] for n in untouched), models
 
