@@ -268,8 +268,16 @@ def summarize(stack_name: str, operation: str, tracker: RunTracker, catalog: Cat
     }
 
 
+@dataclass
+class RunResult:
+    summary: dict[str, Any]
+    """The `--json` summary (see `summarize`)."""
+    tracker: RunTracker
+    """What the run saw per model; a preview's tracker steers the `up` after it."""
+
+
 def run_operation(stack: auto.Stack, operation: str, *, on_output: Any = None,
-                  after: RunTracker | None = None) -> tuple[dict[str, Any], bool]:
+                  after: RunTracker | None = None) -> RunResult:
     """Run preview / up / refresh / destroy with event tracking; never raises for a failed plan.
 
     `after`: the tracker of a preview run just before an `up`. Models whose checks failed there are
@@ -307,9 +315,7 @@ def run_operation(stack: auto.Stack, operation: str, *, on_output: Any = None,
         ok = False
         if not tracker.models and not tracker.stack_errors:
             tracker.stack_errors.append(_last_error_line(str(err)))
-    summary = summarize(stack.name, operation, tracker, stack_catalog(stack), ok, extra)
-    summary["_tracker"] = tracker
-    return summary, ok
+    return RunResult(summarize(stack.name, operation, tracker, stack_catalog(stack), ok, extra), tracker)
 
 
 def _last_error_line(text: str) -> str:
@@ -333,6 +339,6 @@ def pulumi_version() -> str:
 
 
 __all__ = [
-    "PROJECT_DIR", "ModelReport", "RunTracker", "UsageError", "engine_env", "open_stack", "run_operation",
+    "PROJECT_DIR", "ModelReport", "RunResult", "RunTracker", "UsageError", "engine_env", "open_stack", "run_operation",
     "stack_catalog", "stack_outputs", "summarize",
 ]

@@ -71,12 +71,10 @@ def _operation(stack_name: str, operation: str, as_json: bool, create: bool = Fa
     results: list[dict[str, Any]] = []
     before = None
     if operation == "up":  # preview first: Automation `up` skips the preview, and CI wants it
-        summary, _ok = automation.run_operation(stack, "preview", on_output=stream)
-        before = summary.pop("_tracker")
-        results.append(summary)
-    summary, _ok = automation.run_operation(stack, operation, on_output=stream, after=before)
-    summary.pop("_tracker")
-    results.append(summary)
+        preview_run = automation.run_operation(stack, "preview", on_output=stream)
+        before = preview_run.tracker
+        results.append(preview_run.summary)
+    results.append(automation.run_operation(stack, operation, on_output=stream, after=before).summary)
     final = results[-1]
     if as_json:
         print(json.dumps(final if len(results) == 1 else {**final, "preview": results[0]}, indent=2))
