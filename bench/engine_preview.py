@@ -8,7 +8,6 @@ Needs the engine (scripts/setup.sh). Each program gets a fresh temporary project
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import tempfile
 import time
@@ -22,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 from pulumi import automation as auto  # noqa: E402
 
 from bench.catalogs import dev_stack_config, generated_models  # noqa: E402
-from tkf_infra.automation import DEV_PASSPHRASE, engine_env, pulumi_home  # noqa: E402
+from tkf_infra.automation import DEV_PASSPHRASE, copy_project, engine_env, pulumi_home  # noqa: E402
 
 BASELINE_MAIN = '''
 import pulumi, pulumi_kubernetes as k8s
@@ -35,13 +34,7 @@ for i in range(n):
 
 
 def tkf_project(tmp: Path, n: int) -> auto.Stack:
-    project = tmp / "tkf"
-    project.mkdir()
-    for name in ("Pulumi.yaml", "__main__.py", "models.lock.json"):
-        shutil.copy2(ROOT / name, project / name)
-    for name in ("tkf_infra", "components", "providers"):
-        shutil.copytree(ROOT / name, project / name, ignore=shutil.ignore_patterns("__pycache__"))
-    (project / ".venv").symlink_to(ROOT / ".venv")
+    project = copy_project(tmp / "tkf")
     doc = dev_stack_config()
     doc["config"]["tkf-infra:models"] = generated_models(n)
     doc["config"]["tkf-infra:cluster"]["renderDir"] = str(tmp / "rendered-tkf")

@@ -7,7 +7,6 @@ never land in the checkout), its own file backend, and a stack configured like `
 from __future__ import annotations
 
 import contextlib
-import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,11 +17,9 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from tkf_infra.automation import DEV_PASSPHRASE, engine_env, pulumi_home
+from tkf_infra.automation import DEV_PASSPHRASE, copy_project, engine_env, pulumi_home
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT_FILES = ["Pulumi.yaml", "__main__.py", "models.lock.json", "requirements.txt"]
-PROJECT_DIRS = ["tkf_infra", "components", "providers"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -36,16 +33,6 @@ def engine_ready() -> None:
     binary = pulumi_home() / "bin" / "pulumi"
     if not binary.exists():
         pytest.fail(f"the Pulumi engine is not installed at {binary}: run scripts/setup.sh (or make test)")
-
-
-def copy_project(dest: Path) -> Path:
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in PROJECT_FILES:
-        shutil.copy2(ROOT / name, dest / name)
-    for name in PROJECT_DIRS:
-        shutil.copytree(ROOT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
-    (dest / ".venv").symlink_to(ROOT / ".venv")
-    return dest
 
 
 @dataclass
@@ -123,3 +110,6 @@ def resource_events(collected: list[auto.events.EngineEvent]) -> list[tuple[str,
     return list(steps.values())
 
 
+
+
+__all__ = ["EngineStack", "copy_project", "dev_config", "engine_ready", "make_stack", "resource_events"]

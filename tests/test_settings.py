@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tkf_infra.settings import Catalog, SettingsError, catalog_json_schema, validate_catalog
+from tkf_infra.settings import Catalog, SettingsError, catalog_json_schema, read_stack_file, validate_catalog
 
 ROOT = Path(__file__).resolve().parents[1]
 SHA = "b968826d9c46dd6066d109eabc6255188de91218"
@@ -196,9 +195,7 @@ def test_unpinned_platform_version_refused() -> None:
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_committed_stacks_validate(stack: str) -> None:
-    cfg = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
-    doc = {k.split(":", 1)[1]: v for k, v in cfg.items() if k.startswith("tkf-infra:") and k != "tkf-infra:apiKey"}
-    cat = validate_catalog(doc)
+    cat = validate_catalog(read_stack_file(ROOT / f"Pulumi.{stack}.yaml"))
     assert cat.ok and cat.models
     if stack == "dev":
         assert {m.profile.value for m in cat.models} == {"cpu"}

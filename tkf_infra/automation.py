@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -333,12 +332,33 @@ def stack_outputs(stack: auto.Stack, *, show_secrets: bool = False) -> dict[str,
     return out
 
 
-def pulumi_version() -> str:
-    cmd = _check_engine()
-    return subprocess.run([cmd.command, "version"], capture_output=True, text=True, check=True).stdout.strip()
+PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "models.lock.json", "requirements.txt")
+PROJECT_DIRS = ("tkf_infra", "components", "providers")
+
+
+def copy_project(dest: Path, project_dir: Path = PROJECT_DIR) -> Path:
+    """A private copy of the program (sharing the virtualenv), so tests and benchmarks can create
+    stack files and state without touching the checkout."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in PROJECT_FILES:
+        shutil.copy2(project_dir / name, dest / name)
+    for name in PROJECT_DIRS:
+        shutil.copytree(project_dir / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+    (dest / ".venv").symlink_to(project_dir / ".venv")
+    return dest
 
 
 __all__ = [
-    "PROJECT_DIR", "ModelReport", "RunResult", "RunTracker", "UsageError", "engine_env", "open_stack", "run_operation",
-    "stack_catalog", "stack_outputs", "summarize",
+    "PROJECT_DIR",
+    "ModelReport",
+    "RunResult",
+    "RunTracker",
+    "UsageError",
+    "copy_project",
+    "engine_env",
+    "open_stack",
+    "run_operation",
+    "stack_catalog",
+    "stack_outputs",
+    "summarize",
 ]

@@ -207,7 +207,7 @@ def lock(
     import os
 
     from tkf_infra.lock import lock_command, parse_repo_revision
-    from tkf_infra.settings import SettingsError, validate_catalog
+    from tkf_infra.settings import SettingsError, read_stack_file, validate_catalog
 
     pairs: list[tuple[str, str]] = []
     if models:
@@ -219,10 +219,8 @@ def lock(
         stack_file = Path(__file__).resolve().parents[1] / f"Pulumi.{stack}.yaml"
         if not stack_file.exists():
             raise _fail(f"no stack file {stack_file.name}; give REPO@REVISION arguments or an existing --stack")
-        cfg = (yaml.safe_load(stack_file.read_text()) or {}).get("config", {})
-        doc = {k.split(":", 1)[1]: v for k, v in cfg.items() if k.startswith("tkf-infra:") and k != "tkf-infra:apiKey"}
         try:
-            pairs = sorted({(m.repo, m.revision) for m in validate_catalog(doc).models})
+            pairs = sorted({(m.repo, m.revision) for m in validate_catalog(read_stack_file(stack_file)).models})
         except SettingsError as err:
             raise _fail(err.render()) from None
     text, code = lock_command(pairs, None, endpoint, os.environ.get(token_env))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tkf_infra.names import alias_service
 from tkf_infra.settings import Catalog, Mode, ModelEntry
 
 if TYPE_CHECKING:
@@ -32,8 +33,6 @@ LITELLM_PROVIDER = {Mode.CHAT: "openai", Mode.EMBEDDING: "openai", Mode.RERANK: 
 
 def base_url(entry: ModelEntry, namespace: str) -> str:
     """OpenAI-compatible base URL of a model's alias Service, reachable only from the gateway."""
-    from tkf_infra.names import alias_service
-
     return f"http://{alias_service(entry.name)}.{namespace}.svc.cluster.local:8000/v1"
 
 

@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -655,6 +656,18 @@ def catalog_json_schema() -> dict[str, Any]:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "tkf-infra stack settings"
     return schema
+
+
+def read_stack_file(path: Path) -> dict[str, Any]:
+    """The `tkf-infra:` settings of a committed `Pulumi.<stack>.yaml`, without secrets.
+
+    For tools that work from the stack file itself (the lock command, tests), not from the engine.
+    """
+    import yaml
+
+    cfg = (yaml.safe_load(path.read_text()) or {}).get("config", {}) or {}
+    return {k.split(":", 1)[1]: v for k, v in cfg.items()
+            if k.startswith("tkf-infra:") and not (isinstance(v, dict) and "secure" in v)}
 
 
 def read_pulumi_config() -> dict[str, Any]:
