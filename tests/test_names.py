@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tkf_infra import names
-from tkf_infra.settings import validate_catalog
+from tkf_infra.config import validate_catalog
 
 LONGEST = "m" * names.MAX_MODEL_NAME_LEN
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tkf_infra.settings import Catalog, SettingsError, catalog_json_schema, read_stack_file, validate_catalog
+from tkf_infra.config import Catalog, SettingsError, catalog_json_schema, read_stack_file, validate_catalog
 
 ROOT = Path(__file__).resolve().parents[1]
 SHA = "b968826d9c46dd6066d109eabc6255188de91218"
@@ -98,7 +98,30 @@ def test_topology_must_match_counts() -> None:
 
 def test_platform_owned_flags_refused() -> None:
     msg = only_problem(with_model(extraArgs=["--enable-prefix-caching", "--tensor-parallel-size=2"]))
-    assert "'--tensor-parallel-size=2', a flag the platform owns (set `tensorParallelSize` instead)" in msg
+    assert ("'--tensor-parallel-size=2', a flag the platform owns: set `tensorParallelSize` instead (the fit check "
+            "sizes the model with it); remove it") in msg
+
+
+@pytest.mark.parametrize(("arg", "owner"), [
+    ("--max-num-batched-tokens=65536", "maxNumBatchedTokens"),  # emitted and sized: was not blocked
+    ("--max_num_batched_tokens", "maxNumBatchedTokens"),  # vLLM's parser reads underscores as dashes
+    ("--enforce-eager", "enforceEager"),
+    ("--no-enforce-eager", "enforceEager"),  # the negated boolean form
+    ("--tool-call-parser=hermes", "toolCallParser"),
+    ("--block-size", "blockSize"),  # the KV rounding uses it
+    ("--max-model", "maxModelLen"),  # an abbreviation argparse would expand
+    ("-O3", "CUDA-graph capture sizes"),
+    ("--kv-cache-memory-bytes=1e9", "the KV-cache budget is what the fit check sizes"),
+])
+def test_extra_args_cannot_override_what_the_fit_check_sized(arg: str, owner: str) -> None:
+    msg = only_problem(with_model(extraArgs=["--enable-prefix-caching", arg]))
+    assert f"extraArgs contains {arg!r}, a flag the platform owns" in msg and owner in msg
+    assert "--enable-prefix-caching" not in msg
+
+
+def test_every_owned_flag_problem_is_reported_at_once() -> None:
+    msg = only_problem(with_model(extraArgs=["--port=9000", "--max-num-seqs", "8"]))
+    assert "'--port=9000'" in msg and "'--max-num-seqs'" in msg
 
 
 def test_costs_cannot_be_negative() -> None:
@@ -172,20 +195,40 @@ def test_strict_stops_everything_with_all_messages() -> None:
     doc["models"].append({"name": "bad", "repo": "Qwen/Qwen3-8B", "revision": "main", "servedName": "x"})
     with pytest.raises(SettingsError) as err:
         validate_catalog(doc)
-    assert "strict: true and the catalog has bad entries; nothing was registered" in str(err.value)
+    assert "strict: true and the stack has bad entries; nothing was registered" in str(err.value)
     assert "models[1] bad: revision" in str(err.value)
 
 
-def test_stack_level_errors_all_reported_at_once() -> None:
-    doc = base_doc(cluster={"mode": "kubeconfig"}, bogus=1)
-    doc["nodePools"][0]["gpusPerNode"] = -1
+def test_stack_level_errors_all_reported_at_once_with_key_value_and_fix() -> None:
+    doc = base_doc(cluster={"mode": "kubeconfig"}, bogus=1, namespaces={"serving": "LLM_Serving"},
+                   prometheusUrl="not a url", serving={"vllmImage": "vllm/vllm-openai:latest",
+                                                      "vllmCpuImage": "vllm/vllm-cpu"})
     with pytest.raises(SettingsError) as err:
         validate_catalog(doc)
     text = str(err.value)
-    assert "(3 problems)" in text
+    assert "(6 problems)" in text, text
     assert "cluster.kubeconfig is not set" in text
-    assert "nodePools[0].gpusPerNode" in text
     assert "bogus: unknown key" in text
+    assert "namespaces.serving: 'LLM_Serving' is not a Kubernetes namespace name" in text and "'llm-serving'" in text
+    assert "prometheusUrl: 'not a url' is not an http(s) URL" in text
+    assert "serving.vllmImage: 'vllm/vllm-openai:latest' has tag 'latest'" in text and "(set serving.vllmImage)" in text
+    assert "'vllm/vllm-cpu' has no tag" in text and "(set serving.vllmCpuImage)" in text
+
+
+def test_a_bad_pool_refuses_only_its_models() -> None:
+    doc = base_doc()
+    doc["nodePools"].append({"name": "a100", "gpuProduct": "A100-120GB", "gpusPerNode": 8})
+    doc["nodePools"].append({"name": "l4", "gpuProduct": "L4", "gpusPerNode": -1})
+    doc["models"].append({"name": "on-a100", "repo": "Qwen/Qwen3-8B", "revision": SHA, "servedName": "b",
+                          "nodePool": "a100"})
+    cat = validate_catalog(doc)
+    assert [m.name for m in cat.models] == ["qwen3-8b"]
+    problems = [str(p) for p in cat.pool_problems]
+    assert any(p.startswith("nodePools[2] a100: gpuProduct: unknown GPU 'A100-120GB'") for p in problems), problems
+    assert any(p.startswith("nodePools[3] l4: gpusPerNode:") for p in problems), problems
+    assert [r.name for r in cat.rejected] == ["on-a100"]
+    assert "nodePool: 'a100' is not usable: nodePools[2] a100 has errors" in str(cat.rejected[0].problems[0])
+    assert not cat.ok
 
 
 def test_unpinned_platform_version_refused() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tkf_infra.settings import Catalog, SettingsError, validate_catalog
+from tkf_infra.config import Catalog, SettingsError, validate_catalog
 
 SHA = "7ae557604adf67be50417f59c2c2f167def9a775"
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 70_000), st.floats(allow_nan=True),

@@ -1,0 +1,174 @@
+"""One catalog entry: the model's identity, placement and price on top of its vLLM flags.
+
+The vLLM-facing fields (and their flags) are inherited from `ServingSpec`, the serving-flag table;
+this module adds what is not a flag: which repo and commit, which pool, how many replicas, which
+API mode, what a token costs.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+
+from pydantic import Field, field_validator, model_validator
+
+from tkf_infra.config.base import SettingsModel
+from tkf_infra.config.flags import ServingSpec, extra_args_problems
+from tkf_infra.names import MAX_MODEL_NAME_LEN
+
+SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+DNS1035_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+HF_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+SERVED_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
+
+
+class Topology(StrEnum):
+    SINGLE_GPU = "single-gpu"
+    TENSOR_PARALLEL = "tensor-parallel"
+    MULTI_NODE = "multi-node"
+    CPU = "cpu"
+
+
+class Backend(StrEnum):
+    KSERVE = "kserve"
+    VLLM = "vllm"
+
+
+class Mode(StrEnum):
+    CHAT = "chat"
+    EMBEDDING = "embedding"
+    RERANK = "rerank"
+
+
+class Cost(SettingsModel):
+    input_per_token: float = Field(0.0, ge=0, description="USD per input token; 0 = tracked, never limited.")
+    output_per_token: float = Field(0.0, ge=0, description="USD per output token.")
+
+
+def parallelism_problem(nodes: int, gpus: int, tp: int, pp: int) -> str | None:
+    """The GPU arithmetic every profile obeys; the one place it is written down."""
+    if gpus == 0:
+        if nodes != 1 or tp != 1 or pp != 1:
+            return ("the CPU profile (gpusPerNode 0) runs on one node without parallelism; "
+                    "set nodeCount, tensorParallelSize and pipelineParallelSize to 1")
+        return None
+    if tp * pp != nodes * gpus:
+        return (f"tensorParallelSize × pipelineParallelSize = {tp} × {pp} = {tp * pp}, but nodeCount × gpusPerNode "
+                f"= {nodes} × {gpus} = {nodes * gpus}; they must be equal")
+    if nodes > 1 and pp != nodes:
+        return (f"multi-node serving uses pipeline parallelism across nodes: pipelineParallelSize ({pp}) must "
+                f"equal nodeCount ({nodes}) and tensorParallelSize must equal gpusPerNode ({gpus})")
+    return None
+
+
+class ModelEntry(ServingSpec):
+    """One served model. Defaults from `modelDefaults` are merged under it before validation."""
+
+    name: str = Field(description="DNS-1035 name; prefixes every Kubernetes object of the model.")
+    repo: str = Field(description="Hugging Face repo id, e.g. Qwen/Qwen2.5-7B-Instruct.")
+    revision: str = Field(description="The 40-hex commit SHA to serve. Branches and tags are refused.")
+    node_pool: str | None = Field(None, description="Node pool to run on (not needed for the CPU profile).")
+    topology: Topology | None = Field(None, description="Derived from the GPU counts when omitted.")
+    node_count: int = Field(1, ge=1, le=64)
+    gpus_per_node: int = Field(1, ge=0, le=16, description="0 = CPU profile (dev only).")
+    replicas: int = Field(1, ge=0, le=100)
+    mode: Mode = Mode.CHAT
+    extra_args: list[str] = Field(default_factory=list, description="Extra vLLM flags (none the platform owns).")
+    hf_token_secret: str | None = Field(None, description="Secret (key HF_TOKEN) for gated repos.")
+    cost: Cost = Field(default_factory=lambda: Cost())
+
+    @field_validator("name")
+    @classmethod
+    def _dns_name(cls, v: str) -> str:
+        if not DNS1035_RE.match(v):
+            raise ValueError(f"name {v!r} is not a DNS-1035 label: use lowercase letters, digits and '-', "
+                             "starting with a letter and ending with a letter or digit")
+        if len(v) > MAX_MODEL_NAME_LEN:
+            raise ValueError(f"name {v!r} is {len(v)} characters; at most {MAX_MODEL_NAME_LEN} keep every generated "
+                             "Kubernetes name within 63 characters. Shorten it")
+        return v
+
+    @field_validator("repo")
+    @classmethod
+    def _repo_id(cls, v: str) -> str:
+        if not HF_REPO_RE.match(v):
+            raise ValueError(f"repo {v!r} is not a Hugging Face repo id; write it as 'org/name'")
+        return v
+
+    @field_validator("revision")
+    @classmethod
+    def _pinned_revision(cls, v: str) -> str:
+        if SHA_RE.match(v):
+            return v
+        if re.fullmatch(r"[0-9a-fA-F]{40}", v):
+            raise ValueError(f"revision {v!r} has upper-case letters; write the commit SHA in lower case")
+        if re.fullmatch(r"[0-9a-f]{7,39}", v):
+            raise ValueError(f"revision {v!r} is an abbreviated commit; pin the full 40-character commit SHA")
+        if re.fullmatch(r"v?\d+(\.\d+)*.*", v):
+            raise ValueError(f"revision {v!r} is a tag, which can move; pin the 40-character commit SHA")
+        raise ValueError(f"revision {v!r} is a branch, which can move; pin the 40-character commit SHA")
+
+    @field_validator("served_name")
+    @classmethod
+    def _served(cls, v: str) -> str:
+        if not SERVED_NAME_RE.match(v):
+            raise ValueError(f"servedName {v!r} is not allowed: use 1-128 letters, digits and . _ : / -")
+        return v
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_owned_flags(cls, v: list[str]) -> list[str]:
+        problems = extra_args_problems(v)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return v
+
+    @model_validator(mode="after")
+    def _parallelism(self) -> ModelEntry:
+        problem = parallelism_problem(self.node_count, self.gpus_per_node, self.tensor_parallel_size,
+                                      self.pipeline_parallel_size)
+        if problem:
+            raise ValueError(problem)
+        derived = self.derived_topology
+        if self.topology is not None and self.topology != derived:
+            raise ValueError(f"topology {self.topology.value!r} does not match the GPU counts, which describe "
+                             f"{derived.value!r}; fix the counts or drop `topology` to derive it")
+        if self.enable_auto_tool_choice and not self.tool_call_parser:
+            raise ValueError("enableAutoToolChoice needs toolCallParser (e.g. hermes, llama3_json)")
+        return self
+
+    @property
+    def derived_topology(self) -> Topology:
+        if self.gpus_per_node == 0:
+            return Topology.CPU
+        if self.node_count > 1:
+            return Topology.MULTI_NODE
+        if self.gpus_per_node > 1:
+            return Topology.TENSOR_PARALLEL
+        return Topology.SINGLE_GPU
+
+    @property
+    def profile(self) -> Topology:
+        return self.topology or self.derived_topology
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.gpus_per_node == 0
+
+    @property
+    def is_multi_node(self) -> bool:
+        return self.node_count > 1
+
+    @property
+    def gpus_per_pod(self) -> int:
+        """GPUs each pod requests: one pod per node, so TP × PP / nodes (0 for the CPU profile)."""
+        return 0 if self.is_cpu else self.tensor_parallel_size * self.pipeline_parallel_size // self.node_count
+
+    @property
+    def gpus(self) -> int:
+        """GPUs one replica takes."""
+        return self.node_count * self.gpus_per_node
+
+    @property
+    def model_ref(self) -> str:
+        return f"{self.repo}@{self.revision}"

@@ -1,0 +1,229 @@
+"""The serving-flag table: every catalog field that reaches vLLM, declared once, with its flag.
+
+Why one table: a catalog field, the vLLM flag it becomes, its allowed values, whether the fit check
+sizes with it and how each backend passes it used to live in four to six files, and they drifted —
+a flag the fit check used could be overridden from `extraArgs`. Here each row is one annotated field
+of `ServingSpec`: its type and constraints (pydantic), its description (the schema docs) and its
+`Flag` (the vLLM side). Everything else derives from the rows:
+
+- the command line both backends render (`components/vllm_args.py`);
+- the sizing parameters the fit check sees (`tkf_infra.plan`);
+- the `extraArgs` rule: a flag a row owns, or one the fit check depends on, cannot be passed there.
+
+Adding a vLLM flag = one annotated field here plus its test.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from tkf_infra.config.base import SettingsModel
+from tkf_infra.names import SERVING_PORT
+
+
+class Applies(StrEnum):
+    """Which profiles a flag is passed on."""
+
+    ALL = "all"
+    GPU = "gpu"
+    CPU = "cpu"
+
+
+class KServe(StrEnum):
+    """How the KServe backend delivers a flag (the vllm backend always puts it on the command line)."""
+
+    ARGS = "args"
+    """Appended to the `main` container's args, after the preset's `vllm serve` line."""
+    SPEC = "spec"
+    """Rendered by KServe's preset from the LLMInferenceService spec (parallelism, model name)."""
+    SPEC_MULTI_NODE = "spec-multi-node"
+    """Rendered by the multi-node preset only; a single-node pod needs it in args."""
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How one catalog field reaches vLLM. Attach it to a `ServingSpec` field with `Annotated`."""
+
+    flag: str = ""
+    """The command-line flag; empty when the value travels as `env` instead."""
+    sized: bool = False
+    """The fit check sizes with this value: it must never be set any other way."""
+    applies: Applies = Applies.ALL
+    kserve: KServe = KServe.ARGS
+    aliases: tuple[str, ...] = ()
+    env: str | None = None
+    """Delivered as this environment variable instead of a command-line flag."""
+    fmt: Callable[[Any], str] | None = None
+    """How the value is written (default: str(); floats as %g)."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the table, as code outside this module sees it."""
+
+    field: str
+    """Attribute name on the catalog entry (snake_case)."""
+    key: str
+    """Key in the stack file (camelCase)."""
+    flag: Flag
+
+    def applies_to(self, cpu: bool) -> bool:
+        return self.flag.applies == Applies.ALL or (self.flag.applies == Applies.CPU) == cpu
+
+    def render(self, value: Any) -> list[str]:
+        """The argv words for `value`: none for None/False, the bare flag for True."""
+        if value is None or value is False or self.flag.env:
+            return []
+        if value is True:
+            return [self.flag.flag]
+        return [self.flag.flag, self.text(value)]
+
+    def text(self, value: Any) -> str:
+        if self.flag.fmt is not None:
+            return self.flag.fmt(value)
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _ceil_gib(value: Any) -> str:
+    return str(math.ceil(float(value)))
+
+
+class ServingSpec(SettingsModel):
+    """The catalog fields that become vLLM flags (the table; see the module docstring).
+
+    Field order is the order flags appear on the command line.
+    """
+
+    served_name: Annotated[str, Flag("--served-model-name", kserve=KServe.SPEC)] = Field(
+        description="Model name clients send; unique across the catalog.")
+    tensor_parallel_size: Annotated[int, Flag("--tensor-parallel-size", sized=True, applies=Applies.GPU,
+                                              kserve=KServe.SPEC, aliases=("-tp",))] = Field(
+        1, ge=1, le=64, description="GPUs one copy of the weights is split across within a node.")
+    pipeline_parallel_size: Annotated[int, Flag("--pipeline-parallel-size", sized=True, applies=Applies.GPU,
+                                                kserve=KServe.SPEC_MULTI_NODE, aliases=("-pp",))] = Field(
+        1, ge=1, le=64, description="Layer stages; equals nodeCount for multi-node serving.")
+    max_model_len: Annotated[int, Flag("--max-model-len", sized=True)] = Field(
+        ge=16, le=10_485_760, description="Longest request (prompt + output tokens) the model must serve.")
+    gpu_memory_utilization: Annotated[float, Flag("--gpu-memory-utilization", sized=True,
+                                                  applies=Applies.GPU)] = Field(
+        0.9, gt=0.05, le=0.99, description="Share of each GPU's memory vLLM may use.")
+    dtype: Annotated[Literal["auto", "bfloat16", "float16", "float32"], Flag("--dtype", sized=True)] = Field(
+        "auto", description="Activation/weight dtype for unquantized weights.")
+    kv_cache_dtype: Annotated[Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"],
+                              Flag("--kv-cache-dtype", sized=True)] = Field(
+        "auto", description="fp8 halves the KV cache per token.")
+    max_num_seqs: Annotated[int, Flag("--max-num-seqs", sized=True)] = Field(
+        256, ge=1, le=4096, description="Requests batched at once; sizes the sampler's memory.")
+    max_num_batched_tokens: Annotated[int | None, Flag("--max-num-batched-tokens", sized=True)] = Field(
+        None, ge=16, description="Tokens per scheduler step (vLLM's default when unset); sizes activation memory.")
+    quantization: Annotated[Literal["awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "compressed-tensors",
+                                    "mxfp4", "bitsandbytes"] | None,
+                            Flag("--quantization", sized=True)] = Field(
+        None, description="Weight quantization method (default: what the checkpoint declares).")
+    block_size: Annotated[Literal[8, 16, 32, 64, 128] | None, Flag("--block-size", sized=True)] = Field(
+        None, description="KV-cache block size in tokens (vLLM's default, 16, when unset).")
+    enforce_eager: Annotated[bool, Flag("--enforce-eager", sized=True)] = Field(
+        False, description="No CUDA graphs: less memory, slower decoding.")
+    enable_auto_tool_choice: Annotated[bool, Flag("--enable-auto-tool-choice")] = Field(
+        False, description="Let the model decide to call tools (needs toolCallParser).")
+    tool_call_parser: Annotated[str | None, Flag("--tool-call-parser")] = Field(
+        None, description="vLLM's tool-call parser for this model family, e.g. hermes, llama3_json.")
+    cpu_kv_cache_gib: Annotated[float, Flag(sized=True, applies=Applies.CPU, env="VLLM_CPU_KVCACHE_SPACE",
+                                            fmt=_ceil_gib)] = Field(
+        4.0, gt=0, le=1024, alias="cpuKvCacheGiB", description="KV cache space of the CPU profile (GiB).")
+
+
+def rows() -> Iterator[Row]:
+    """Every row of the table, in command-line order."""
+    for name, info in ServingSpec.model_fields.items():
+        flag = next((m for m in info.metadata if isinstance(m, Flag)), None)
+        if flag is not None:
+            yield Row(name, info.alias or name, flag)
+
+
+def row(field: str) -> Row:
+    return next(r for r in rows() if r.field == field)
+
+
+def sized_fields() -> tuple[str, ...]:
+    """Catalog fields the fit check sizes with; `tkf_infra.sizing.SizingParams` has each of them."""
+    return tuple(r.field for r in rows() if r.flag.sized)
+
+
+# Flags no catalog field owns, which the platform sets itself or which would change what the fit
+# check sized without it knowing. `extraArgs` may not pass them; the reason is the fix.
+PLATFORM_FLAGS: dict[str, str] = {
+    "--model": "set `repo` and `revision` instead",
+    "--revision": "set `revision` instead",
+    "--port": f"the platform serves on port {SERVING_PORT}",
+    "--host": "the platform binds vLLM to all interfaces inside the pod",
+    "--api-key": "the runtime API key comes from the `apiKey` secret stack setting",
+    "--download-dir": "weights come from the shared weight cache",
+    "--data-parallel-size": "scale with `replicas` instead",
+    "-dp": "scale with `replicas` instead",
+    "--nnodes": "multi-node placement comes from `nodeCount`",
+    "--node-rank": "multi-node placement comes from `nodeCount`",
+    "--master-addr": "multi-node placement comes from `nodeCount`",
+    "--headless": "multi-node placement comes from `nodeCount`",
+    "--config": "a vLLM config file could set any flag behind the fit check's back; use catalog fields",
+    "--cpu-offload-gb": "offloading changes the weights on the GPU, which the fit check sizes",
+    "--kv-cache-memory-bytes": "the KV-cache budget is what the fit check sizes",
+    "--num-gpu-blocks-override": "the KV-cache budget is what the fit check sizes",
+    "--speculative-config": "a draft model takes GPU memory the fit check does not size",
+    "--compilation-config": "CUDA-graph capture sizes are part of the fit check's overhead",
+    "-O": "CUDA-graph capture sizes are part of the fit check's overhead",
+    "--hf-overrides": "it changes the model config the fit check sizes from models.lock.json",
+    "--enable-lora": "LoRA adapters take GPU memory the fit check does not size",
+    "--enable-expert-parallel": "expert parallelism changes the per-GPU weights the fit check sizes",
+    "--limit-mm-per-prompt": "the multimodal encoder cache is part of what the fit check sizes",
+    "--load-format": "weights are loaded from the weight cache in the format the fit check sized",
+}
+
+
+def owned_flags() -> dict[str, str]:
+    """Every flag `extraArgs` may not set, with the reason a user reads."""
+    out = dict(PLATFORM_FLAGS)
+    for r in rows():
+        why = f"set `{r.key}` instead" + (" (the fit check sizes the model with it)" if r.flag.sized else "")
+        for name in (r.flag.flag, *r.flag.aliases):
+            if name:
+                out[name] = why
+    return out
+
+
+def _flag_name(arg: str) -> str | None:
+    """The flag an argv word sets, normalised as vLLM's parser does (`--a_b=1` is `--a-b`)."""
+    if not arg.startswith("-") or arg == "-" or arg.lstrip("-").replace(".", "").isdigit():
+        return None
+    name = arg.split("=", 1)[0]
+    if name.startswith("--"):
+        return "--" + name[2:].replace("_", "-")
+    if name.startswith("-O"):  # -O3, -O.level=…: the optimisation-level shorthand
+        return "-O"
+    return name
+
+
+def extra_args_problems(args: list[str]) -> list[str]:
+    """Why each `extraArgs` word may not be passed (empty when all are allowed)."""
+    owned = owned_flags()
+    problems: list[str] = []
+    for arg in args:
+        name = _flag_name(arg)
+        if name is None:
+            continue
+        base = name.removeprefix("--no-")
+        hit = owned.get(name) or (owned.get("--" + base) if name.startswith("--no-") else None)
+        if hit is None and name.startswith("--") and len(name) > 4:
+            # argparse may accept an unambiguous prefix of a long option: refuse prefixes of ours too.
+            prefix_of = sorted(f for f in owned if f.startswith(name) and f.startswith("--"))
+            if prefix_of:
+                hit = f"it abbreviates {prefix_of[0]} ({owned[prefix_of[0]]})"
+        if hit is not None:
+            problems.append(f"extraArgs contains {arg!r}, a flag the platform owns: {hit}; remove it")
+    return problems

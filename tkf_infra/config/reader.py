@@ -1,0 +1,78 @@
+"""Where settings come from: the engine's config (the program), a committed stack file (tools),
+and the JSON Schema editors validate stack files against.
+
+`read_pulumi_config` is the only function in the project that reads `pulumi.Config`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tkf_infra.config.base import Problem, SettingsError
+from tkf_infra.config.catalog import ModelEntry
+from tkf_infra.config.stack import NodePool, StackSettings
+
+#: Configuration keys of the project namespace, in the order `Pulumi.yaml` documents them.
+CONFIG_KEYS: tuple[str, ...] = (
+    "cluster", "namespaces", "nodePools", "platform", "serving", "prometheusUrl", "strict",
+    "modelDefaults", "models",
+)  # fmt: skip
+
+
+def catalog_json_schema() -> dict[str, Any]:
+    """JSON Schema of a stack's `tkf-infra:` settings, with pools and entries typed, for editors."""
+    schema = StackSettings.model_json_schema(by_alias=True)
+    defs = schema.setdefault("$defs", {})
+    for key, model, text in (("models", ModelEntry, "The model catalog: one served model per entry."),
+                             ("nodePools", NodePool, "GPU node pools.")):
+        sub = model.model_json_schema(by_alias=True)
+        defs.update(sub.pop("$defs", {}))
+        defs[model.__name__] = sub
+        schema["properties"][key] = {"type": "array", "items": {"$ref": f"#/$defs/{model.__name__}"},
+                                     "description": text}
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "tkf-infra stack settings"
+    return schema
+
+
+def read_stack_file(path: Path) -> dict[str, Any]:
+    """The `tkf-infra:` settings of a committed `Pulumi.<stack>.yaml`, without secrets.
+
+    For tools that work from the stack file itself (the lock command, tests), not from the engine.
+    """
+    import yaml
+
+    cfg = (yaml.safe_load(path.read_text()) or {}).get("config", {}) or {}
+    return {k.split(":", 1)[1]: v for k, v in cfg.items()
+            if k.startswith("tkf-infra:") and not (isinstance(v, dict) and "secure" in v)}
+
+
+def read_pulumi_config() -> dict[str, Any]:
+    """The stack's `tkf-infra:*` keys as one document, ready for `validate_catalog`.
+
+    A malformed structured value (bad JSON/YAML shape) becomes a SettingsError naming the key,
+    never a traceback.
+    """
+    import pulumi  # local: the rest of the package must stay importable without the engine
+
+    config = pulumi.Config()
+    doc: dict[str, Any] = {}
+    problems: list[Problem] = []
+    for key in CONFIG_KEYS:
+        try:
+            value: Any
+            if key == "prometheusUrl":
+                value = config.get(key) or None
+            elif key == "strict":
+                value = config.get_bool(key)
+            else:
+                value = config.get_object(key)
+        except Exception as err:  # ConfigTypeError and JSON errors carry the reason
+            problems.append(Problem(f"tkf-infra:{key}", "", f"cannot be read as structured config: {err}"))
+            continue
+        if value is not None:
+            doc[key] = value
+    if problems:
+        raise SettingsError(problems, headline="the stack file has malformed settings")
+    return doc

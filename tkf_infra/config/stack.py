@@ -1,0 +1,258 @@
+"""Stack-level settings: the cluster target, namespaces, node pools, platform pieces and serving defaults.
+
+Why strict, field by field: a broken cluster or namespace setting breaks every model, so it stops
+the run at load with every problem at once (key path, value, fix) — never a traceback from deep in
+a component, never an object the API server refuses at apply. Node pools are the exception: a bad
+pool refuses only the models placed on it (`tkf_infra.config.validate`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+from pydantic import Field, field_validator, model_validator
+
+from tkf_infra.config.base import SettingsModel
+from tkf_infra.config.catalog import Backend
+
+DNS1035_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
+_FLOATING_TAGS = {"", "latest", "nightly", "main", "master", "stable", "dev"}
+
+
+class ClusterTarget(SettingsModel):
+    """Where manifests go: rendered to a directory (no cluster needed) or applied via kubeconfig."""
+
+    mode: Literal["render", "kubeconfig"] = "render"
+    render_dir: str = Field("rendered/dev", description="Directory for rendered manifests (mode render).")
+    kubeconfig: str | None = Field(None, description="Path to a kubeconfig file (mode kubeconfig).")
+    context: str | None = Field(None, description="kubeconfig context to use (mode kubeconfig).")
+    cluster_identifier: str | None = Field(
+        None, description="Stable cluster id: credential rotation then never replaces workloads.")
+    skip_await: bool = Field(
+        False, description="Do not wait for readiness. Only for test API servers that run no controllers.")
+
+    @model_validator(mode="after")
+    def _kubeconfig_mode_needs_file(self) -> ClusterTarget:
+        if self.mode == "kubeconfig" and not self.kubeconfig:
+            raise ValueError("cluster.mode is 'kubeconfig' but cluster.kubeconfig is not set; give the path")
+        return self
+
+
+def _namespace(v: str) -> str:
+    if not DNS1123_LABEL_RE.match(v) or len(v) > 63:
+        raise ValueError(f"{v!r} is not a Kubernetes namespace name (a DNS-1123 label: at most 63 lowercase "
+                         "letters, digits and '-', starting and ending with a letter or digit), so the API "
+                         f"server would refuse it at apply; use e.g. {re.sub(r'[^a-z0-9-]', '-', v.lower())!r}")
+    return v
+
+
+class Namespaces(SettingsModel):
+    serving: str = "llm-serving"
+    gateway: str = Field("llm-gateway", description="Namespace of the LLM gateway: the only client allowed.")
+    monitoring: str = Field("monitoring", description="Namespace whose Prometheus may scrape metrics.")
+    gpu_operator: str = "gpu-operator"
+    kserve: str = "kserve"
+    lws: str = "lws-system"
+    cert_manager: str = "cert-manager"
+
+    @field_validator("*")
+    @classmethod
+    def _dns(cls, v: str) -> str:
+        return _namespace(v)
+
+
+class Taint(SettingsModel):
+    key: str
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
+class NodePool(SettingsModel):
+    """A set of identical GPU nodes. `gpusPerNode: 0` marks a CPU pool (dev only)."""
+
+    name: str
+    kind: Literal["eks", "existing"] = "existing"
+    gpu_product: str | None = Field(
+        None, description="GPU model, e.g. H100-80GB or the GPU Operator label NVIDIA-H100-80GB-HBM3.")
+    gpus_per_node: int = Field(ge=0, le=16)
+    node_count: int = Field(1, ge=1, le=1000)
+    gpu_memory_gib: float | None = Field(None, gt=0, alias="gpuMemoryGiB",
+                                         description="Override the GPU table's memory (what CUDA reports).")
+    labels: dict[str, str] = Field(default_factory=dict, description="Node selector labels.")
+    taints: list[Taint] = Field(default_factory=list)
+    nodes: list[str] = Field(default_factory=list, description="Node names to label/taint (kind existing).")
+    # EKS only
+    cluster_name: str | None = None
+    instance_type: str | None = None
+    node_role_arn: str | None = None
+    subnet_ids: list[str] = Field(default_factory=list)
+    min_size: int | None = Field(None, ge=0)
+    max_size: int | None = Field(None, ge=1)
+    capacity_type: Literal["ON_DEMAND", "SPOT", "CAPACITY_BLOCK"] = "ON_DEMAND"
+    ami_type: str = "AL2023_x86_64_NVIDIA"
+
+    @field_validator("name")
+    @classmethod
+    def _pool_name(cls, v: str) -> str:
+        if not DNS1035_RE.match(v) or len(v) > 40:
+            raise ValueError(f"node pool name {v!r} must be a DNS-1035 label of at most 40 characters "
+                             "(lowercase letters, digits and '-', starting with a letter)")
+        return v
+
+    @field_validator("gpu_product")
+    @classmethod
+    def _known_gpu(cls, v: str | None) -> str | None:
+        from tkf_infra.sizing.gpus import lookup_gpu
+
+        if v is not None:
+            try:
+                lookup_gpu(v)
+            except KeyError as exc:
+                raise ValueError(str(exc.args[0])) from None
+        return v
+
+    @model_validator(mode="after")
+    def _pool_rules(self) -> NodePool:
+        if self.gpus_per_node > 0 and not self.gpu_product and self.kind == "existing":
+            raise ValueError("gpuProduct is required when gpusPerNode > 0 (e.g. H100-80GB); it is what the "
+                             "fit check sizes against")
+        if self.kind == "eks":
+            missing = [k for k, v in (("instanceType", self.instance_type), ("clusterName", self.cluster_name),
+                                      ("nodeRoleArn", self.node_role_arn)) if not v]
+            missing += [] if self.subnet_ids else ["subnetIds"]
+            if missing:
+                raise ValueError(f"kind eks needs {', '.join(missing)}")
+        return self
+
+
+class Component(SettingsModel):
+    """A platform piece: installed by us at a pinned version, or already installed by someone else."""
+
+    already_installed: bool = Field(
+        False, description="True: someone else installed it; tkf-infra registers nothing for it.")
+    version: str | None = Field(None, description="Pinned chart/release version (required unless alreadyInstalled).")
+
+    @field_validator("version")
+    @classmethod
+    def _pinned(cls, v: str | None) -> str | None:
+        if v is not None and v.strip().lower() in {"", "latest", "*", "stable", "main", "master"}:
+            raise ValueError(f"version {v!r} is not pinned; give an exact release such as v0.15.2")
+        return v
+
+    @model_validator(mode="after")
+    def _version_when_installing(self) -> Component:
+        if not self.already_installed and not self.version:
+            raise ValueError("version is required when tkf-infra installs this piece; pin an exact release "
+                             "(or set alreadyInstalled: true)")
+        return self
+
+    @property
+    def pinned(self) -> str:
+        """The pinned version; only meaningful when tkf-infra installs the piece."""
+        return self.version or ""
+
+
+class GpuOperatorSettings(Component):
+    version: str | None = "v26.7.0"
+    driver_enabled: bool = Field(True, description="False where nodes ship NVIDIA drivers.")
+    toolkit_enabled: bool = True
+    dcgm_exporter_enabled: bool = Field(True, description="Feeds GPU inventory and capacity data.")
+    time_slicing_replicas: int = Field(0, ge=0, le=48, description="Device-plugin time-slicing; 0 = off.")
+    mig_strategy: Literal["none", "single", "mixed"] = "none"
+
+
+class Platform(SettingsModel):
+    gpu_operator: GpuOperatorSettings = Field(default_factory=lambda: GpuOperatorSettings())
+    # The versions KServe v0.20.0 pins in its kserve-deps.env (CERT_MANAGER_VERSION, GATEWAY_API_VERSION,
+    # LWS_VERSION) at commit 1fb781055dd1567164358233e1125142ca6ef1fe.
+    cert_manager: Component = Field(default_factory=lambda: Component(version="v1.17.0"))
+    gateway_api: Component = Field(default_factory=lambda: Component(version="v1.5.1"))
+    kserve: Component = Field(default_factory=lambda: Component(version="v0.20.0"))
+    lws: Component = Field(default_factory=lambda: Component(version="0.8.0"))
+
+
+def image_version(image: str) -> str | None:
+    """The release an image tag names (`vllm/vllm-openai:v0.11.0` → `0.11.0`); None if it names none."""
+    last = image.rsplit("/", 1)[-1].split("@", 1)[0]
+    tag = last.rsplit(":", 1)[1] if ":" in last else ""
+    match = _VERSION_RE.match(tag)
+    return ".".join(g or "0" for g in match.groups()) if match else None
+
+
+def _pinned_image(key: str, v: str) -> str:
+    last = v.rsplit("/", 1)[-1]
+    tag = last.split("@", 1)[0].rsplit(":", 1)[1] if ":" in last.split("@", 1)[0] else ""
+    if tag.lower() in _FLOATING_TAGS and "@sha256:" not in v:
+        shown = f"tag {tag!r}" if tag else "no tag"
+        raise ValueError(f"{v!r} has {shown}, which can move to another vLLM release under the fit check; pin a "
+                         f"release tag such as vllm/vllm-openai:v0.19.0 (set {key})")
+    return v
+
+
+class Serving(SettingsModel):
+    backend: Backend = Field(Backend.KSERVE, description="kserve (LLMInferenceService) or vllm (Deployment/LWS).")
+    vllm_image: str = Field("vllm/vllm-openai:v0.11.0", description="GPU image; its tag is the vLLM version sized for.")
+    vllm_cpu_image: str = Field("public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v0.11.0")
+    vllm_version: str | None = Field(
+        None, description="The vLLM release inside vllmImage, when its tag does not say (e.g. a digest).")
+    allow_cpu: bool = Field(False, description="Allow the CPU profile (gpusPerNode 0). Dev stacks only.")
+    storage_class: str | None = Field(None, description="StorageClass of weight-cache PVCs; None = cluster default.")
+    weight_cache_headroom: float = Field(1.25, ge=1.0, le=4.0)
+    prune_weight_cache: bool = Field(False, description="Delete a removed model's weight PVC (default: keep it).")
+    protect: bool = Field(False, description="Protect PVCs and namespaces from deletion (prod).")
+    api_key_env: str = Field("TKF_VLLM_API_KEY", description="Env var the gateway reads the runtime API key from.")
+
+    @field_validator("vllm_image")
+    @classmethod
+    def _gpu_image(cls, v: str) -> str:
+        return _pinned_image("serving.vllmImage", v)
+
+    @field_validator("vllm_cpu_image")
+    @classmethod
+    def _cpu_image(cls, v: str) -> str:
+        return _pinned_image("serving.vllmCpuImage", v)
+
+    @model_validator(mode="after")
+    def _version_known(self) -> Serving:
+        if self.vllm_version is None and image_version(self.vllm_image) is None:
+            raise ValueError(f"vllmImage {self.vllm_image!r} does not name a vLLM release in its tag, and the fit "
+                             "check sizes per release; tag it like v0.19.0 or set serving.vllmVersion")
+        return self
+
+    @property
+    def version(self) -> str:
+        """The vLLM release the fit check sizes for."""
+        return self.vllm_version or image_version(self.vllm_image) or ""
+
+
+def _url(v: str | None) -> str | None:
+    if v in (None, ""):
+        return None
+    parsed = urlparse(str(v))
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ValueError(f"{v!r} is not an http(s) URL; write it like http://prometheus-k8s.monitoring.svc:9090 "
+                         "(or leave it empty to skip the live checks)")
+    return str(v).rstrip("/")
+
+
+class StackSettings(SettingsModel):
+    """Everything a stack file sets. Pools and catalog entries stay raw here: each is validated on its own."""
+
+    cluster: ClusterTarget = Field(default_factory=lambda: ClusterTarget())
+    namespaces: Namespaces = Field(default_factory=lambda: Namespaces())
+    node_pools: list[Any] = Field(default_factory=list, description="GPU node pools (see NodePool).")
+    platform: Platform = Field(default_factory=lambda: Platform())
+    serving: Serving = Field(default_factory=lambda: Serving())
+    prometheus_url: str | None = Field(None, description="Prometheus base URL for GPU inventory and status.")
+    strict: bool = Field(False, description="True: any bad catalog entry stops the run before anything is registered.")
+    model_defaults: dict[str, Any] = Field(default_factory=dict, description="Merged under every models[] entry.")
+    models: list[Any] = Field(default_factory=list, description="The model catalog.")
+
+    @field_validator("prometheus_url")
+    @classmethod
+    def _prom(cls, v: str | None) -> str | None:
+        return _url(v)

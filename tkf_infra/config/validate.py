@@ -1,0 +1,211 @@
+"""From a raw stack document to a validated `Catalog`: strict where one error breaks everything,
+per item where one bad item must not block the others.
+
+- stack-level settings (cluster, namespaces, platform, serving, URLs): strict — every problem at
+  once, then the run stops (`SettingsError`);
+- node pools: one by one — a bad pool refuses only the models placed on it;
+- catalog entries: one by one, then the rules that need several entries or the pools.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from tkf_infra.config.base import Problem, SettingsError, problems_from, short
+from tkf_infra.config.catalog import ModelEntry, parallelism_problem
+from tkf_infra.config.stack import NodePool, StackSettings
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A catalog entry left out of the deployment by the catalog rules, with every reason at once."""
+
+    index: int
+    name: str
+    problems: tuple[Problem, ...]
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The validated result: settings, usable pools, the entries that may be deployed, the ones left out."""
+
+    settings: StackSettings
+    models: tuple[ModelEntry, ...]
+    rejected: tuple[Rejected, ...] = ()
+    pools: tuple[NodePool, ...] = ()
+    pool_problems: tuple[Problem, ...] = ()
+    """Problems of node pools that were left out (their models are in `rejected`)."""
+    labels: Mapping[int, str] = field(default_factory=dict)
+    """`models[i] name` of every raw entry, as messages name them."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.rejected and not self.pool_problems
+
+    def pool(self, name: str | None) -> NodePool | None:
+        return next((p for p in self.pools if p.name == name), None)
+
+    def index_of(self, name: str) -> int:
+        """Position of a model in the stack file's `models` list (-1 when unknown)."""
+        raws = self.settings.models
+        return next((i for i, m in enumerate(raws) if isinstance(m, Mapping) and m.get("name") == name), -1)
+
+
+def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge `over` onto `base`; nested mappings merge, everything else (lists too) is replaced."""
+    out = copy.deepcopy(dict(base))
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _entry_label(index: int, raw: Any) -> str:
+    name = raw.get("name") if isinstance(raw, Mapping) else None
+    return f"models[{index}] {name}" if isinstance(name, str) and name else f"models[{index}]"
+
+
+def _validate_pools(raws: list[Any]) -> tuple[list[NodePool], list[Problem], dict[str, str]]:
+    """(usable pools, problems, bad pool name → where), each pool on its own."""
+    pools: list[NodePool] = []
+    problems: list[Problem] = []
+    bad: dict[str, str] = {}
+    for i, raw in enumerate(raws):
+        name = raw.get("name") if isinstance(raw, Mapping) else None
+        where = f"nodePools[{i}]" + (f" {name}" if isinstance(name, str) and name else "")
+        if not isinstance(raw, Mapping):
+            problems.append(Problem(where, "", f"expected a mapping of keys, got {short(raw)}"))
+            continue
+        try:
+            pool = NodePool.model_validate(raw)
+        except ValidationError as err:
+            problems.extend(problems_from(err, where))
+            if isinstance(name, str):
+                bad[name] = where
+            continue
+        if any(p.name == pool.name for p in pools):
+            problems.append(Problem(where, "name", f"node pool name {pool.name!r} is used twice; names must be unique"))
+            bad[pool.name] = where
+            continue
+        pools.append(pool)
+    return pools, problems, bad
+
+
+def validate_catalog(raw: Mapping[str, Any]) -> Catalog:
+    """Validate a whole stack document (see the module docstring for what is strict and what is not).
+
+    Raises SettingsError when the stack-level settings are unusable, or when `strict` is set and
+    any pool or entry is bad. Otherwise returns the entries that passed and the rejected ones.
+    """
+    if not isinstance(raw, Mapping):
+        raise SettingsError([Problem("stack settings", "", f"expected a mapping of keys, got {short(raw)}")])
+    try:
+        settings = StackSettings.model_validate(raw)
+    except ValidationError as err:
+        raise SettingsError(problems_from(err, "stack settings")) from None
+    pools, pool_problems, bad_pools = _validate_pools(settings.node_pools)
+
+    per_entry: dict[int, list[Problem]] = {}
+    parsed: dict[int, ModelEntry] = {}
+    labels: dict[int, str] = {}
+    for i, entry in enumerate(settings.models):
+        labels[i] = _entry_label(i, entry)
+        if not isinstance(entry, Mapping):
+            per_entry[i] = [Problem(labels[i], "", f"expected a mapping of keys, got {short(entry)}")]
+            continue
+        merged = deep_merge(settings.model_defaults, entry)
+        try:
+            parsed[i] = ModelEntry.model_validate(merged)
+        except ValidationError as err:
+            per_entry[i] = problems_from(err, labels[i]) + _raw_parallelism_problems(merged, labels[i])
+
+    _cross_entry_rules(settings, pools, bad_pools, parsed, labels, per_entry)
+
+    rejected = tuple(
+        Rejected(i, str(settings.models[i].get("name", "")) if isinstance(settings.models[i], Mapping) else "",
+                 tuple(per_entry[i]))
+        for i in sorted(per_entry)
+    )  # fmt: skip
+    if (rejected or pool_problems) and settings.strict:
+        raise SettingsError([*pool_problems, *(p for r in rejected for p in r.problems)],
+                            headline="strict: true and the stack has bad entries; nothing was registered")
+    good = tuple(parsed[i] for i in sorted(parsed) if i not in per_entry)
+    return Catalog(settings=settings, models=good, rejected=rejected, pools=tuple(pools),
+                   pool_problems=tuple(pool_problems), labels=labels)
+
+
+def _raw_parallelism_problems(raw: Mapping[str, Any], label: str) -> list[Problem]:
+    """The GPU arithmetic rule, checked on the raw entry when other fields already failed.
+
+    Pydantic runs cross-field rules only on entries whose fields all parsed; a person fixing a bad
+    revision should also learn, in the same run, that their parallelism does not add up.
+    """
+    keys = ("nodeCount", "gpusPerNode", "tensorParallelSize", "pipelineParallelSize")
+    values = [raw.get(k, 1) for k in keys]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        return []
+    problem = parallelism_problem(*values)
+    return [Problem(label, "tensorParallelSize", problem)] if problem else []
+
+
+def _cross_entry_rules(settings: StackSettings, pools: list[NodePool], bad_pools: Mapping[str, str],
+                       parsed: Mapping[int, ModelEntry], labels: Mapping[int, str],
+                       per_entry: dict[int, list[Problem]]) -> None:  # fmt: skip
+    """Rules that need more than one entry, or the node pools: uniqueness, placement, CPU policy."""
+    by_name = {p.name: p for p in pools}
+    names: dict[str, int] = {}
+    served: dict[str, int] = {}
+    for i, m in sorted(parsed.items()):
+        problems: list[Problem] = []
+        if m.name in names:
+            problems.append(Problem(labels[i], "name", f"{m.name!r} is already used by {labels[names[m.name]]}; "
+                                    "names must be unique"))
+        else:
+            names[m.name] = i
+        if m.served_name in served:
+            problems.append(Problem(labels[i], "servedName", f"{m.served_name!r} is already served by "
+                                    f"{labels[served[m.served_name]]}; servedName must be unique across the catalog"))
+        else:
+            served[m.served_name] = i
+        pool = by_name.get(m.node_pool or "")
+        if m.node_pool is not None and m.node_pool in bad_pools:
+            problems.append(Problem(labels[i], "nodePool", f"{m.node_pool!r} is not usable: {bad_pools[m.node_pool]} "
+                                    "has errors (reported above); fix the pool or move the model"))
+        elif m.is_cpu:
+            if not settings.serving.allow_cpu:
+                problems.append(Problem(labels[i], "gpusPerNode", "0 selects the CPU profile, which this stack does "
+                                        "not allow (serving.allowCpu is false); give the model GPUs"))
+            if m.node_pool is not None and pool is None:
+                problems.append(_unknown_pool(labels[i], m.node_pool, pools))
+        elif m.node_pool is None:
+            problems.append(Problem(labels[i], "nodePool", f"is required for a GPU model; choose one of "
+                                    f"{_pool_names(pools)}"))
+        elif pool is None:
+            problems.append(_unknown_pool(labels[i], m.node_pool, pools))
+        elif pool.gpus_per_node == 0:
+            problems.append(Problem(labels[i], "nodePool", f"{pool.name!r} is a CPU pool; a model with "
+                                    f"gpusPerNode {m.gpus_per_node} needs a GPU pool"))
+        else:
+            if m.gpus_per_node > pool.gpus_per_node:
+                problems.append(Problem(labels[i], "gpusPerNode", f"{m.gpus_per_node} but node pool {pool.name!r} "
+                                        f"has {pool.gpus_per_node} GPUs per node; lower it or use a bigger pool"))
+            if m.node_count > pool.node_count:
+                problems.append(Problem(labels[i], "nodeCount", f"{m.node_count} but node pool {pool.name!r} "
+                                        f"has {pool.node_count} nodes"))
+        if problems:
+            per_entry.setdefault(i, []).extend(problems)
+
+
+def _pool_names(pools: list[NodePool]) -> str:
+    return ", ".join(repr(p.name) for p in pools) or "(none: add nodePools to the stack)"
+
+
+def _unknown_pool(label: str, name: str, pools: list[NodePool]) -> Problem:
+    return Problem(label, "nodePool", f"{name!r} is not a node pool of this stack; choose one of {_pool_names(pools)}")
