@@ -25,9 +25,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tkf_infra.sizing.engine import ServingParams, SizingError, estimate  # noqa: E402
+from tkf_infra.sizing.estimate import estimate  # noqa: E402
 from tkf_infra.sizing.facts import resolve_text_config  # noqa: E402
 from tkf_infra.sizing.gpus import GPUS, GpuSpec  # noqa: E402
+from tkf_infra.sizing.params import SizingError, SizingParams  # noqa: E402
 
 _INLINE_KEYS = (
     "model_type", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
@@ -74,14 +75,15 @@ def case_gpu(case: dict[str, Any]) -> GpuSpec:
     if match is None:
         if printed is None:
             raise SizingError(f"unknown GPU {label!r} and no printed total memory")
-        match = GpuSpec(label or "gpu", float(printed), float(printed), "", ())
+        match = GpuSpec(name=label or "gpu", memory_gib=float(printed), nominal_gib=float(printed),
+                        compute_capability="", product_labels=())
     if printed is not None:
         match = match.with_memory(float(printed), "printed in the case")
     return match
 
 
-def case_params(case: dict[str, Any]) -> ServingParams:
-    return ServingParams(
+def case_params(case: dict[str, Any]) -> SizingParams:
+    return SizingParams(
         tensor_parallel_size=int(case.get("tensor_parallel_size") or 1),
         pipeline_parallel_size=int(case.get("pipeline_parallel_size") or 1),
         max_model_len=case.get("max_model_len"),

@@ -1,4 +1,5 @@
-"""FitCheck provider called as Pulumi's plugin process would: check/diff/create, pickling, messages."""
+"""The fit check's contract (`evaluate`) and the FitCheck provider called as Pulumi's plugin process
+would: the verdict and its message, check/diff/create, pickling, a clean import."""
 
 from __future__ import annotations
 
@@ -12,98 +13,99 @@ from typing import Any
 import dill  # type: ignore[import-untyped]
 from pulumi.output import UNKNOWN
 
-from providers.fit import FitProvider, ModelDemand, PoolCapacity, fit_inputs, fleet_capacity_errors
-from tkf_infra.sizing.engine import ServingParams
+from providers.fit import FitProvider
+from tkf_infra.sizing.contract import FitInputs, FitResult, evaluate
 from tkf_infra.sizing.facts import ModelFacts
 from tkf_infra.sizing.gpus import lookup_gpu
+from tkf_infra.sizing.params import SizingParams
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = Path(__file__).parent / "data" / "models" / "configs"
 
 
-def inputs(config: str, gpu: str | None, **serving: Any) -> dict[str, Any]:
-    facts = ModelFacts("org/" + config, "0" * 40, json.loads((CONFIGS / config).read_text()))
-    spec = lookup_gpu(gpu).to_dict() if gpu else None
-    return fit_inputs(
-        "chat", facts.repo, facts.revision, facts.to_dict(), spec, ServingParams(**serving).to_dict()
-    )
+def fit_inputs(config: str, gpu: str | None, **serving: Any) -> FitInputs:
+    facts = ModelFacts(repo="org/" + config, revision="0" * 40, config=json.loads((CONFIGS / config).read_text()))
+    return FitInputs(model="chat", repo=facts.repo, revision=facts.revision, facts=facts,
+                     gpu=lookup_gpu(gpu) if gpu else None, params=SizingParams(vllm_version="0.19.0", **serving))
 
 
-def test_check_refuses_70b_on_one_h100_with_numbers_and_way_out() -> None:
-    news = inputs("meta-llama__Meta-Llama-3.1-70B.json", "H100-80GB", max_model_len=131072)
-    result = FitProvider().check({}, news)
-    assert len(result.failures) == 1
-    reason = result.failures[0].reason
-    assert reason.startswith("model chat: ")
-    assert "no memory left for the KV cache" in reason
-    assert "GiB of weights" in reason
-    assert "fits with tensorParallelSize 4" in reason
+def props(result: FitResult) -> dict[str, Any]:
+    """FitCheck properties as the engine hands them to the provider (JSON, camelCase)."""
+    return {"model": "chat", "sizedFor": {}, "result": result.model_dump(by_alias=True, mode="json"),
+            "providerVersion": "2"}
 
 
-def test_check_message_for_kv_shortfall_names_max_model_len() -> None:
-    news = inputs("Qwen__Qwen3-8B.json", "L4", max_model_len=40960)
-    reason = FitProvider().check({}, news).failures[0].reason
-    assert "needs 5.6 GiB KV cache for maxModelLen 40960" in reason
-    assert "on one L4 at utilization 0.90" in reason
-    assert "maxModelLen <= " in reason
+def test_70b_on_one_h100_is_refused_with_numbers_and_way_out() -> None:
+    result = evaluate(fit_inputs("meta-llama__Meta-Llama-3.1-70B.json", "H100-80GB", max_model_len=131072))
+    assert result.fits is False and result.message is not None
+    assert result.message.startswith("model chat: ")
+    assert "no memory left for the KV cache" in result.message
+    assert "GiB of weights" in result.message
+    assert "fits with tensorParallelSize 4" in result.message
 
 
-def test_check_passes_when_it_fits() -> None:
-    news = inputs("meta-llama__Llama-3.1-8B-Instruct.json", "H100-80GB", max_model_len=8192)
+def test_kv_shortfall_message_names_max_model_len() -> None:
+    message = evaluate(fit_inputs("Qwen__Qwen3-8B.json", "L4", max_model_len=40960)).message or ""
+    assert "needs 5.6 GiB KV cache for maxModelLen 40960" in message
+    assert "on one L4 at utilization 0.90" in message
+    assert "maxModelLen <= " in message
+
+
+def test_a_fit_publishes_its_figures_under_documented_keys() -> None:
+    result = evaluate(fit_inputs("meta-llama__Llama-3.1-8B-Instruct.json", "H100-80GB", max_model_len=8192))
+    assert result.fits and result.message is None
+    figures = result.published()
+    assert set(figures) == {"fits", "weightsGiB", "kvCacheGiB", "kvCacheTokens", "maxConcurrency",
+                            "maxFittingModelLen"}
+    assert 14.9 < float(str(figures["weightsGiB"])) < 15.1
+    assert result.annotations()["tkf.io/fit-kv-cache-tokens"] == str(result.kv_cache_tokens)
+
+
+def test_inputs_summary_is_small_and_names_what_the_verdict_depends_on() -> None:
+    inputs = fit_inputs("Qwen__Qwen3-8B.json", "H100-80GB", max_model_len=8192)
+    summary = inputs.summary()
+    assert summary["gpu"] == "H100-80GB" and summary["revision"] == "0" * 40
+    assert summary["params"] == {**inputs.params.model_dump(exclude_none=True)}
+    assert len(json.dumps(summary)) < 600, "state must not carry the whole config.json"
+    other = fit_inputs("Qwen__Qwen3-8B.json", "H100-80GB", max_model_len=8192, dtype="float16").summary()
+    assert other != summary
+
+
+def test_check_gates_on_the_recorded_verdict() -> None:
+    ok = evaluate(fit_inputs("meta-llama__Llama-3.1-8B-Instruct.json", "H100-80GB", max_model_len=8192))
+    assert FitProvider().check({}, props(ok)).failures == []
+    refused = evaluate(fit_inputs("meta-llama__Meta-Llama-3.1-70B.json", "L4", max_model_len=8192))
+    failures = FitProvider().check({}, props(refused)).failures
+    assert [f.reason for f in failures] == [refused.message]
+
+
+def test_unknown_result_is_skipped_at_preview() -> None:
+    news = props(evaluate(fit_inputs("meta-llama__Meta-Llama-3.1-70B.json", "L4", max_model_len=8192)))
+    news["result"] = UNKNOWN
+    assert FitProvider().check({}, news).failures == []
+    news["result"] = {"fits": "04da6b54-80e4-46f7-96ec-b56ff0331ba9"}
     assert FitProvider().check({}, news).failures == []
 
 
-def test_unknown_inputs_are_skipped_at_preview() -> None:
-    news = inputs("meta-llama__Meta-Llama-3.1-70B.json", "L4", max_model_len=131072)
-    news["gpu"] = UNKNOWN
-    assert FitProvider().check({}, news).failures == []
-    news["gpu"] = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
-    assert FitProvider().check({}, news).failures == []
-
-
-def test_create_outputs_estimates() -> None:
-    props = inputs("meta-llama__Llama-3.1-8B-Instruct.json", "H100-80GB", max_model_len=8192)
-    outs = FitProvider().create(props).outs
-    assert outs is not None
-    assert outs["fits"] is True
-    assert 14.9 < outs["weightsGiB"] < 15.1
-    assert outs["kvCacheTokens"] > 300_000
-    assert outs["maxConcurrency"] > 30
-
-
-def test_diff_reports_input_changes_only() -> None:
-    old = inputs("Qwen__Qwen3-8B.json", "H100-80GB", max_model_len=8192)
-    same = FitProvider().diff("id", {**old, "weightsGiB": 1.0}, old)
-    assert same.changes is False
-    new = inputs("Qwen__Qwen3-8B.json", "H100-80GB", max_model_len=16384)
-    assert FitProvider().diff("id", old, new).changes is True
+def test_create_records_what_was_checked_and_diff_follows_it() -> None:
+    old = props(evaluate(fit_inputs("Qwen__Qwen3-8B.json", "H100-80GB", max_model_len=8192)))
+    outs = FitProvider().create(old).outs
+    assert outs is not None and outs["result"]["fits"] is True and outs["result"]["kvCacheTokens"] > 300_000
+    assert FitProvider().diff("chat", old, dict(old)).changes is False
+    new = props(evaluate(fit_inputs("Qwen__Qwen3-8B.json", "H100-80GB", max_model_len=16384)))
+    assert FitProvider().diff("chat", old, new).changes is True
 
 
 def test_provider_pickles_and_still_works() -> None:
+    refused = props(evaluate(fit_inputs("meta-llama__Meta-Llama-3.1-70B.json", "L4", max_model_len=8192)))
     for module in (pickle, dill):
         clone = module.loads(module.dumps(FitProvider()))
-        news = inputs("meta-llama__Meta-Llama-3.1-70B.json", "L4", max_model_len=8192)
-        assert clone.check({}, news).failures
+        assert clone.check({}, refused).failures
 
 
-def test_module_imports_cleanly_in_a_fresh_process() -> None:
-    code = "import providers.fit as f; print(f.FitProvider.__name__)"
+def test_module_imports_only_pulumi_in_a_fresh_process() -> None:
+    code = ("import sys, providers.fit as f; print(f.FitProvider.__name__, "
+            "any(m.startswith('tkf_infra') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "FitProvider"
-
-
-def test_fleet_capacity() -> None:
-    pools = [PoolCapacity("gpu", gpus_per_node=4, node_count=2)]
-    ok = [ModelDemand("a", "gpu", 4, 1, 1), ModelDemand("b", "gpu", 2, 1, 2)]
-    assert fleet_capacity_errors(ok, pools) == []
-    over = [*ok, ModelDemand("c", "gpu", 1, 1, 1)]
-    errors = fleet_capacity_errors(over, pools)
-    assert errors == [
-        "nodePool gpu: models need 9 GPUs (a 4, b 4, c 1) but the pool has 8 (2 nodes x 4); "
-        "raise nodeCount or lower replicas"
-    ]
-    wide = fleet_capacity_errors([ModelDemand("d", "gpu", 8)], pools)
-    assert "tensorParallelSize 8 needs 8 GPUs on one node but nodePool gpu has 4 per node" in wide[0]
-    assert fleet_capacity_errors([ModelDemand("e", "nope")], pools)[0].startswith("model e: nodePool 'nope'")
-    assert fleet_capacity_errors([ModelDemand("cpu", "nope", gpus_per_node=0)], pools) == []
+    assert out.stdout.strip() == "FitProvider False"

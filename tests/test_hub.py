@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tkf_infra.hub import HubError, fetch_facts
-from tkf_infra.lock import LockMissError, load_lock, lock_command, resolve_facts
+from tkf_infra.hub.client import HubError, fetch_facts
+from tkf_infra.hub.lock import LockMissError, load_lock, lock_command, resolve_facts
 from tkf_infra.sizing.facts import ModelFacts
 
 SHA = "a" * 40
@@ -200,7 +200,7 @@ def test_unreachable_hub_without_lock_entry_says_run_lock(tmp_path: Path) -> Non
 def test_unreachable_hub_with_lock_entry_answers_offline(tmp_path: Path) -> None:
     endpoint = f"http://127.0.0.1:{_free_port()}"
     lock = load_lock(tmp_path / "none.json")
-    lock.put(ModelFacts("org/tiny", SHA, CONFIG))
+    lock.put(ModelFacts(repo="org/tiny", revision=SHA, config=CONFIG))
     assert resolve_facts("org/tiny", SHA, lock=lock, endpoint=endpoint).config == CONFIG
 
 

@@ -1,21 +1,11 @@
-"""Sizing: will a model fit on a GPU under vLLM, and with which settings.
+"""GPU memory sizing: predict what vLLM prints at start-up and decide whether a model fits.
 
-``engine`` holds the pure accounting, ``facts`` the per-checkpoint inputs, ``gpus`` the GPU table,
-``ec2`` the instance-type lookup. Nothing here imports Pulumi.
+- `params`: what the engine is asked (`SizingParams`);
+- `facts`: what is known about a checkpoint (`ModelFacts`, from models.lock.json);
+- `gpus`: every GPU's memory as CUDA reports it, and every name clusters use for it;
+- `versions`: per-release overhead physics of vLLM;
+- `arch`, `weights`, `kv`: the model's shape, its weights per rank, its KV-cache layout;
+- `estimate`: the per-rank figures and the verdict; `suggest`: the way out of a no-fit;
+- `contract`: `FitInputs` → `evaluate` → `FitResult`, the fit check's one typed contract;
+- `ec2`: GPU facts of EC2 instance types.
 """
-
-from tkf_infra.sizing.engine import Estimate, ServingParams, SizingError, Suggestion, estimate, suggest
-from tkf_infra.sizing.facts import ModelFacts
-from tkf_infra.sizing.gpus import GpuSpec, lookup_gpu
-
-__all__ = [
-    "Estimate",
-    "GpuSpec",
-    "ModelFacts",
-    "ServingParams",
-    "SizingError",
-    "Suggestion",
-    "estimate",
-    "lookup_gpu",
-    "suggest",
-]

@@ -8,8 +8,10 @@ guessed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 #: Bytes per element of each safetensors storage dtype. Packed int4 weights are stored as I32/U8,
 #: so bytes must be computed per storage element, never as "parameters x bits".
@@ -21,25 +23,31 @@ DTYPE_BYTES: dict[str, float] = {
     "F4": 0.5, "F6_E2M3": 0.75, "F6_E3M2": 0.75,
 }  # fmt: skip
 
+def bytes_of_counts(counts: Mapping[str, int]) -> int:
+    """Tensor bytes of safetensors element counts by storage dtype (unknown dtypes count 2 bytes)."""
+    return int(sum(DTYPE_BYTES.get(dtype.upper(), 2) * n for dtype, n in counts.items()))
+
+
 # Where the language-model part of a multimodal config lives (transformers' get_text_config plus
 # names seen on the Hub); the first one present wins.
 _TEXT_CONFIG_KEYS = ("text_config", "llm_config", "language_config", "text_encoder", "decoder", "generator")
 
 
-@dataclass(frozen=True)
-class ModelFacts:
-    """Immutable facts about one checkpoint.
+class ModelFacts(BaseModel):
+    """Immutable facts about one checkpoint, as committed in ``models.lock.json``.
 
     ``config`` is the raw ``config.json``. ``param_counts`` maps safetensors storage dtype to element
     count (as ``huggingface_hub`` reports it); ``weight_bytes`` is the sum of tensor bytes (headers
     excluded). Either may be empty/None when the Hub could not be read; the engine then works from
-    the config alone.
+    the config alone. Older lock files without the optional keys still load (defaults).
     """
+
+    model_config = ConfigDict(frozen=True)
 
     repo: str
     revision: str
-    config: dict[str, Any] = field(default_factory=dict)
-    param_counts: dict[str, int] = field(default_factory=dict)
+    config: dict[str, Any] = Field(default_factory=dict)
+    param_counts: dict[str, int] = Field(default_factory=dict)
     weight_bytes: int | None = None
     parameter_count: int | None = None
     gated: bool | None = None
@@ -62,42 +70,6 @@ class ModelFacts:
         quantization, which then sit at the top level, so those are inherited.
         """
         return resolve_text_config(self.config)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "repo": self.repo,
-            "revision": self.revision,
-            "config": self.config,
-            "param_counts": dict(sorted(self.param_counts.items())),
-            "weight_bytes": self.weight_bytes,
-            "parameter_count": self.parameter_count,
-            "gated": self.gated,
-            "source": self.source,
-            "unknown_fields": list(self.unknown_fields),
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ModelFacts:
-        """Inverse of ``to_dict``; tolerant of missing optional keys so older lock files still load."""
-        try:
-            repo = str(data["repo"])
-            revision = str(data["revision"])
-        except KeyError as exc:
-            raise ValueError(f"model facts entry lacks the {exc.args[0]!r} key: {sorted(data)}") from exc
-        weight_bytes = data.get("weight_bytes")
-        gated = data.get("gated")
-        pcount = data.get("parameter_count")
-        return cls(
-            repo=repo,
-            revision=revision,
-            config=dict(data.get("config") or {}),
-            param_counts={str(k): int(v) for k, v in (data.get("param_counts") or {}).items()},
-            weight_bytes=int(weight_bytes) if weight_bytes is not None else None,
-            parameter_count=int(pcount) if pcount is not None else None,
-            gated=bool(gated) if gated is not None else None,
-            source=str(data.get("source") or ""),
-            unknown_fields=tuple(str(x) for x in data.get("unknown_fields") or ()),
-        )
 
 
 def resolve_text_config(config: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,276 @@
+"""A model's architecture as sizing needs it, normalised from ``config.json``, and vLLM's parallelism rules.
+
+Why normalise: configs spell the same fact many ways (``n_head_kv``, ``num_kv_heads``,
+``multi_query_group_num``…), nest the language model inside multimodal configs and leave fields
+implicit; every later step (weights, KV cache, activation) reads one `Arch` instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tkf_infra.sizing.params import SizingError
+
+VOCAB_PADDING = 64  # vLLM pads the vocabulary to a multiple of 64 before splitting it across TP ranks
+
+_MLA_MODEL_TYPES = frozenset({
+    "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_mtp", "kimi_k2", "kimi_linear",
+    "longcat_flash", "pangu_ultra_moe", "pangu_ultra_moe_mtp",
+})  # fmt: skip
+# Models whose config leaves num_key_value_heads implicit use these aliases.
+_KV_HEAD_KEYS = ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num")
+_MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
+                 "model_max_length", "max_target_positions", "max_sequence_length")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LayerKind:
+    """Attention kind of one decoder layer: full, sliding (with window) or mla."""
+
+    kind: str
+    window: int | None = None
+
+
+@dataclass(frozen=True)
+class Arch:
+    """The architecture fields sizing needs, normalised from a (text) config."""
+
+    model_type: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int | None
+    vocab: int | None
+    tied: bool
+    layer_kinds: tuple[LayerKind, ...]
+    gated_mlp: bool
+    qkv_bias: bool
+    all_bias: bool
+    norms_per_layer: int
+    qk_norm: bool
+    num_experts: int
+    experts_per_tok: int
+    moe_intermediate: int | None
+    shared_intermediate: int
+    moe_layers: tuple[bool, ...]
+    mla: dict[str, int] | None
+    max_len: int | None
+    rotary_dim: int
+    torch_dtype: str | None
+    quant: dict[str, Any] | None
+    multimodal: bool
+    missing: tuple[str, ...] = ()
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+
+def _first(cfg: dict[str, Any], *keys: str) -> Any:
+    for key in keys:
+        if cfg.get(key) is not None:
+            return cfg[key]
+    return None
+
+
+def derive_max_len(cfg: dict[str, Any]) -> int | None:
+    """vLLM's default max_model_len: the smallest length key, scaled by the rope factor."""
+    lengths = [int(cfg[k]) for k in _MAX_LEN_KEYS if isinstance(cfg.get(k), int | float)]
+    if not lengths:
+        return None
+    length = min(lengths)
+    rope = cfg.get("rope_scaling") or {}
+    if isinstance(rope, dict) and cfg.get("model_type") not in ("gemma3", "gemma3_text"):
+        rtype = str(rope.get("rope_type") or rope.get("type") or "")
+        factor = rope.get("factor")
+        if factor and rtype not in ("llama3", "longrope", "su", "mrope", "default", ""):
+            if rtype == "yarn" and rope.get("original_max_position_embeddings"):
+                length = int(rope["original_max_position_embeddings"])
+            length = int(length * float(factor))
+    return length
+
+
+def parse_arch(config: dict[str, Any]) -> Arch:
+    """Normalise a text config. Raises SizingError naming any field sizing cannot do without."""
+    cfg = config
+    mt = str(cfg.get("model_type") or "")
+    missing: list[str] = []
+
+    def need(*keys: str) -> int:
+        val = _first(cfg, *keys)
+        if val is None:
+            missing.append(keys[0])
+            return 0
+        return int(val)
+
+    layers = need("num_hidden_layers", "n_layer", "num_layers")
+    hidden = need("hidden_size", "n_embd", "d_model")
+    heads = need("num_attention_heads", "n_head", "num_heads")
+    kv_val = _first(cfg, *_KV_HEAD_KEYS)
+    if kv_val is None:
+        kv_val = 1 if cfg.get("multi_query") else heads
+    kv_heads = int(kv_val)
+    hd = _first(cfg, "head_dim", "hidden_size_per_head")
+    head_dim = int(hd) if hd else (hidden // heads if heads else 0)
+    if missing:
+        raise SizingError("config.json lacks " + ", ".join(missing))
+
+    mla: dict[str, int] | None = None
+    if cfg.get("kv_lora_rank") and (mt in _MLA_MODEL_TYPES or "qk_rope_head_dim" in cfg):
+        mla = {
+            "kv_lora_rank": int(cfg["kv_lora_rank"]),
+            "qk_rope_head_dim": int(cfg.get("qk_rope_head_dim") or 64),
+            "qk_nope_head_dim": int(cfg.get("qk_nope_head_dim") or 128),
+            "v_head_dim": int(cfg.get("v_head_dim") or 128),
+            "q_lora_rank": int(cfg.get("q_lora_rank") or 0),
+        }
+
+    # Attention pattern per layer.
+    window = cfg.get("sliding_window")
+    use_sw = cfg.get("use_sliding_window", True)
+    layer_types = cfg.get("layer_types")
+    kinds: list[LayerKind] = []
+    if mla:
+        kinds = [LayerKind("mla")] * layers
+    elif isinstance(layer_types, list) and len(layer_types) == layers:
+        for lt in layer_types:
+            sliding = "sliding" in str(lt) or "local" in str(lt)
+            kinds.append(LayerKind("sliding", int(window)) if sliding and window else LayerKind("full"))
+    elif window and use_sw is not False and mt in ("gemma2", "gemma3", "gemma3_text"):
+        pattern = int(cfg.get("sliding_window_pattern") or (6 if mt.startswith("gemma3") else 2))
+        kinds = [LayerKind("full") if (i + 1) % pattern == 0 else LayerKind("sliding", int(window))
+                 for i in range(layers)]  # fmt: skip
+    elif (
+        window
+        and use_sw is not False
+        and mt in ("mistral", "mixtral", "phi3", "starcoder2", "qwen2")
+        and (mt != "qwen2" or cfg.get("use_sliding_window"))
+    ):
+        # Qwen2 only slides when use_sliding_window is true; Mistral-style configs slide every layer.
+        kinds = [LayerKind("sliding", int(window))] * layers
+    if not kinds:
+        kinds = [LayerKind("full")] * layers
+
+    # MoE.
+    num_experts = int(_first(cfg, "num_experts", "n_routed_experts", "num_local_experts") or 0)
+    topk = int(_first(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk") or 0)
+    moe_inter = _first(cfg, "moe_intermediate_size")
+    intermediate = _first(cfg, "intermediate_size", "ffn_hidden_size", "n_inner")
+    if intermediate is None and "n_inner" in cfg and hidden:
+        intermediate = 4 * hidden  # GPT-style configs: n_inner null means 4 x n_embd
+    if num_experts and moe_inter is None:
+        moe_inter = intermediate
+    shared = int(_first(cfg, "shared_expert_intermediate_size") or 0)
+    if not shared and cfg.get("n_shared_experts") and moe_inter:
+        shared = int(cfg["n_shared_experts"]) * int(moe_inter)
+    moe_layers = [False] * layers
+    if num_experts:
+        first_dense = int(cfg.get("first_k_dense_replace") or 0)
+        step = int(cfg.get("decoder_sparse_step") or cfg.get("moe_layer_freq") or 1)
+        only_mlp = set(cfg.get("mlp_only_layers") or [])
+        moe_layers = [i >= first_dense and (i + 1) % step == 0 and i not in only_mlp for i in range(layers)]
+
+    non_gated = mt in (
+        "phi",
+        "mixformer-sequential",
+        "gpt2",
+        "gpt_neox",
+        "falcon",
+        "starcoder2",
+        "gpt_bigcode",
+        "opt",
+        "bloom",
+    )
+    rotary_dim = head_dim
+    if cfg.get("partial_rotary_factor"):
+        rotary_dim = int(head_dim * float(cfg["partial_rotary_factor"]))
+    if cfg.get("rotary_dim"):
+        rotary_dim = int(cfg["rotary_dim"])
+    if mla:
+        rotary_dim = mla["qk_rope_head_dim"]
+
+    vocab = _first(cfg, "vocab_size", "padded_vocab_size")
+    tied = bool(cfg.get("tie_word_embeddings", mt in ("gemma", "gemma2", "gemma3", "gemma3_text")))
+    quant = cfg.get("quantization_config") if isinstance(cfg.get("quantization_config"), dict) else None
+    return Arch(
+        model_type=mt,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate=int(intermediate) if intermediate else None,
+        vocab=int(vocab) if vocab else None,
+        tied=tied,
+        layer_kinds=tuple(kinds),
+        gated_mlp=not non_gated,
+        qkv_bias=bool(cfg.get("attention_bias") or mt in ("qwen2", "qwen2_moe", "gpt_oss")),
+        all_bias=non_gated,
+        norms_per_layer=4 if mt.startswith("gemma2") or mt.startswith("gemma3") else 2,
+        qk_norm=mt in ("qwen3", "qwen3_moe", "gemma3", "gemma3_text"),
+        num_experts=num_experts,
+        experts_per_tok=topk,
+        moe_intermediate=int(moe_inter) if moe_inter else None,
+        shared_intermediate=shared,
+        moe_layers=tuple(moe_layers),
+        mla=mla,
+        max_len=derive_max_len(cfg),
+        rotary_dim=rotary_dim,
+        torch_dtype=_first(cfg, "torch_dtype", "dtype"),
+        quant=quant,
+        multimodal=bool(cfg.get("_multimodal")),
+    )
+
+
+def parallelism_problems(arch: Arch, tp: int, pp: int) -> list[str]:
+    """vLLM's divisibility rules; each message names the value and what is allowed."""
+    problems: list[str] = []
+    if tp < 1 or pp < 1:
+        return [f"tensorParallelSize ({tp}) and pipelineParallelSize ({pp}) must be at least 1"]
+    if arch.heads % tp:
+        ok = [d for d in range(1, arch.heads + 1) if arch.heads % d == 0 and d <= 16]
+        problems.append(
+            f"tensorParallelSize {tp} does not divide the {arch.heads} attention heads "
+            f"(vLLM refuses it); use one of {ok}"
+        )
+    if arch.mla is None and arch.kv_heads:
+        kv = arch.kv_heads
+        if (kv >= tp and kv % tp) or (kv < tp and tp % kv):
+            problems.append(
+                f"tensorParallelSize {tp} does not split the {kv} KV heads evenly (needs {kv} % tp == 0 "
+                f"or tp % {kv} == 0)"
+            )
+    if arch.vocab:
+        padded = round_up(arch.vocab, VOCAB_PADDING)
+        if padded % tp:
+            problems.append(
+                f"tensorParallelSize {tp} does not divide the padded vocabulary ({padded}); vLLM stops "
+                f"with 'AssertionError: {padded} is not divisible by {tp}'"
+            )
+    if arch.is_moe and arch.moe_intermediate and arch.moe_intermediate % tp:
+        problems.append(
+            f"tensorParallelSize {tp} does not divide the expert intermediate size {arch.moe_intermediate}"
+        )
+    if pp > arch.layers:
+        problems.append(f"pipelineParallelSize {pp} exceeds the {arch.layers} layers")
+    return problems
+
+
+def round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def pp_layer_ranges(layers: int, pp: int) -> list[range]:
+    """Contiguous layer slices per PP rank; the remainder goes to the later ranks (as vLLM does)."""
+    base, rem = divmod(layers, pp)
+    sizes = [base + (1 if i >= pp - rem else 0) for i in range(pp)]
+    out: list[range] = []
+    start = 0
+    for size in sizes:
+        out.append(range(start, start + size))
+        start += size
+    return out
+

@@ -1,0 +1,113 @@
+"""The fit check's contract: what it is asked (`FitInputs`) and what it answers (`FitResult`).
+
+Why typed and in one place: the program decides from the answer which models are deployed, the
+dynamic provider records it in state and gates each model on it, the stack outputs and the pods'
+annotations publish its figures, and tests pin them — all by these field names. The verdict is
+computed once, by `evaluate`; everything else reads the result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+from tkf_infra.sizing.estimate import estimate
+from tkf_infra.sizing.facts import ModelFacts
+from tkf_infra.sizing.gpus import GpuSpec
+from tkf_infra.sizing.params import SizingError, SizingParams
+from tkf_infra.sizing.suggest import fit_message, suggest
+
+#: Annotation key prefix of the published figures (`tkf.io/fit-kv-cache-tokens`, …).
+ANNOTATION_PREFIX = "tkf.io/fit-"
+
+
+def wire_name(field: str) -> str:
+    """camelCase like the stack file's keys, with the unit spelled as users write it (weightsGiB)."""
+    return to_camel(field).replace("Gib", "GiB")
+
+
+class _Wire(BaseModel):
+    """camelCase on the wire (state, outputs)."""
+
+    model_config = ConfigDict(alias_generator=wire_name, populate_by_name=True, frozen=True)
+
+
+class FitInputs(_Wire):
+    """Everything one fit verdict depends on; a change to any of it re-evaluates the model."""
+
+    model: str
+    """Catalog name of the entry."""
+    repo: str
+    revision: str
+    facts: ModelFacts
+    gpu: GpuSpec | None
+    """None for the CPU profile."""
+    params: SizingParams
+    max_tensor_parallel: int = 8
+    """The pool's GPUs per node: the ceiling for a suggested tensorParallelSize."""
+
+    def summary(self) -> dict[str, object]:
+        """What the verdict was computed from, small enough for state and a readable preview diff.
+
+        The checkpoint's facts are recorded by digest (they are the committed lock entry)."""
+        digest = hashlib.sha256(self.facts.model_dump_json().encode()).hexdigest()[:16]
+        return {
+            "repo": self.repo, "revision": self.revision, "factsSha256": digest,
+            "gpu": self.gpu.name if self.gpu else "cpu",
+            "gpuMemoryGiB": self.gpu.memory_gib if self.gpu else None,
+            "params": self.params.model_dump(by_alias=False, exclude_none=True),
+        }  # fmt: skip
+
+
+class FitFigures(_Wire):
+    """What a user sees per model before anything is applied: preview, outputs, pod annotations."""
+
+    fits: bool
+    weights_gib: float
+    kv_cache_gib: float
+    kv_cache_tokens: int
+    max_concurrency: float
+    max_fitting_model_len: int | None = None
+
+    def published(self) -> dict[str, object]:
+        """The figures under their camelCase keys (stack outputs' `fit`)."""
+        return {wire_name(k): getattr(self, k) for k in FitFigures.model_fields}
+
+    def annotations(self) -> dict[str, str]:
+        """The figures as pod annotations, so `kubectl describe` shows what the check predicted."""
+        return {ANNOTATION_PREFIX + re.sub(r"_", "-", k): "" if (v := getattr(self, k)) is None else str(v)
+                for k in FitFigures.model_fields}
+
+
+class FitResult(FitFigures):
+    """The verdict with its reasons: `message` is the refusal a user reads (numbers and the way out)."""
+
+    activation_gib: float = 0.0
+    problems: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    message: str | None = None
+
+
+def evaluate(inputs: FitInputs) -> FitResult:
+    """Size the model and judge it: the one place the verdict is computed."""
+    try:
+        est = estimate(inputs.facts, inputs.gpu, inputs.params, model=inputs.model)
+    except (SizingError, KeyError, ValueError) as exc:
+        return FitResult(fits=False, weights_gib=0.0, kv_cache_gib=0.0, kv_cache_tokens=0, max_concurrency=0.0,
+                         problems=(str(exc),),
+                         message=f"model {inputs.model}: cannot size {inputs.repo}@{inputs.revision}: {exc}")
+    message = None
+    if not est.fits:
+        sugg = None
+        if inputs.gpu is not None:
+            sugg = suggest(inputs.facts, inputs.gpu, inputs.params, max_tp=inputs.max_tensor_parallel, current=est)
+        message = fit_message(est, sugg)
+    return FitResult(
+        fits=est.fits, weights_gib=round(est.weights_gib, 2), kv_cache_gib=round(est.available_kv_gib, 2),
+        kv_cache_tokens=est.kv_cache_tokens, max_concurrency=round(est.max_concurrency, 2),
+        max_fitting_model_len=est.max_fitting_model_len, activation_gib=round(est.activation_gib, 2),
+        problems=tuple(est.problems), warnings=tuple(est.warnings), message=message,
+    )  # fmt: skip

@@ -1,0 +1,44 @@
+"""What the sizing engine is asked: how one model is served, in the units vLLM uses.
+
+Why a model of its own and not the catalog entry: the engine also sizes calibration cases, the
+`size` command's what-ifs and suggestions, where a field left out means "vLLM's default" rather
+than the catalog's default. Its serving fields are exactly the catalog fields the serving-flag
+table marks `sized` (`tkf_infra.config.flags.sized_fields`; a test keeps the two equal), plus
+what the engine must know about the deployment (the vLLM release).
+
+Pydantic in lax mode also undoes the Pulumi wire's habit of turning integers into doubles
+(8192.0 → 8192), so nothing has to guess types back.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+GIB = 2**30
+MIB = 2**20
+
+
+class SizingError(ValueError):
+    """The facts are not enough to size the model (the message names the missing field)."""
+
+
+class SizingParams(BaseModel):
+    """How one model is served (the entry's sized vLLM flags). ``None`` means vLLM's default."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tensor_parallel_size: int = Field(1, ge=1)
+    pipeline_parallel_size: int = Field(1, ge=1)
+    max_model_len: int | None = None
+    gpu_memory_utilization: float = 0.9
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    dtype: str = "auto"
+    quantization: str | None = None
+    kv_cache_dtype: str = "auto"
+    block_size: int | None = None
+    enforce_eager: bool = False
+    cpu_kv_cache_gib: float | None = None
+    """KV space of the CPU profile (VLLM_CPU_KVCACHE_SPACE); None on GPUs."""
+    vllm_version: str
+    """The vLLM release that will run (an image tag or a version string); it selects the overhead physics."""
