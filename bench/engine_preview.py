@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 from pulumi import automation as auto  # noqa: E402
 
 from bench.catalogs import dev_stack_config, generated_models  # noqa: E402
-from tkf_infra.automation import DEV_PASSPHRASE, copy_project, engine_env, pulumi_home  # noqa: E402
+from tkf_infra.ops.stacks import DEV_PASSPHRASE, copy_project, engine_env, pulumi_home  # noqa: E402
 
 BASELINE_MAIN = '''
 import pulumi, pulumi_kubernetes as k8s

@@ -38,19 +38,10 @@ def run_once(n: int) -> float:
     settings["tkf-infra:models"] = json.dumps(generated_models(n))
     settings["tkf-infra:apiKey"] = "bench-key"
     pulumi.runtime.set_all_config(settings, ["tkf-infra:apiKey"])
-    from components.fleet import build_fleet
-    from tkf_infra.lock import load_lock
-    from tkf_infra.outputs import export_outputs
-    from tkf_infra.program import load_catalog
-
-    def program() -> None:
-        catalog = load_catalog()
-        api_key = pulumi.Config().get_secret("apiKey")
-        fleet = build_fleet(catalog, lock=load_lock(), api_key=api_key, stack="bench")
-        export_outputs(catalog, fleet, api_key)
+    from tkf_infra.program import run
 
     started = time.perf_counter()
-    pulumi.runtime.test(program)()  # type: ignore[no-untyped-call]  # waits for every registration
+    pulumi.runtime.test(run)()  # type: ignore[no-untyped-call]  # the program's one entry; waits for every registration
     return time.perf_counter() - started
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from tkf_infra.settings import GpuOperatorSettings
+from tkf_infra.config import GpuOperatorSettings
 
 CHART = "gpu-operator"
 REPOSITORY = "https://helm.ngc.nvidia.com/nvidia"

@@ -31,7 +31,8 @@ import pulumi_kubernetes as k8s
 
 from components import vllm_args as va
 from tkf_infra import names
-from tkf_infra.settings import Backend, ModelEntry, Namespaces, Serving
+from tkf_infra.config import Backend, ModelEntry, Namespaces, Serving
+from tkf_infra.plan import ModelPlan
 
 #: Name of the pipeline-parallel preset ServingPrerequisites installs (KServe references, but does
 #: not ship, ``config-llm-worker-pipeline-parallel``; its well-known prefix is ``kserve-``).
@@ -40,13 +41,6 @@ LLMISVC_API_VERSION = "serving.kserve.io/v1alpha2"
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 #: LeaderWorkerSet labels every pod with its index in the group; 0 is the leader, the API server.
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
-#: Annotation keys carrying the FitCheck's estimates, so ``kubectl describe`` shows them.
-FIT_ANNOTATIONS = {
-    "weightsGiB": "tkf.io/fit-weights-gib",
-    "kvCacheGiB": "tkf.io/fit-kv-cache-gib",
-    "kvCacheTokens": "tkf.io/fit-kv-cache-tokens",
-    "maxConcurrency": "tkf.io/fit-max-concurrency",
-}
 
 
 @dataclass(frozen=True)
@@ -67,21 +61,30 @@ class CacheRef:
 
 @dataclass(frozen=True)
 class ModelServingArgs:
-    entry: ModelEntry
+    plan: ModelPlan
+    """The model as planned: entry, checkpoint size, pool, fit verdict."""
     serving: Serving
     namespaces: Namespaces
-    weight_bytes: int
-    """Checkpoint tensor bytes: memory requests and start-up patience derive from it."""
-    placement: Placement = field(default_factory=Placement)
     cache: CacheRef | None = None
     """None: fetch from the Hub (``hf://repo:revision`` / ``--revision``) instead of the cache."""
     api_key_secret: str | None = None
     """Secret holding the runtime API key (key ``api_key_secret_key``); None = no auth (dev)."""
     api_key_secret_key: str = "api-key"
-    gated: bool = False
-    fit: Any = None
-    """The entry's ``providers.fit.FitCheck`` (its outputs become annotations and ``fit``)."""
     skip_await: bool = False
+
+    @property
+    def entry(self) -> ModelEntry:
+        return self.plan.entry
+
+    @property
+    def weight_bytes(self) -> int:
+        """Checkpoint tensor bytes: memory requests and start-up patience derive from it."""
+        return self.plan.weight_bytes
+
+    @property
+    def placement(self) -> Placement:
+        pool = self.plan.pool
+        return Placement(dict(pool.node_selector), tuple(pool.tolerations)) if pool else Placement()
 
 
 class ModelServing(pulumi.ComponentResource):
@@ -89,7 +92,7 @@ class ModelServing(pulumi.ComponentResource):
 
     base_url: pulumi.Output[str]
     served_name: str
-    fit: pulumi.Output[dict[str, Any]]
+    fit: dict[str, Any]
     resources: list[pulumi.CustomResource]
     workload: pulumi.CustomResource
 
@@ -104,7 +107,7 @@ class ModelServing(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self, depends_on=deps)
 
         sa_name: str | None = None
-        if args.gated and e.hf_token_secret and args.serving.backend == Backend.KSERVE:
+        if args.plan.facts.gated and e.hf_token_secret and args.serving.backend == Backend.KSERVE:
             sa_name = names.service_account(e.name)
             self.resources.append(k8s.core.v1.ServiceAccount(
                 f"{name}-sa",
@@ -116,7 +119,7 @@ class ModelServing(pulumi.ComponentResource):
 
         if args.serving.backend == Backend.KSERVE:
             self.workload = self._llmisvc(name, args, sa_name, deps)
-        elif va.is_multi_node(e):
+        elif e.is_multi_node:
             self.workload = self._leader_worker_set(name, args, deps)
         else:
             self.workload = self._deployment(name, args, deps)
@@ -124,23 +127,23 @@ class ModelServing(pulumi.ComponentResource):
 
         alias = names.alias_service(e.name)
         selector = {"tkf.io/model": e.name}
-        if va.is_multi_node(e):
+        if e.is_multi_node:
             selector[LWS_WORKER_INDEX_LABEL] = "0"
         self.resources.append(k8s.core.v1.Service(
             f"{name}-openai",
             metadata={"name": alias, "namespace": ns, "labels": va.labels(e, "endpoint"),
                       "annotations": self._await_annotations(args)},
             spec={"type": "ClusterIP", "selector": selector,
-                  "ports": [{"name": "http", "port": va.SERVING_PORT, "targetPort": va.SERVING_PORT,
+                  "ports": [{"name": "http", "port": names.SERVING_PORT, "targetPort": names.SERVING_PORT,
                              "protocol": "TCP"}]},
             opts=child,
         ))  # fmt: skip
         self.resources.append(self._network_policy(name, args))
 
-        url = f"http://{alias}.{ns}.svc.cluster.local:{va.SERVING_PORT}/v1"
+        url = names.base_url(e.name, ns)
         # Tied to the workload so the URL appears only once the model has been created (and awaited).
         self.base_url = self.workload.id.apply(lambda _id: url)
-        self.fit = _fit_output(args.fit)
+        self.fit = args.plan.fit.published()
         self.register_outputs({"baseUrl": self.base_url, "servedName": self.served_name, "fit": self.fit})
 
     # ----------------------------------------------------------------------------------------
@@ -154,9 +157,7 @@ class ModelServing(pulumi.ComponentResource):
 
     def _annotations(self, args: ModelServingArgs, *, ready_condition: str | None) -> dict[str, Any]:
         ann: dict[str, Any] = {"tkf.io/repo": args.entry.repo, "tkf.io/revision": args.entry.revision}
-        if args.fit is not None:
-            for out, key in FIT_ANNOTATIONS.items():
-                ann[key] = getattr(args.fit, out).apply(lambda v: "" if v is None else str(v))
+        ann.update(args.plan.fit.annotations())
         if args.skip_await:
             ann.update(self._await_annotations(args))
         elif ready_condition:
@@ -180,7 +181,7 @@ class ModelServing(pulumi.ComponentResource):
             ],
         }
         if leader:
-            c["ports"] = [{"name": "http", "containerPort": va.SERVING_PORT, "protocol": "TCP"}]
+            c["ports"] = [{"name": "http", "containerPort": names.SERVING_PORT, "protocol": "TCP"}]
             c.update(va.probes(e, args.weight_bytes))
         if kserve:
             c["args"] = va.kserve_args(e)
@@ -197,7 +198,7 @@ class ModelServing(pulumi.ComponentResource):
                 c["env"].append(
                     {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": e.hf_token_secret, "key": "HF_TOKEN"}}}
                 )
-        if va.is_multi_node(e):
+        if e.is_multi_node:
             c["command"] = va.lws_command(e, path, leader=leader, revision=rev)
         else:
             c["command"] = va.serve_command(e, path, rev)
@@ -244,7 +245,7 @@ class ModelServing(pulumi.ComponentResource):
             spec["parallelism"] = {"tensor": e.tensor_parallel_size}
             if e.pipeline_parallel_size > 1:
                 spec["parallelism"]["pipeline"] = e.pipeline_parallel_size
-        if va.is_multi_node(e):
+        if e.is_multi_node:
             # `worker` switches KServe to a LeaderWorkerSet; the preset holds the PP command line.
             spec["worker"] = self._pod_spec(args, kserve=True, leader=False, sa_name=sa_name)
             spec["baseRefs"] = [{"name": PIPELINE_PARALLEL_PRESET}]
@@ -311,7 +312,7 @@ class ModelServing(pulumi.ComponentResource):
 
     def _network_policy(self, name: str, args: ModelServingArgs) -> pulumi.CustomResource:
         e, ns = args.entry, args.namespaces
-        port = [{"protocol": "TCP", "port": va.SERVING_PORT}]
+        port = [{"protocol": "TCP", "port": names.SERVING_PORT}]
 
         def from_ns(namespace: str) -> dict[str, Any]:
             return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
@@ -320,7 +321,7 @@ class ModelServing(pulumi.ComponentResource):
             {"from": [from_ns(ns.gateway)], "ports": port},
             {"from": [from_ns(ns.monitoring)], "ports": port},
         ]
-        if va.is_multi_node(e):
+        if e.is_multi_node:
             # Leader and workers exchange tensors (NCCL / torch.distributed) on dynamic ports.
             ingress.append({"from": [{"podSelector": {"matchLabels": {"tkf.io/model": e.name}}}]})
         return k8s.networking.v1.NetworkPolicy(
@@ -338,10 +339,3 @@ def _as_list(value: Any) -> list[pulumi.Resource]:
     if isinstance(value, pulumi.Resource):
         return [value]
     return list(value)
-
-
-def _fit_output(fit: Any) -> pulumi.Output[dict[str, Any]]:
-    if fit is None:
-        return pulumi.Output.from_input({})
-    keys = ("weightsGiB", "kvCacheGiB", "kvCacheTokens", "maxConcurrency", "fits", "maxFittingModelLen")
-    return pulumi.Output.all(*[getattr(fit, k) for k in keys]).apply(lambda vals: dict(zip(keys, vals, strict=True)))

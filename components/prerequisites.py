@@ -27,7 +27,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from tkf_infra.settings import Backend, Namespaces, Platform
+from tkf_infra.config import Backend, Namespaces, Platform
 
 DATA = Path(__file__).resolve().parent / "data"
 CERT_MANAGER_REPO = "https://charts.jetstack.io"

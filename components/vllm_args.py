@@ -23,14 +23,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tkf_infra.settings import ModelEntry, Serving
-from tkf_infra.sizing.facts import ModelFacts
+from tkf_infra.config import ModelEntry, Serving
+from tkf_infra.config.flags import KServe, rows
+from tkf_infra.names import SERVING_PORT
+from tkf_infra.sizing.params import GIB, MIB
 
-GIB = 2**30
-MIB = 2**20
-
-#: vLLM's OpenAI server port (KServe's presets use it too).
-SERVING_PORT = 8000
 #: Where KServe mounts the model (``pvc://`` / storage-initializer); the vllm backend uses the same.
 MODEL_MOUNT = "/mnt/models"
 #: Where the wait-for-weights init container sees the whole weight-cache PVC.
@@ -47,57 +44,12 @@ PROBE_PERIOD_SECONDS = 10
 
 
 # --------------------------------------------------------------------------------------------
-# Model size
-# --------------------------------------------------------------------------------------------
-
-
-def checkpoint_bytes(facts: ModelFacts) -> int:
-    """Bytes of the checkpoint's tensors: the lock's figure, else derived from the config.
-
-    Several lock entries have no ``weight_bytes`` (single-file checkpoints, sibling configs); the
-    sizing engine's per-tensor count of an unsharded rank is then the best figure we have.
-    """
-    if facts.weight_bytes:
-        return int(facts.weight_bytes)
-    if facts.param_counts:
-        from tkf_infra.sizing.facts import DTYPE_BYTES
-
-        return int(sum(DTYPE_BYTES.get(k, 2) * v for k, v in facts.param_counts.items()))
-    if facts.parameter_count:
-        return int(facts.parameter_count * 2)
-    from tkf_infra.sizing.engine import ServingParams, parse_arch, quant_scheme, weights_bytes_per_rank
-
-    arch = parse_arch(facts.text_config())
-    scheme = quant_scheme(arch, ServingParams(), 2.0)
-    return int(sum(weights_bytes_per_rank(arch, 1, 1, scheme, 2.0)))
-
-
-def gib_ceil(n_bytes: float) -> int:
-    return max(1, math.ceil(n_bytes / GIB))
-
-
-# --------------------------------------------------------------------------------------------
 # Topology arithmetic
 # --------------------------------------------------------------------------------------------
 
 
-def gpus_per_pod(entry: ModelEntry) -> int:
-    """GPUs each pod requests: one pod per node, so TP x PP / nodes (0 for the CPU profile).
-
-    KServe never sets ``nvidia.com/gpu`` itself; without this the pod would schedule on any node
-    and vLLM would fail to find devices.
-    """
-    if entry.is_cpu:
-        return 0
-    return entry.tensor_parallel_size * entry.pipeline_parallel_size // entry.node_count
-
-
-def is_multi_node(entry: ModelEntry) -> bool:
-    return entry.node_count > 1
-
-
 def shm_gib(entry: ModelEntry) -> int:
-    return min(16, max(1, 2 * gpus_per_pod(entry)))
+    return min(16, max(1, 2 * entry.gpus_per_pod))
 
 
 def weights_per_pod_bytes(entry: ModelEntry, weight_bytes: int) -> int:
@@ -115,7 +67,7 @@ def memory_gib(entry: ModelEntry, weight_bytes: int) -> int:
 
 def cpu_cores(entry: ModelEntry) -> int:
     """CPU request: vLLM runs one busy process per GPU plus the API server and tokenizers."""
-    return 4 if entry.is_cpu else 2 + 2 * gpus_per_pod(entry)
+    return 4 if entry.is_cpu else 2 + 2 * entry.gpus_per_pod
 
 
 def startup_failure_threshold(entry: ModelEntry, weight_bytes: int) -> int:
@@ -134,58 +86,41 @@ def ready_timeout_seconds(entry: ModelEntry, weight_bytes: int) -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def engine_args(entry: ModelEntry) -> list[str]:
-    """Flags from the catalog entry that every backend passes to ``vllm serve``.
+def _values(entry: ModelEntry, kserve: set[KServe]) -> list[str]:
+    """The flag-table rows delivered the given KServe ways, rendered for this entry."""
+    out: list[str] = []
+    for r in rows():
+        if r.flag.kserve in kserve and not r.flag.env and r.applies_to(entry.is_cpu):
+            out += r.render(getattr(entry, r.field))
+    return out
 
-    Parallelism, port, model path and served name are not here: KServe's presets render them
-    from the LLMInferenceService spec, and ``serve_args`` adds them for the vllm backend.
+
+def engine_args(entry: ModelEntry) -> list[str]:
+    """Flags both backends pass the same way: the table's args rows, then the entry's `extraArgs`.
+
+    `extraArgs` cannot repeat a flag the table owns (the catalog refuses it), so their order does
+    not decide anything.
     """
-    args = ["--max-model-len", str(entry.max_model_len)]
-    if not entry.is_cpu:
-        args += ["--gpu-memory-utilization", f"{entry.gpu_memory_utilization:g}"]
-    args += [
-        "--dtype",
-        entry.dtype,
-        "--kv-cache-dtype",
-        entry.kv_cache_dtype,
-        "--max-num-seqs",
-        str(entry.max_num_seqs),
-    ]
-    if entry.max_num_batched_tokens:
-        args += ["--max-num-batched-tokens", str(entry.max_num_batched_tokens)]
-    if entry.quantization:
-        args += ["--quantization", entry.quantization]
-    if entry.enforce_eager:
-        args.append("--enforce-eager")
-    if entry.enable_auto_tool_choice:
-        args.append("--enable-auto-tool-choice")
-    if entry.tool_call_parser:
-        args += ["--tool-call-parser", entry.tool_call_parser]
-    return args + list(entry.extra_args)
+    return _values(entry, {KServe.ARGS}) + list(entry.extra_args)
 
 
 def kserve_args(entry: ModelEntry) -> list[str]:
     """Container ``main`` args on KServe, appended to the preset's ``vllm serve`` line.
 
-    The single-node preset passes only ``--tensor-parallel-size``; single-node pipeline parallelism
-    (PP > 1 on one node) therefore needs its flag here. The multi-node preset passes both.
+    The presets render parallelism and the served name from the LLMInferenceService spec; the
+    single-node preset renders only ``--tensor-parallel-size``, so a single-node pipeline-parallel
+    entry passes its ``--pipeline-parallel-size`` here.
     """
-    extra = []
-    if not is_multi_node(entry) and entry.pipeline_parallel_size > 1:
-        extra = ["--pipeline-parallel-size", str(entry.pipeline_parallel_size)]
-    return extra + engine_args(entry)
+    spec_rows = set() if entry.is_multi_node else {KServe.SPEC_MULTI_NODE}
+    return _values(entry, spec_rows) + engine_args(entry)
 
 
 def serve_command(entry: ModelEntry, model_path: str, revision: str | None = None) -> list[str]:
-    """Full ``vllm serve`` command of the vllm backend's single-node pods (Deployment)."""
-    cmd = ["vllm", "serve", model_path, "--served-model-name", entry.served_name, "--host", "0.0.0.0",
-           "--port", str(SERVING_PORT)]  # fmt: skip
+    """Full ``vllm serve`` command of the vllm backend: every row of the table, spec rows included."""
+    cmd = ["vllm", "serve", model_path, "--host", "0.0.0.0", "--port", str(SERVING_PORT)]
     if revision:
         cmd += ["--revision", revision]
-    if not entry.is_cpu:
-        cmd += ["--tensor-parallel-size", str(entry.tensor_parallel_size),
-                "--pipeline-parallel-size", str(entry.pipeline_parallel_size)]  # fmt: skip
-    return cmd + engine_args(entry)
+    return cmd + _values(entry, {KServe.SPEC, KServe.SPEC_MULTI_NODE}) + engine_args(entry)
 
 
 def lws_command(entry: ModelEntry, model_path: str, *, leader: bool, revision: str | None = None) -> list[str]:
@@ -237,7 +172,7 @@ def resources(entry: ModelEntry, weight_bytes: int) -> dict[str, Any]:
     mem = f"{memory_gib(entry, weight_bytes)}Gi"
     requests: dict[str, str] = {"cpu": str(cpu_cores(entry)), "memory": mem}
     limits: dict[str, str] = {"memory": mem}
-    gpus = gpus_per_pod(entry)
+    gpus = entry.gpus_per_pod
     if gpus:
         requests["nvidia.com/gpu"] = str(gpus)
         limits["nvidia.com/gpu"] = str(gpus)
@@ -256,8 +191,9 @@ def env(entry: ModelEntry, api_key_secret: str | None, api_key_key: str) -> list
     if api_key_secret:
         out.append({"name": "VLLM_API_KEY",
                     "valueFrom": {"secretKeyRef": {"name": api_key_secret, "key": api_key_key}}})  # fmt: skip
-    if entry.is_cpu:
-        out.append({"name": "VLLM_CPU_KVCACHE_SPACE", "value": f"{math.ceil(entry.cpu_kv_cache_gib)}"})
+    for r in rows():
+        if r.flag.env and r.applies_to(entry.is_cpu):
+            out.append({"name": r.flag.env, "value": r.text(getattr(entry, r.field))})
     return out
 
 

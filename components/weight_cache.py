@@ -22,6 +22,7 @@ import pulumi_kubernetes as k8s
 
 from components import vllm_args as va
 from tkf_infra import names
+from tkf_infra.sizing.params import GIB
 
 #: Smallest PVC we ask for: several CSI drivers refuse tiny volumes, and tokenizer-only repos exist.
 MIN_PVC_GIB = 10
@@ -50,7 +51,7 @@ class WeightCacheArgs:
 
 
 def pvc_size_gib(weight_bytes: int, headroom: float) -> int:
-    return max(MIN_PVC_GIB, math.ceil(weight_bytes * headroom / va.GIB))
+    return max(MIN_PVC_GIB, math.ceil(weight_bytes * headroom / GIB))
 
 
 def download_script(repo: str, revision: str) -> str:

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from tkf_infra.automation import DEV_PASSPHRASE, copy_project, engine_env, pulumi_home
+from tkf_infra.ops.stacks import DEV_PASSPHRASE, copy_project, engine_env, pulumi_home
 
 ROOT = Path(__file__).resolve().parents[1]
 

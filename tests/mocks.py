@@ -1,45 +1,49 @@
 """Pulumi mocks for component tests: record every registered resource, echo inputs.
 
 Why a recording monitor: the assertions that matter are about what the program *registers*
-(types, inputs, parents, providers, dependencies, options, which values are secret), and mocks
-never run providers. Helm releases and remote components echo their inputs (no children are
-rendered); FitCheck dynamic resources run the real estimate, so fit annotations and ``fit``
-outputs carry real numbers. ``pulumi.log`` messages are captured per severity.
+(types, inputs, parents, providers, dependencies, options), and mocks never run providers. Only
+the SDK's public surface is used: `pulumi.runtime.set_mocks` and `Mocks.new_resource` see each
+resource's inputs as the engine would; a stack transformation
+(`pulumi.runtime.register_stack_transformation`) sees its options (parent, depends_on, protect …).
+Resources are keyed `type::name` (`Registered.urn`), unique within these programs.
+Helm charts and remote components echo their inputs (no children are rendered). `pulumi.log`
+messages are captured per severity.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import pulumi
-from google.protobuf import json_format  # type: ignore[import-untyped]
-from pulumi.runtime import mocks as pmocks
 
-from tkf_infra.settings import Platform
+from tkf_infra.config import Platform
 
 T = TypeVar("T")
-SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+
+
+def key(type_: str, name: str) -> str:
+    return f"{type_}::{name}"
 
 
 @dataclass
 class Registered:
     type: str
     name: str
-    urn: str
     inputs: dict[str, Any]
     custom: bool
     provider: str | None = None
+    """`type::name` of the explicit provider the resource ended up with."""
     parent: str | None = None
     depends_on: list[str] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
-    raw: dict[str, Any] = field(default_factory=dict)
-    """The wire form of the inputs, where secrets still carry Pulumi's secret signature."""
-    outputs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def urn(self) -> str:
+        return key(self.type, self.name)
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -55,39 +59,67 @@ class Registered:
         if "kind" not in doc:
             group_version, kind = self.type.split(":", 1)[1].rsplit(":", 1)
             group, version = group_version.split("/")
-            doc = {
-                "apiVersion": version
-                if group == "core"
-                else f"{group}.k8s.io/{version}"
-                if group in {"networking", "rbac", "storage"}
-                else f"{group}/{version}",
-                "kind": kind,
-                **doc,
-            }
+            api = (version if group == "core" else f"{group}.k8s.io/{version}"
+                   if group in {"networking", "rbac", "storage"} else f"{group}/{version}")
+            doc = {"apiVersion": api, "kind": kind, **doc}
         return doc
+
+
+@dataclass
+class _Options:
+    parent: str | None
+    depends_on: list[str]
+    options: dict[str, Any]
 
 
 class RecordingMocks(pulumi.runtime.Mocks):
     def __init__(self) -> None:
         self.resources: list[Registered] = []
+        self._objects: dict[int, str] = {}
+        self._options: dict[str, _Options] = {}
+
+    # -- the monitor side ---------------------------------------------------------------------
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
         inputs = dict(args.inputs)
         outputs = dict(inputs)
-        if args.typ.startswith("pulumi-python:dynamic"):
-            from providers.fit import evaluate
-
-            # The mock monitor hands every number over as a float; the real engine's dynamic provider
-            # host sized GPU entries fine (checked with `pulumi up` in render mode), the engine's
-            # range()/int arithmetic does not accept 8192.0. Give it back its integers.
-            outs, _ = evaluate(_integral(inputs))
-            outputs.update(outs)
         if args.typ == "kubernetes:helm.sh/v4:Chart" or args.typ.startswith("kubernetes:yaml/v2"):
             outputs = {**inputs, "resources": []}
+        provider = None
+        if args.provider:  # "urn:pulumi:<stack>::<project>::<type>::<name>::<id>"
+            parts = args.provider.split("::")
+            provider = key(parts[2].split("$")[-1], parts[3]) if len(parts) >= 4 else args.provider
+        self.resources.append(Registered(type=args.typ, name=args.name, inputs=inputs, custom=bool(args.custom),
+                                         provider=provider))
         return f"{args.name}-id", outputs
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
         return {}, None
+
+    # -- the program side (a stack transformation: sees options, changes nothing) ------------
+
+    def transformation(self, args: pulumi.ResourceTransformationArgs) -> None:
+        me = key(args.type_, args.name)
+        self._objects[id(args.resource)] = me
+        opts = args.opts or pulumi.ResourceOptions()
+        deps = opts.depends_on if isinstance(opts.depends_on, list) else [opts.depends_on] if opts.depends_on else []
+        self._options[me] = _Options(
+            parent=self._objects.get(id(opts.parent)) if opts.parent is not None else None,
+            depends_on=[self._objects.get(id(d), "?") for d in deps if isinstance(d, pulumi.Resource)],
+            options={
+                "protect": opts.protect, "retainOnDelete": opts.retain_on_delete,
+                "deleteBeforeReplace": bool(opts.delete_before_replace),
+                "replaceOnChanges": list(opts.replace_on_changes or []),
+                "ignoreChanges": list(opts.ignore_changes or []),
+                "additionalSecretOutputs": list(opts.additional_secret_outputs or []),
+            },
+        )  # fmt: skip
+
+    def finish(self) -> None:
+        for r in self.resources:
+            o = self._options.get(r.urn)
+            if o is not None:
+                r.parent, r.depends_on, r.options = o.parent, o.depends_on, o.options
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -111,39 +143,6 @@ class RecordingMocks(pulumi.runtime.Mocks):
         return json.dumps([f"{r.type} {r.name}" for r in self.resources], indent=1)
 
 
-class RecordingMonitor(pmocks.MockMonitor):
-    """MockMonitor that also records what MockResourceArgs leaves out (parent, deps, options)."""
-
-    mocks: RecordingMocks
-
-    def RegisterResource(self, request: Any) -> Any:
-        response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
-        if request.type == "pulumi:pulumi:Stack":
-            return response
-        raw = json_format.MessageToDict(request.object)
-        self.mocks.resources.append(Registered(
-            type=request.type,
-            name=request.name,
-            urn=response.urn,
-            inputs=unwrap_secrets(pulumi.runtime.rpc.deserialize_properties(request.object)),
-            custom=bool(request.custom),
-            provider=request.provider or None,
-            parent=request.parent or None,
-            depends_on=list(request.dependencies),
-            options={
-                "protect": request.protect if request.HasField("protect") else None,
-                "retainOnDelete": request.retainOnDelete if request.HasField("retainOnDelete") else None,
-                "deleteBeforeReplace": request.deleteBeforeReplace,
-                "replaceOnChanges": list(request.replaceOnChanges),
-                "ignoreChanges": list(request.ignoreChanges),
-                "additionalSecretOutputs": list(request.additionalSecretOutputs),
-            },
-            raw=raw,
-            outputs=self.resources[response.urn].state if response.urn in self.resources else {},
-        ))  # fmt: skip
-        return response
-
-
 class _Collect(logging.Handler):
     def __init__(self) -> None:
         super().__init__()
@@ -159,6 +158,7 @@ class Harness(Generic[T]):
     logs: _Collect
     result: T | None = None
     values: dict[str, Any] = field(default_factory=dict)
+    error: Exception | None = None
 
     @property
     def resources(self) -> list[Registered]:
@@ -171,42 +171,70 @@ class Harness(Generic[T]):
         return [r.getMessage() for r in self.logs.records if r.levelno == logging.WARNING]
 
 
-@contextmanager
-def _mocked(preview: bool, stack: str) -> Iterator[tuple[RecordingMocks, _Collect]]:
-    mocks = RecordingMocks()
-    logger = logging.getLogger(f"tkf-test-{id(mocks)}")
-    logger.propagate = False
-    handler = _Collect()
-    logger.addHandler(handler)
-    saved = pulumi.runtime.settings.SETTINGS
-    pulumi.runtime.set_mocks(mocks, project="tkf-infra", stack=stack, preview=preview, logger=logger,
-                             monitor=RecordingMonitor(mocks))  # fmt: skip
-    try:
-        yield mocks, handler
-    finally:
-        pulumi.runtime.settings.SETTINGS = saved
-        logger.removeHandler(handler)
+_ACTIVE: list[RecordingMocks] = []
+_REGISTERED_ON: list[object] = []
+
+
+def _dispatch(args: pulumi.ResourceTransformationArgs) -> None:
+    if _ACTIVE:
+        _ACTIVE[-1].transformation(args)
 
 
 def run(build: Callable[[], T], outputs: Callable[[T], dict[str, Any]] | None = None, *,
-        preview: bool = False, stack: str = "test") -> Harness[T]:  # fmt: skip
+        preview: bool = False, stack: str = "test", expect_error: bool = False) -> Harness[T]:  # fmt: skip
     """Build resources under fresh mocks and wait for every registration.
 
     ``outputs(result)`` may return a dict of Outputs; their resolved values land in
-    ``Harness.values`` (``None`` where unknown).
+    ``Harness.values`` (``None`` where unknown). With ``expect_error`` an exception from `build`
+    (a RunError at the end of the program) is kept in ``Harness.error`` after registrations finish.
     """
-    with _mocked(preview, stack) as (mocks, logs):
-        h: Harness[T] = Harness(mocks, logs)
+    mocks = RecordingMocks()
+    logger = logging.getLogger(f"tkf-test-{id(mocks)}")
+    logger.propagate = False
+    logs = _Collect()
+    logger.addHandler(logs)
+    pulumi.runtime.set_mocks(mocks, project="tkf-infra", stack=stack, preview=preview, logger=logger)
+    root = pulumi.runtime.get_root_resource()
+    if not _REGISTERED_ON or _REGISTERED_ON[-1] is not root:
+        pulumi.runtime.register_stack_transformation(_dispatch)
+        _REGISTERED_ON.append(root)
+    h: Harness[T] = Harness(mocks, logs)
 
-        def program() -> Any:
+    def program() -> Any:
+        try:
             h.result = build()
-            outs = outputs(h.result) if outputs else {}
-            if not outs:
-                return None
-            return pulumi.Output.all(**outs).apply(lambda vals: h.values.update(vals))
+        except Exception as exc:
+            if not expect_error:
+                raise
+            h.error = exc
+        outs = outputs(h.result) if outputs else {}  # type: ignore[arg-type]
+        if not outs:
+            return None
+        return pulumi.Output.all(**outs).apply(lambda vals: h.values.update(vals))
 
+    _ACTIVE.append(mocks)
+    try:
         pulumi.runtime.test(program)()  # type: ignore[no-untyped-call]
-        return h
+    finally:
+        _ACTIVE.remove(mocks)
+        logger.removeHandler(logs)
+    mocks.finish()
+    return h
+
+
+def unwrap_secrets(value: Any) -> Any:
+    """The plain values of secret-wrapped inputs, for schema checks of the objects a cluster receives.
+
+    A secret travels as a two-key envelope (a 32-hex signature key and ``value``); detected by shape,
+    so no SDK constant is copied here.
+    """
+    if isinstance(value, dict):
+        if len(value) == 2 and "value" in value and any(len(k) == 32 and k.isalnum() for k in value if k != "value"):
+            return unwrap_secrets(value["value"])
+        return {k: unwrap_secrets(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unwrap_secrets(v) for v in value]
+    return value
 
 
 def prune_nulls(value: Any) -> Any:
@@ -216,37 +244,6 @@ def prune_nulls(value: Any) -> Any:
     if isinstance(value, list):
         return [prune_nulls(v) for v in value]
     return value
-
-
-def _integral(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _integral(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_integral(v) for v in value]
-    return value
-
-
-def unwrap_secrets(value: Any) -> Any:
-    """Replace Pulumi's secret envelopes with their values (``raw`` keeps the envelopes)."""
-    if isinstance(value, dict):
-        if value.get("4dabf18193072939515e22adb298388d") == SECRET_SIG:
-            return unwrap_secrets(value.get("value"))
-        return {k: unwrap_secrets(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [unwrap_secrets(v) for v in value]
-    return value
-
-
-def contains_secret_marker(value: Any) -> bool:
-    if isinstance(value, dict):
-        if value.get("4dabf18193072939515e22adb298388d") == SECRET_SIG:
-            return True
-        return any(contains_secret_marker(v) for v in value.values())
-    if isinstance(value, list):
-        return any(contains_secret_marker(v) for v in value)
-    return False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,3 +305,20 @@ def stack_doc(*models: dict[str, Any], backend: str = "kserve", installed: bool 
         else:
             doc[key] = value
     return doc
+
+
+def program(doc: dict[str, Any], *, lock: Any = None, api_key: str | None = "unit-test-api-key",
+            ec2_client: Any = None, preview: bool = False,
+            outputs: Callable[[Any], dict[str, Any]] | None = None) -> Harness[Any]:
+    """The whole program (`tkf_infra.program.run`) on a stack document, under mocks.
+
+    A run that leaves something out ends in a RunError after every registration; it is kept in
+    ``Harness.error`` and ``Harness.result`` is then None (the resources are all recorded).
+    """
+    from tkf_infra.hub.lock import load_lock
+    from tkf_infra.program import Edge
+    from tkf_infra.program import run as run_program
+
+    edge = Edge(settings=doc, lock=lock if lock is not None else load_lock(), ec2_client=ec2_client,
+                api_key=pulumi.Output.secret(api_key) if api_key else None, read_api_key=False)
+    return run(lambda: run_program(edge), outputs, preview=preview, stack="test", expect_error=True)

@@ -10,10 +10,12 @@ import pytest
 from moto import mock_aws
 
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
-from components.node_pool import GpuNodePool, GpuNodePoolArgs, NodePoolError
+from components.node_pool import GpuNodePool, GpuNodePoolArgs
 from components.prerequisites import ServingPrerequisites, ServingPrerequisitesArgs
 from tests.mocks import run
-from tkf_infra.settings import Backend, GpuOperatorSettings, Namespaces, NodePool, Platform
+from tkf_infra.config import Backend, GpuOperatorSettings, Namespaces, NodePool, Platform, validate_catalog
+from tkf_infra.plan.pools import PoolFacts, PoolProblem, resolve_pool
+from tkf_infra.program import ec2_facts
 
 EKS: dict[str, Any] = {"name": "p5", "kind": "eks", "instanceType": "p4d.24xlarge", "gpusPerNode": 8, "nodeCount": 2,
        "clusterName": "fleet", "nodeRoleArn": "arn:aws:iam::123456789012:role/nodes", "subnetIds": ["subnet-1"],
@@ -32,61 +34,71 @@ def pool(name: str | None = None, **kw: Any) -> NodePool:
     return NodePool.model_validate({"name": name, **kw} if name else kw)
 
 
+def eks_facts(ec2: Any, **over: Any) -> PoolFacts:
+    """An EKS pool resolved the way the program does it: EC2 read at the edge, then planned."""
+    p = pool(**{**EKS, **over})
+    found, errors = ec2_facts(validate_catalog({"nodePools": [p.model_dump(by_alias=True)]}), client=ec2)
+    if errors:
+        raise PoolProblem(errors[str(p.instance_type)])
+    return resolve_pool(p, found, shared=False)
+
+
 # ---------------------------------------------------------------------------------------------
-# GpuNodePool
+# Node pools: what they are (planned), what they register (GpuNodePool)
 # ---------------------------------------------------------------------------------------------
 
 
 def test_eks_pool_reads_gpus_from_ec2_and_taints_the_node_group(ec2: Any) -> None:
-    h = run(lambda: GpuNodePool("p5", GpuNodePoolArgs(pool(**EKS), ec2_client=ec2)))
-    np = h.result
-    assert np is not None and np.gpus_per_node == 8 and np.gpu is not None and np.gpu["name"] == "A100-40GB"
+    facts = eks_facts(ec2)
+    assert facts.gpus_per_node == 8 and facts.gpu is not None and facts.gpu.name == "A100-40GB"
+    # A100-40GB has two product labels (SXM4 / PCIe): the pool label alone selects the node group.
+    assert facts.node_selector == {"team": "llm", "tkf.io/node-pool": "p5"}
+    h = run(lambda: GpuNodePool("p5", GpuNodePoolArgs(facts)))
     ng = next(r for r in h.resources if r.type == "aws:eks/nodeGroup:NodeGroup")
     assert ng.inputs["instanceTypes"] == ["p4d.24xlarge"] and ng.inputs["amiType"] == "AL2023_x86_64_NVIDIA"
     assert ng.inputs["scalingConfig"] == {"desiredSize": 2, "minSize": 2, "maxSize": 2}
     assert {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"} in ng.inputs["taints"]
     assert ng.inputs["labels"] == {"team": "llm", "tkf.io/node-pool": "p5"}
-    # A100-40GB has two product labels (SXM4 / PCIe): the pool label alone selects the node group.
-    assert np.node_selector == {"team": "llm", "tkf.io/node-pool": "p5"}
-    assert ng.parent is not None
+    assert ng.parent == "tkf:platform:GpuNodePool::p5"
+    assert ng.options["ignoreChanges"] == ["scalingConfig.desiredSize"]
 
 
 def test_eks_pool_errors_name_the_pool_and_the_fix(ec2: Any) -> None:
-    with pytest.raises(NodePoolError, match=r"node pool p5: instanceType 'g99\.huge'"):
-        run(lambda: GpuNodePool("p5", GpuNodePoolArgs(pool(**{**EKS, "instanceType": "g99.huge"}), ec2_client=ec2)))
-    with pytest.raises(NodePoolError, match="has no GPUs but gpusPerNode is 8"):
-        run(lambda: GpuNodePool("p5", GpuNodePoolArgs(pool(**{**EKS, "instanceType": "m5.large"}), ec2_client=ec2)))
-    with pytest.raises(NodePoolError, match="set gpusPerNode: 8"):
-        run(lambda: GpuNodePool("p5", GpuNodePoolArgs(pool(**{**EKS, "gpusPerNode": 4}), ec2_client=ec2)))
+    with pytest.raises(PoolProblem, match=r"g99\.huge"):
+        eks_facts(ec2, instanceType="g99.huge")
+    with pytest.raises(PoolProblem, match=r"node pool p5: instanceType m5\.large has no GPUs but gpusPerNode is 8"):
+        eks_facts(ec2, instanceType="m5.large")
+    with pytest.raises(PoolProblem, match=r"node pool p5: gpusPerNode is 4 .* set gpusPerNode: 8"):
+        eks_facts(ec2, gpusPerNode=4)
 
 
 def test_existing_pool_without_nodes_creates_nothing_but_selects_and_tolerates() -> None:
     p = pool("h100", gpuProduct="H100-80GB", gpusPerNode=8, nodeCount=2, labels={"tier": "gpu"},
              taints=[{"key": "dedicated", "value": "llm"}], gpuMemoryGiB=79.5)  # fmt: skip
-    h = run(lambda: GpuNodePool("h100", GpuNodePoolArgs(p, product_label_suffix="-SHARED")))
-    np = h.result
-    assert np is not None
-    assert [r.type for r in h.resources] == ["tkf:platform:GpuNodePool"]
-    assert np.node_selector == {"tier": "gpu", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-SHARED"}
-    assert np.tolerations == [
+    facts = resolve_pool(p, {}, shared=True)
+    assert facts.node_selector == {"tier": "gpu", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-SHARED"}
+    assert list(facts.tolerations) == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
         {"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoSchedule"},
     ]
-    assert np.gpu is not None and np.gpu["memory_gib"] == 79.5 and np.node_count == 2
+    assert facts.gpu is not None and facts.gpu.memory_gib == 79.5 and facts.node_count == 2
+    h = run(lambda: GpuNodePool("h100", GpuNodePoolArgs(facts)))
+    assert [r.type for r in h.resources] == ["tkf:platform:GpuNodePool"]
 
 
 def test_existing_pool_with_nodes_patches_labels_and_taints_server_side() -> None:
     p = pool("a10", gpuProduct="NVIDIA-A10G", gpusPerNode=1, nodes=["node-a", "node-b"])
-    h = run(lambda: GpuNodePool("a10", GpuNodePoolArgs(p)))
+    h = run(lambda: GpuNodePool("a10", GpuNodePoolArgs(resolve_pool(p, {}, shared=False))))
     patches = [r for r in h.resources if r.type == "kubernetes:core/v1:NodePatch"]
     assert sorted(r.metadata["name"] for r in patches) == ["node-a", "node-b"]
     assert patches[0].metadata["labels"] == {"tkf.io/node-pool": "a10"}
     assert patches[0].spec["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
 
 
-def test_unknown_gpu_product_names_the_pool() -> None:
-    with pytest.raises(NodePoolError, match=r"node pool x: gpuProduct: .*unknown GPU 'Z9000'"):
-        run(lambda: GpuNodePool("x", GpuNodePoolArgs(pool("x", gpuProduct="Z9000", gpusPerNode=1))))
+def test_ambiguous_gpu_product_names_the_pool_and_the_labels() -> None:
+    p = pool("a100", gpuProduct="A100-80GB", gpusPerNode=8)
+    with pytest.raises(PoolProblem, match=r"node pool a100: gpuProduct 'A100-80GB' \(A100-80GB\) matches several"):
+        resolve_pool(p, {}, shared=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -163,4 +175,4 @@ def test_vllm_backend_needs_only_leader_worker_set() -> None:
 
 def test_no_component_child_without_parent() -> None:
     h = prereqs(Platform(), pipeline_parallel_preset=True)
-    assert all(r.parent for r in h.resources if r.custom)
+    assert all(r.parent == "tkf:platform:ServingPrerequisites::prereq" for r in h.resources if r.custom)

@@ -10,14 +10,10 @@ from typing import Any
 
 import jsonschema
 import kubernetes_validate
-import pulumi
 import pytest
 import yaml
 
-from components.fleet import build_fleet
-from tests.mocks import CPU, MULTI_NODE, SINGLE_GPU, TP4, Registered, prune_nulls, run, stack_doc
-from tkf_infra.lock import load_lock
-from tkf_infra.settings import validate_catalog
+from tests.mocks import CPU, MULTI_NODE, SINGLE_GPU, TP4, Registered, program, prune_nulls, stack_doc, unwrap_secrets
 
 CRDS = Path(__file__).resolve().parent.parent / "components" / "data" / "crds"
 CRD_FILES = {
@@ -62,15 +58,15 @@ def pruned_fields(obj: Any, schema: dict[str, Any], path: str = "") -> list[str]
 
 def emitted(backend: str) -> list[Registered]:
     models = [SINGLE_GPU, TP4, MULTI_NODE, CPU]
-    catalog = validate_catalog(stack_doc(*models, backend=backend, installed=False))
-    h = run(lambda: build_fleet(catalog, lock=load_lock(), api_key=pulumi.Output.secret("k"), stack="t"))
+    h = program(stack_doc(*models, backend=backend, installed=False), api_key="k")
+    assert h.error is None, h.error
     return [r for r in h.resources if r.custom and r.type.startswith("kubernetes:") and "helm.sh" not in r.type
             and "yaml/v2" not in r.type]  # fmt: skip
 
 
 @pytest.fixture(scope="module", params=["kserve", "vllm"])
 def objects(request: pytest.FixtureRequest) -> list[dict[str, Any]]:
-    return [prune_nulls(r.manifest()) for r in emitted(request.param)]
+    return [prune_nulls(unwrap_secrets(r.manifest())) for r in emitted(request.param)]
 
 
 def test_custom_resources_match_the_crd_schema(objects: list[dict[str, Any]]) -> None:

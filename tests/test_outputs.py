@@ -23,18 +23,14 @@ from typing import Any, ClassVar
 import pulumi
 import pytest
 
-from components.fleet import build_fleet
-from tests.mocks import CPU, SINGLE_GPU, TP4, run, stack_doc
+from tests.mocks import CPU, SINGLE_GPU, TP4, program, stack_doc
 from tkf_infra import outputs
-from tkf_infra.lock import load_lock
-from tkf_infra.outputs import (
-    CONTRACT_VERSION,
-    endpoint,
-    export_outputs,
-    gateway_model_list,
-    rejected_output,
-)
-from tkf_infra.settings import Catalog, Mode, validate_catalog
+from tkf_infra.config import Catalog, Mode, validate_catalog
+from tkf_infra.hub.lock import Lock, load_lock
+from tkf_infra.outputs import CONTRACT_VERSION, endpoint, gateway_model_list
+from tkf_infra.plan import plan_fleet
+from tkf_infra.plan.fleet import Exclusion, Stage
+from tkf_infra.sizing.contract import FitFigures, wire_name
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "outputs.md"
 
@@ -53,13 +49,13 @@ CHAT = {**SINGLE_GPU, "enableAutoToolChoice": True, "toolCallParser": "hermes",
 
 ENDPOINT_KEYS = {"name", "servedName", "baseUrl", "model", "mode", "profile", "gpus", "nodePool", "replicas",
                  "maxContext", "namespace"}  # fmt: skip
-FIT_KEYS = {"weightsGiB", "kvCacheGiB", "kvCacheTokens", "maxConcurrency", "fits", "maxFittingModelLen"}
+FIT_KEYS = {wire_name(f) for f in FitFigures.model_fields}
 GATEWAY_KEYS = {"model_name", "litellm_params", "model_info"}
 PARAMS_KEYS = {"model", "api_base", "api_key"}
 INFO_KEYS = {"id", "mode", "input_cost_per_token", "output_cost_per_token", "max_input_tokens",
              "supports_function_calling"}  # fmt: skip
-REJECTED_KEYS = {"index", "name", "reasons"}
-EXPORTED = {"contractVersion", "endpoints", "gatewayModelList", "rejected", "apiKeyEnv", "runtimeApiKey"}
+REJECTED_KEYS = {"index", "name", "stage", "reasons"}
+EXPORTED = {"contractVersion", "endpoints", "gatewayModelList", "rejected", "problems", "apiKeyEnv", "runtimeApiKey"}
 
 
 def catalog(*models: dict[str, Any], **overrides: Any) -> Catalog:
@@ -151,36 +147,42 @@ def test_the_catalog_refuses_a_duplicate_served_name_before_outputs_see_it() -> 
     cat = catalog(CHAT, {**TP4, "servedName": CHAT["servedName"]})
     assert [m.name for m in cat.models] == ["qwen3-8b"]
     assert [e["model_name"] for e in gateway_model_list(cat)] == ["qwen3-8b"]
-    (rej,) = rejected_output(cat, {})
+    (rej,) = [x.as_output() for x in plan_fleet(cat, lock=load_lock()).excluded]
     assert rej["name"] == "qwen-72b" and "servedName must be unique" in rej["reasons"][0]
 
 
-def test_rejected_lists_catalog_and_fleet_rejections_with_their_index() -> None:
+def test_rejected_lists_every_left_out_model_with_its_index_stage_and_reasons() -> None:
     bad = {**TP4, "revision": "main"}
-    cat = catalog(CHAT, bad, EMBED)
-    out = rejected_output(cat, {"e5-large": "no locked model facts for intfloat/multilingual-e5-large@..."})
+    too_long = {**CHAT, "name": "too-long", "servedName": "too-long", "maxModelLen": 10_000_000}
+    lock = load_lock()
+    lock = Lock(entries={k: v for k, v in lock.entries.items() if not k.startswith(f"{EMBED['repo']}@")})
+    out = [x.as_output() for x in plan_fleet(catalog(CHAT, bad, EMBED, too_long), lock=lock).excluded]
     assert all(set(r) == REJECTED_KEYS for r in out)
-    assert [(r["index"], r["name"]) for r in out] == [(1, "qwen-72b"), (2, "e5-large")]
+    assert [(r["index"], r["name"], r["stage"]) for r in out] == [
+        (1, "qwen-72b", "catalog"), (2, "e5-large", "lock"), (3, "too-long", "fit")]
     assert "is a branch, which can move" in out[0]["reasons"][0]
-    assert out[1]["reasons"] == ["no locked model facts for intfloat/multilingual-e5-large@..."]
+    assert "is not in models.lock.json" in out[1]["reasons"][0] and "python -m tkf_infra lock" in out[1]["reasons"][0]
+    assert "longer than the model's" in out[2]["reasons"][0]
+    assert [Exclusion.from_output(r).as_output() for r in out] == out
+
+
+def test_every_stage_is_documented() -> None:
+    text = DOCS.read_text()
+    for stage in Stage:
+        assert f"`{stage.value}`" in text, f"docs/outputs.md does not document stage {stage.value!r}"
 
 
 def test_export_outputs_publishes_the_contract_and_marks_the_key_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     exported: dict[str, Any] = {}
     monkeypatch.setattr(pulumi, "export", lambda name, value: exported.__setitem__(name, value))
-    cat = catalog(CHAT, {**TP4, "revision": "main"})
-
-    def program() -> None:
-        fleet = build_fleet(cat, lock=load_lock(), api_key=pulumi.Output.secret("k"), stack="test")
-        export_outputs(cat, fleet, pulumi.Output.secret("k"))
-
-    h = run(program, lambda _: {"fit": exported["endpoints"]["qwen3-8b"]["fit"],
-                                "secret": pulumi.Output.is_secret(exported["runtimeApiKey"])})  # fmt: skip
+    h = program(stack_doc(CHAT, {**TP4, "revision": "main"}), api_key="k",
+                outputs=lambda _: {"secret": pulumi.Output.is_secret(exported["runtimeApiKey"])})
     assert set(exported) == EXPORTED
     assert exported["contractVersion"] == CONTRACT_VERSION
     assert set(exported["endpoints"]) == {"qwen3-8b"}
     assert set(exported["endpoints"]["qwen3-8b"]) == ENDPOINT_KEYS | {"fit"}
-    assert set(h.values["fit"]) == FIT_KEYS and h.values["fit"]["fits"] is True
+    fit = exported["endpoints"]["qwen3-8b"]["fit"]
+    assert set(fit) == FIT_KEYS and fit["fits"] is True and fit["kvCacheTokens"] > 0, "known at preview"
     assert h.values["secret"] is True
     assert [e["model_name"] for e in exported["gatewayModelList"]] == ["qwen3-8b"]
     assert [r["name"] for r in exported["rejected"]] == ["qwen-72b"]

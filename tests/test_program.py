@@ -5,6 +5,7 @@ and reported; the run failing at the end, after the healthy models were register
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,12 +15,9 @@ import pulumi
 import pytest
 import yaml
 
-from components.fleet import Fleet, build_fleet
+from components.fleet import Fleet
 from tests.mocks import Harness, run
-from tkf_infra.lock import load_lock
-from tkf_infra.outputs import export_outputs
-from tkf_infra.program import finish, load_catalog
-from tkf_infra.settings import Catalog
+from tkf_infra.program import run as run_program
 
 ROOT = Path(__file__).resolve().parents[1]
 SHA = "b968826d9c46dd6066d109eabc6255188de91218"
@@ -35,26 +33,18 @@ def stack_config(stack: str) -> dict[str, Any]:
 @pytest.fixture
 def config() -> Iterator[dict[str, Any]]:
     """Stack config as the engine passes it: every value JSON-encoded; the API key secret."""
-    saved = dict(pulumi.runtime.config.CONFIG.get())
     values: dict[str, Any] = {}
     yield values
-    pulumi.runtime.set_all_config(saved, [])
+    pulumi.runtime.set_all_config({}, [])
 
 
-def program(cfg: dict[str, Any], config: dict[str, Any]) -> Harness[tuple[Catalog, Fleet]]:
+def program(cfg: dict[str, Any], config: dict[str, Any], *, expect_error: bool = True) -> Harness[Fleet]:
+    """`tkf_infra.program.run` exactly as __main__.py calls it, reading the engine's config."""
     encoded = {k: v if isinstance(v, str) else json.dumps(v) for k, v in cfg.items()}
     encoded["tkf-infra:apiKey"] = API_KEY
     pulumi.runtime.set_all_config(encoded, ["tkf-infra:apiKey"])
     config.update(encoded)
-
-    def build() -> tuple[Catalog, Fleet]:
-        catalog = load_catalog()
-        api_key = pulumi.Config().get_secret("apiKey")
-        fleet = build_fleet(catalog, lock=load_lock(), api_key=api_key, stack="unit")
-        export_outputs(catalog, fleet, api_key)
-        return catalog, fleet
-
-    return run(build, stack="unit")
+    return run(run_program, stack="unit", expect_error=expect_error)
 
 
 def by_type(h: Harness[Any]) -> Counter[str]:
@@ -87,8 +77,8 @@ def test_prod_stack_renders_every_profile(config: dict[str, Any], tmp_path: Path
     kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
     cfg["tkf-infra:cluster"] = {**cfg["tkf-infra:cluster"], "kubeconfig": str(kubeconfig)}
     h = program(cfg, config)
-    catalog, fleet = h.result  # type: ignore[misc]
-    assert catalog.ok and not fleet.skipped and not fleet.errors
+    assert h.error is None and h.result is not None, h.error
+    assert h.result.plan.catalog.ok and not h.result.plan.excluded and not h.result.plan.errors
     types = by_type(h)
     assert types["tkf:serving:ModelServing"] == 4
     releases = {r.inputs["name"]: r.inputs["version"] for r in h.resources if r.type == "kubernetes:helm.sh/v3:Release"}
@@ -120,28 +110,29 @@ def test_three_bad_entries_two_good_two_registered_three_reported(config: dict[s
         {**good[1], "name": "Bad_Name", "servedName": "x3"},
     ]
     h = program(cfg, config)
-    catalog, fleet = h.result  # type: ignore[misc]
-    assert sorted(fleet.models) == sorted(m["name"] for m in good)
-    assert by_type(h)["tkf:serving:ModelServing"] == 2
+    servings = sorted(r.name for r in h.resources if r.type == "tkf:serving:ModelServing")
+    assert servings == sorted(m["name"] for m in good)
     errors = h.errors()
     assert len(errors) == 3
     assert any("models[1] bad-rev" in e and "revision 'main' is a branch" in e for e in errors)
     assert any("models[3] bad-dup" in e and "servedName" in e for e in errors)
     assert any("models[4] Bad_Name" in e and "DNS-1035" in e for e in errors)
-    with pytest.raises(pulumi.RunError, match=r"3 catalog entries were left out .* the other 2 were deployed"):
-        finish(catalog, fleet.skipped, fleet.errors)
+    assert isinstance(h.error, pulumi.RunError)
+    assert re.search(r"3 catalog entries were left out .* the other 2 were deployed", str(h.error))
 
 
 def test_strict_stops_before_anything_is_registered(config: dict[str, Any]) -> None:
     cfg = stack_config("dev")
     cfg["tkf-infra:strict"] = True
     cfg["tkf-infra:models"] = [*cfg["tkf-infra:models"], {**cfg["tkf-infra:models"][0], "revision": "main"}]
-    with pytest.raises(Exception, match="strict: true and the catalog has bad entries; nothing was registered"):
-        program(cfg, config)
+    h = program(cfg, config)
+    assert "strict: true and the stack has bad entries; nothing was registered" in str(h.error)
+    assert h.resources == []
 
 
 def test_malformed_stack_value_is_a_clear_error(config: dict[str, Any]) -> None:
     cfg = stack_config("dev")
     cfg["tkf-infra:models"] = "{not json"
-    with pytest.raises(Exception, match="tkf-infra:models: cannot be read as structured config"):
-        program(cfg, config)
+    h = program(cfg, config)
+    assert "tkf-infra:models: cannot be read as structured config" in str(h.error)
+    assert h.resources == []

@@ -1,5 +1,5 @@
 """`python -m tkf_infra`."""
 
-from tkf_infra.cli import main
+from tkf_infra.ops.cli import main
 
 main()

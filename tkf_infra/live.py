@@ -8,11 +8,10 @@ fleet still deploys. Prometheus being unreachable is a warning: the configured f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tkf_infra.config import Catalog, NodePool
 from tkf_infra.inventory import InventoryResult, confirm_pool, free_memory_bytes_per_gpu, products_match
-from tkf_infra.settings import ModelEntry, NodePool, StackSettings
 from tkf_infra.sizing.gpus import lookup_gpu
 
 GIB = 2**30
@@ -42,14 +41,14 @@ def _pool_hosts(pool: NodePool, inventory: InventoryResult) -> list[str]:
             if all(products_match(pool.gpu_product or "", r.product) for r in inventory.records_for(h))]
 
 
-def check_against_inventory(settings: StackSettings, models: Sequence[ModelEntry],
-                            inventory: InventoryResult) -> LiveCheck:
+def check_against_inventory(catalog: Catalog, inventory: InventoryResult) -> LiveCheck:
     """Pool facts confirmed against DCGM; shared GPUs checked against their free memory."""
     result = LiveCheck(warnings=list(inventory.warnings))
     if not inventory.gpus:
         return result
-    replicas = settings.platform.gpu_operator.time_slicing_replicas
-    for pool in settings.node_pools:
+    models = catalog.models
+    replicas = catalog.settings.platform.gpu_operator.time_slicing_replicas
+    for pool in catalog.pools:
         if pool.gpus_per_node == 0 or not pool.gpu_product:
             continue
         errors = confirm_pool(pool.name, pool.gpu_product, pool.gpus_per_node, list(pool.nodes) or None, inventory)

@@ -13,9 +13,11 @@ import re
 
 MAX_MODEL_NAME_LEN = 36
 K8S_NAME_LIMIT = 63
+#: vLLM's OpenAI server port (KServe's presets use it too): the alias Service and every pod serve on it.
+SERVING_PORT = 8000
 
 # Suffixes tkf-infra appends to a model's name, longest first; tests check each stays within limits.
-MODEL_SUFFIXES: tuple[str, ...] = ("-kserve-mn", "-openai", "-netpol", "-vllm", "-fit", "-sa")
+MODEL_SUFFIXES: tuple[str, ...] = ("-kserve-mn", "-openai", "-netpol", "-fit", "-sa")
 
 
 def _check(name: str) -> str:
@@ -27,6 +29,11 @@ def _check(name: str) -> str:
 def alias_service(model: str) -> str:
     """The stable Service the gateway calls: `<name>-openai`, port 8000."""
     return _check(f"{model}-openai")
+
+
+def base_url(model: str, namespace: str) -> str:
+    """OpenAI-compatible base URL of a model's alias Service, reachable only from the gateway."""
+    return f"http://{alias_service(model)}.{namespace}.svc.cluster.local:{SERVING_PORT}/v1"
 
 
 def network_policy(model: str) -> str:
@@ -42,8 +49,12 @@ def service_account(model: str) -> str:
     return _check(f"{model}-sa")
 
 
+FIT_CHECK_SUFFIX = "-fit"
+
+
 def fit_check(model: str) -> str:
-    return f"{model}-fit"
+    """Pulumi name of a model's FitCheck (not a Kubernetes object; the CLI maps it back to the model)."""
+    return f"{model}{FIT_CHECK_SUFFIX}"
 
 
 def _slug(text: str) -> str:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tkf_infra.names import alias_service
-from tkf_infra.settings import Catalog, Mode, ModelEntry
+from tkf_infra.config import Catalog, Mode, ModelEntry
+from tkf_infra.names import base_url
 
 if TYPE_CHECKING:
-    from components.fleet import Fleet
+    from tkf_infra.plan import FleetPlan
 
 CONTRACT_VERSION = 1
 
@@ -31,17 +31,12 @@ CONTRACT_VERSION = 1
 LITELLM_PROVIDER = {Mode.CHAT: "openai", Mode.EMBEDDING: "openai", Mode.RERANK: "jina_ai"}
 
 
-def base_url(entry: ModelEntry, namespace: str) -> str:
-    """OpenAI-compatible base URL of a model's alias Service, reachable only from the gateway."""
-    return f"http://{alias_service(entry.name)}.{namespace}.svc.cluster.local:8000/v1"
-
-
 def endpoint(entry: ModelEntry, namespace: str) -> dict[str, Any]:
     """The non-secret facts a client needs about one served model."""
     return {
         "name": entry.name,
         "servedName": entry.served_name,
-        "baseUrl": base_url(entry, namespace),
+        "baseUrl": base_url(entry.name, namespace),
         "model": entry.model_ref,
         "mode": entry.mode.value,
         "profile": entry.profile.value,
@@ -65,7 +60,7 @@ def gateway_model(entry: ModelEntry, namespace: str, api_key_env: str) -> dict[s
         "model_name": entry.served_name,
         "litellm_params": {
             "model": f"{LITELLM_PROVIDER[entry.mode]}/{entry.served_name}",
-            "api_base": base_url(entry, namespace),
+            "api_base": base_url(entry.name, namespace),
             "api_key": f"os.environ/{api_key_env}",
         },
         "model_info": {
@@ -90,31 +85,23 @@ def gateway_model_list(catalog: Catalog, deployed: set[str] | None = None) -> li
     return models
 
 
-def rejected_output(catalog: Catalog, skipped: dict[str, str]) -> list[dict[str, Any]]:
-    """Entries left out: by the catalog rules, or by the fleet (e.g. no locked model facts)."""
-    out = [r.as_output() for r in catalog.rejected]
-    index = {m.get("name"): i for i, m in enumerate(catalog.settings.models) if isinstance(m, dict)}
-    out += [{"index": index.get(name, -1), "name": name, "reasons": [reason]} for name, reason in skipped.items()]
-    return out
+def export_outputs(plan: FleetPlan, api_key: Any = None) -> None:
+    """Export the contract from the plan: the deployed models' routes, every left-out model and why.
 
-
-def export_outputs(catalog: Catalog, fleet: Fleet, api_key: Any = None) -> None:
-    """Export the contract.
-
-    Only models that will really be served are published (endpoints, gatewayModelList): a model
-    whose fit check refuses it is excluded from `up` by the CLI and must not become a gateway route
-    to nothing; it is listed in `rejected` with the check's reason instead.
+    Only models the plan deploys are published (endpoints, gatewayModelList); a model left out
+    for any reason is listed in `rejected` with its stage and reasons instead, never as a route to
+    nothing. The fit figures are plain values, so a preview already shows them.
     """
     import pulumi
 
+    catalog = plan.catalog
     ns = catalog.settings.namespaces.serving
-    served = {name for name in fleet.models if name not in fleet.fit_failures}
-    endpoints = {e.served_name: {**endpoint(e, ns), "fit": fleet.models[e.name].fit}
-                 for e in catalog.models if e.name in served}
+    endpoints = {m.entry.served_name: {**endpoint(m.entry, ns), "fit": m.fit.published()} for m in plan.models}
     pulumi.export("contractVersion", CONTRACT_VERSION)
     pulumi.export("endpoints", endpoints)
-    pulumi.export("gatewayModelList", gateway_model_list(catalog, served))
-    pulumi.export("rejected", rejected_output(catalog, {**fleet.skipped, **fleet.fit_failures}))
+    pulumi.export("gatewayModelList", gateway_model_list(catalog, plan.deployed))
+    pulumi.export("rejected", [x.as_output() for x in plan.excluded])
+    pulumi.export("problems", list(plan.errors))
     pulumi.export("apiKeyEnv", catalog.settings.serving.api_key_env)
     if api_key is not None:
         pulumi.export("runtimeApiKey", pulumi.Output.secret(api_key))

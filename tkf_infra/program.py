@@ -1,47 +1,123 @@
-"""How the Pulumi program turns stack settings into a catalog, and reports what it left out.
+"""The Pulumi program, start to end: settings → edge data → plan → resources → outputs → verdict.
 
-Kept apart from __main__.py so unit tests under mocks run exactly the same steps.
+Why one entry: `__main__.py`, the mock tests and `bench/program_eval.py` must run exactly the same
+steps. Network access happens only here, at the edge — the lock file, EC2's instance facts, DCGM's
+inventory through Prometheus — and is handed on as plain data, so the plan (`tkf_infra.plan`) and
+the resource wiring (`components.fleet`) can be tested apart with no network and no SDK internals.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import pulumi
 
-from tkf_infra.settings import Catalog, SettingsError, read_pulumi_config, validate_catalog
+from tkf_infra.config import Catalog, SettingsError, read_pulumi_config, validate_catalog
+from tkf_infra.hub.lock import Lock, load_lock
+from tkf_infra.plan import FleetPlan, LiveFindings, plan_fleet
+from tkf_infra.sizing.ec2 import InstanceGpus
 
 
-def load_catalog() -> Catalog:
-    """Read and validate the stack settings; log every rejected entry as an error.
+@dataclass(frozen=True)
+class Edge:
+    """What the program may read from outside. Tests pass their own (a moto EC2 client, a lock)."""
 
-    A rejected entry is logged with `pulumi.log.error`, which makes the run end non-zero while the
-    healthy entries are still registered: one bad model must not block the others. Settings that
-    cannot be used at all (or any bad entry under `strict: true`) stop the run with one readable
-    message and no traceback.
-    """
+    lock: Lock | None = None
+    ec2_client: Any = None
+    region: str | None = None
+    settings: dict[str, Any] | None = None
+    """The raw stack settings; None reads them from the engine's config."""
+    api_key: Any = None
+    """The runtime API key (an Output); None reads the `apiKey` secret unless `read_api_key` is False."""
+    read_api_key: bool = True
+
+
+def load_catalog(raw: dict[str, Any] | None = None) -> Catalog:
+    """Validate the stack settings; unusable settings stop the run with one readable message."""
     try:
-        catalog = validate_catalog(read_pulumi_config())
+        return validate_catalog(raw if raw is not None else read_pulumi_config())
     except SettingsError as err:
         raise pulumi.RunError(err.render()) from None
-    for rejected in catalog.rejected:
-        reasons = "\n".join(f"  - {p}" for p in rejected.problems)
-        label = rejected.problems[0].where if rejected.problems else f"models[{rejected.index}]"
-        pulumi.log.error(f"{label} was left out of this deployment:\n{reasons}")
-    return catalog
 
 
-def finish(catalog: Catalog, skipped: dict[str, str] | None = None, errors: list[str] | None = None) -> None:
-    """End the run non-zero when entries were left out, after every good resource is registered.
+def ec2_facts(catalog: Catalog, client: Any = None, region: str | None = None) -> tuple[
+        dict[str, InstanceGpus], dict[str, str]]:  # fmt: skip
+    """GPU facts of every EKS pool's instance type (one call per type, so one bad type fails alone)."""
+    from tkf_infra.sizing.ec2 import describe_gpu_instances
+
+    found: dict[str, InstanceGpus] = {}
+    errors: dict[str, str] = {}
+    for itype in sorted({str(p.instance_type) for p in catalog.pools if p.kind == "eks"}):
+        try:
+            found.update(describe_gpu_instances([itype], client=client, region=region))
+        except ValueError as exc:
+            errors[itype] = str(exc)
+    return found, errors
+
+
+def live_findings(catalog: Catalog) -> LiveFindings | None:
+    """What DCGM says about the pools, when the stack names a Prometheus (warnings when it is down)."""
+    if not catalog.settings.prometheus_url:
+        return None
+    from tkf_infra.inventory import read_gpu_inventory
+    from tkf_infra.live import check_against_inventory
+
+    live = check_against_inventory(catalog, read_gpu_inventory(catalog.settings.prometheus_url))
+    return LiveFindings(tuple(live.warnings), live.pool_errors, live.model_problems)
+
+
+def plan(edge: Edge | None = None) -> FleetPlan:
+    """Settings and the edge's data → the fleet plan (no resources registered)."""
+    edge = edge or Edge()
+    catalog = load_catalog(edge.settings)
+    found, errors = ec2_facts(catalog, edge.ec2_client, edge.region)
+    lock = edge.lock if edge.lock is not None else load_lock()
+    return plan_fleet(catalog, lock=lock, ec2=found, ec2_errors=errors, live=live_findings(catalog))
+
+
+def report(plan: FleetPlan) -> None:
+    """Log every left-out model and stack problem once, as errors the preview shows."""
+    for warning in plan.warnings:
+        pulumi.log.warn(warning)
+    for x in plan.excluded:
+        pulumi.log.error(x.log_line())
+    for message in plan.errors:
+        pulumi.log.error(message)
+
+
+def finish(plan: FleetPlan) -> None:
+    """End the run non-zero when anything was left out, after every good resource is registered.
 
     `pulumi.log.error` alone does not fail a Python program; raising at the very end does, and the
-    SDK waits for all registrations before reporting it, so the healthy models still deploy.
+    SDK waits for all registrations (and registers the stack outputs) before reporting it, so the
+    healthy models are still deployed and the outputs still name what was left out.
     """
-    left_out = [r.name or f"models[{r.index}]" for r in catalog.rejected] + list(skipped or {})
-    if errors and not left_out:
-        raise pulumi.RunError(f"{len(errors)} fleet problem(s), reported above; the models were deployed but "
-                              "the fleet needs fixing")
-    if left_out:
-        deployed = len(catalog.models) - len(skipped or {})
-        raise pulumi.RunError(
-            f"{len(left_out)} catalog entr{'y was' if len(left_out) == 1 else 'ies were'} left out "
-            f"({', '.join(left_out)}); the other {deployed} were deployed. Fix the errors above and run again."
-        )
+    verdict = plan.verdict()
+    if verdict and not pulumi.runtime.is_dry_run():
+        raise pulumi.RunError(verdict)
+    if verdict:
+        pulumi.log.error(verdict)
+
+
+def deploy(edge: Edge | None = None) -> Any:
+    """Plan, report, register every resource, export the outputs; returns the `Fleet`."""
+    from components.fleet import build_fleet
+    from tkf_infra.outputs import export_outputs
+
+    edge = edge or Edge()
+    fleet_plan = plan(edge)
+    report(fleet_plan)
+    api_key = edge.api_key
+    if api_key is None and edge.read_api_key:
+        api_key = pulumi.Config().get_secret("apiKey")
+    fleet = build_fleet(fleet_plan, api_key=api_key, stack=pulumi.get_stack())
+    export_outputs(fleet_plan, api_key)
+    return fleet
+
+
+def run(edge: Edge | None = None) -> Any:
+    """The whole program: `deploy`, then end non-zero (RunError) if anything was left out."""
+    fleet = deploy(edge)
+    finish(fleet.plan)
+    return fleet

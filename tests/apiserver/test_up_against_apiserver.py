@@ -32,7 +32,7 @@ from tests.engine_fixtures import EngineStack, dev_config
 from tests.kube.apiserver import KubeAPIServer
 from tests.kube.client import KubeAPIError, KubeClient
 from tkf_infra import names
-from tkf_infra.automation import DEV_PASSPHRASE, pulumi_home
+from tkf_infra.ops.stacks import DEV_PASSPHRASE, pulumi_home
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.engine]
 

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.engine_fixtures import copy_project, dev_config
+from tkf_infra.ops.stacks import engine_env
 
 DEV_API_KEY = "tkf-dev-api-key"
 
@@ -59,31 +60,77 @@ def rendered_kinds(render: Path) -> set[tuple[str, str]]:
     return out
 
 
-def test_up_deploys_good_models_and_names_the_one_that_does_not_fit(cli: CliProject) -> None:
-    good, bad = dev_config()["config"]["tkf-infra:models"]
-    bad = dict(bad, maxModelLen=32768, cpuKvCacheGiB=0.01)
-    cli.set_models([good, bad])
-    proc = cli.run("up", "--stack", "dev", "--json")
-    assert proc.returncode == 1, proc.stderr
-    summary = json.loads(proc.stdout)
-    assert summary["failedModels"] == [bad["name"]]
-    assert summary["models"][good["name"]]["status"] == "created"
-    reasons = " ".join(summary["models"][bad["name"]]["reasons"])
-    assert "needs 0.38 GiB KV cache for maxModelLen 32768 but cpuKvCacheGiB is 0.01" in reasons
-    assert summary["preview"]["failedModels"] == [bad["name"]]
+GATED = {"name": "gated", "repo": "meta-llama/Llama-3.1-8B-Instruct",
+         "revision": "0e9e39f249a16976918f6564b8830bc894c89659", "servedName": "gated"}
+
+
+def refused_catalog() -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Two healthy dev models and three refused ones (two by the fit check, one gated): name → stage."""
+    good, other = dev_config()["config"]["tkf-infra:models"]
+    too_long = dict(other, name="too-long", servedName="too-long", maxModelLen=1_000_000)
+    no_kv = {"name": "no-kv", "repo": "Qwen/Qwen3-8B", "revision": "b968826d9c46dd6066d109eabc6255188de91218",
+             "servedName": "no-kv", "maxModelLen": 32768}
+    return [good, too_long, other, no_kv, GATED], {"too-long": "fit", "no-kv": "fit", "gated": "access"}
+
+
+def test_k_refused_models_are_all_named_and_every_healthy_one_deploys(cli: CliProject) -> None:
+    models, refused = refused_catalog()
+    healthy = [m["name"] for m in models if m["name"] not in refused]
+    cli.set_models(models)
+
+    preview = cli.run("preview", "--stack", "dev", "--json")
+    assert preview.returncode == 1, preview.stderr
+    summary = json.loads(preview.stdout)
+    assert summary["failedModels"] == sorted(refused)
+    assert {n: summary["models"][n]["stage"] for n in refused} == refused
+    assert {n: summary["models"][n]["status"] for n in healthy} == dict.fromkeys(healthy, "created")
+    reasons = {n: " ".join(summary["models"][n]["reasons"]) for n in refused}
+    assert "longer than the model's 32768 positions" in reasons["too-long"]
+    assert "KV cache for maxModelLen 32768 but cpuKvCacheGiB is 2; raise cpuKvCacheGiB to" in reasons["no-kv"]
+    assert "hfTokenSecret" in reasons["gated"]
+    assert summary["errors"] == [], "what the program logged per model is not repeated as stack errors"
+
+    up = cli.run("up", "--stack", "dev", "--json")
+    assert up.returncode == 1, up.stderr
+    summary = json.loads(up.stdout)
+    assert summary["failedModels"] == sorted(refused)
+    assert {n: summary["models"][n]["status"] for n in healthy} == dict.fromkeys(healthy, "created")
     objs = rendered_kinds(cli.render_dir)
-    assert ("LLMInferenceService", good["name"]) in objs
-    assert ("LLMInferenceService", bad["name"]) not in objs
+    assert {name for kind, name in objs if kind == "LLMInferenceService"} == set(healthy)
 
-    # the gateway is never handed a route to the model that was not deployed
+    # the gateway is never handed a route to a model that was not deployed
     outs = json.loads(cli.run("outputs", "--stack", "dev").stdout)
-    assert [m["model_name"] for m in outs["gatewayModelList"]] == [good["servedName"]]
-    assert list(outs["endpoints"]) == [good["servedName"]]
+    assert sorted(m["model_info"]["id"] for m in outs["gatewayModelList"]) == sorted(healthy)
+    assert {r["name"]: r["stage"] for r in outs["rejected"]} == refused
 
-    # a second up changes nothing for the good model
-    again = cli.run("up", "--stack", "dev", "--json")
-    assert again.returncode == 1
-    assert json.loads(again.stdout)["models"][good["name"]]["status"] == "unchanged"
+    # a second up changes nothing for the healthy models and still names the refused ones
+    again = json.loads(cli.run("up", "--stack", "dev", "--json").stdout)
+    assert {n: again["models"][n]["status"] for n in healthy} == dict.fromkeys(healthy, "unchanged")
+    assert again["failedModels"] == sorted(refused)
+
+
+def test_plain_pulumi_up_deploys_the_healthy_models_and_names_every_refused_one(cli: CliProject) -> None:
+    models, refused = refused_catalog()
+    cli.set_models(models)
+    env = {**cli.env, **engine_env("dev", cli.root, backend_url=cli.env["PULUMI_BACKEND_URL"])}
+
+    def pulumi(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["pulumi", *args, "--non-interactive", "--stack", "dev"], cwd=cli.root, env=env,
+                              capture_output=True, text=True, timeout=600, check=False)
+
+    subprocess.run(["pulumi", "stack", "init", "dev", "--non-interactive"], cwd=cli.root, env=env, check=True,
+                   capture_output=True)
+    preview = pulumi("preview")
+    for name, stage in refused.items():
+        assert f"{name} was left out of this deployment ({stage})" in preview.stdout + preview.stderr
+    proc = pulumi("up", "--yes")
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0, text
+    for name, stage in refused.items():
+        assert f"{name} was left out of this deployment ({stage})" in text
+    assert "3 catalog entries were left out (too-long, no-kv, gated); the other 2 were deployed" in text
+    healthy = {m["name"] for m in models if m["name"] not in refused}
+    assert {name for kind, name in rendered_kinds(cli.render_dir) if kind == "LLMInferenceService"} == healthy
 
 
 def test_gateway_config_is_a_litellm_model_list_without_secrets(cli: CliProject, tmp_path: Path) -> None:

@@ -76,15 +76,18 @@ def test_up_renders_manifests_then_is_idempotent_then_removes_one_model(
     assert deleted > 0
 
 
-def test_fit_failure_reaches_preview_output(make_stack: Callable[..., EngineStack]) -> None:
+def test_fit_failure_reaches_preview_output_and_the_healthy_model_still_previews(
+        make_stack: Callable[..., EngineStack]) -> None:
+    """The preview names the refusal with its numbers; it does not abort, because `pulumi up` runs
+    this same preview first and would then deploy nothing — not even the healthy model."""
     es = make_stack()
-    bad = dict(DEV_MODELS[1], maxModelLen=32768, cpuKvCacheGiB=0.01)
+    bad = dict(DEV_MODELS[1], maxModelLen=1_000_000)
     es.set_models([DEV_MODELS[0], bad])
-    with pytest.raises(auto.CommandError) as err:
-        run_preview(es)
-    text = str(err.value)
-    assert bad["name"] in text
-    assert "maxModelLen" in text or "KV cache" in text
+    _, steps, text = run_preview(es)
+    assert f"{bad['name']} was left out of this deployment (fit)" in text
+    assert "maxModelLen 1000000 is longer than the model's 32768 positions" in text
+    created = {name for op, _, name in steps if op == "create"}
+    assert DEV_MODELS[0]["name"] in created and bad["name"] not in created
 
 
 def test_rejected_entry_left_out_and_run_fails(make_stack: Callable[..., EngineStack]) -> None:

@@ -13,9 +13,9 @@ from pulumi import automation as auto
 from tests.engine_fixtures import EngineStack
 from tests.prom.conftest import PromServer
 from tests.prom.metrics_fixtures import DCGM_NODES
+from tkf_infra.config import validate_catalog
 from tkf_infra.inventory import read_gpu_inventory
 from tkf_infra.live import check_against_inventory
-from tkf_infra.settings import validate_catalog
 
 pytestmark = pytest.mark.prometheus
 SHA = "b968826d9c46dd6066d109eabc6255188de91218"  # Qwen/Qwen3-8B, in models.lock.json
@@ -33,14 +33,14 @@ def stack_doc(pool: dict[str, Any], util: float = 0.9, slicing: int = 0) -> dict
 def test_pool_matching_its_nodes_passes(prom: PromServer) -> None:
     cat = validate_catalog(stack_doc({"name": "h100", "gpuProduct": "H100-80GB", "gpusPerNode": 2,
                                       "nodes": ["gpu-node-a"]}))
-    live = check_against_inventory(cat.settings, cat.models, read_gpu_inventory(prom.url))
+    live = check_against_inventory(cat, read_gpu_inventory(prom.url))
     assert live.pool_errors == {} and live.model_problems == {}
 
 
 def test_pool_whose_nodes_report_another_gpu_is_refused_with_its_models(prom: PromServer) -> None:
     cat = validate_catalog(stack_doc({"name": "h100", "gpuProduct": "H100-80GB", "gpusPerNode": 4,
                                       "nodes": ["gpu-node-b"]}))
-    live = check_against_inventory(cat.settings, cat.models, read_gpu_inventory(prom.url))
+    live = check_against_inventory(cat, read_gpu_inventory(prom.url))
     (error,) = live.pool_errors["h100"]
     assert "GPU pool 'h100' is configured as H100-80GB" in error and "A100" in error and "gpu-node-b" in error
     assert live.model_problems["qwen3"].startswith("model qwen3: not deployed because its node pool is wrong")
@@ -50,18 +50,18 @@ def test_shared_gpu_checked_against_free_memory(prom: PromServer) -> None:
     pool = {"name": "h100", "gpuProduct": "H100-80GB", "gpusPerNode": 2, "nodes": ["gpu-node-a"]}
     fullest_free_gib = min(g.free_mib for g in DCGM_NODES["gpu-node-a"]) / 1024
     greedy = validate_catalog(stack_doc(pool, util=0.9, slicing=4))
-    live = check_against_inventory(greedy.settings, greedy.models, read_gpu_inventory(prom.url))
+    live = check_against_inventory(greedy, read_gpu_inventory(prom.url))
     problem = live.model_problems["qwen3"]
     assert f"the fullest has {fullest_free_gib:.1f} GiB free according to DCGM" in problem
     assert "time-slicing, 4 per GPU" in problem and "Lower gpuMemoryUtilization to at most 0.11" in problem
     modest = validate_catalog(stack_doc(pool, util=0.1, slicing=4))
-    assert check_against_inventory(modest.settings, modest.models, read_gpu_inventory(prom.url)).model_problems == {}
+    assert check_against_inventory(modest, read_gpu_inventory(prom.url)).model_problems == {}
 
 
 def test_unreachable_prometheus_is_a_warning_and_configured_facts_stand(dead_prometheus_url: str) -> None:
     cat = validate_catalog(stack_doc({"name": "h100", "gpuProduct": "H100-80GB", "gpusPerNode": 4,
                                       "nodes": ["gpu-node-b"]}))
-    live = check_against_inventory(cat.settings, cat.models, read_gpu_inventory(dead_prometheus_url, timeout_s=2))
+    live = check_against_inventory(cat, read_gpu_inventory(dead_prometheus_url, timeout_s=2))
     assert live.pool_errors == {} and live.model_problems == {}
     assert live.warnings and dead_prometheus_url in live.warnings[0]
 

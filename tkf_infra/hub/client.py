@@ -25,7 +25,7 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
-from tkf_infra.sizing.facts import DTYPE_BYTES, ModelFacts
+from tkf_infra.sizing.facts import ModelFacts, bytes_of_counts
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 
@@ -96,13 +96,10 @@ def _map_error(exc: BaseException, repo: str, revision: str, endpoint: str) -> H
 
 def _safetensors_counts(meta: Any) -> tuple[dict[str, int], int]:
     counts: dict[str, int] = {}
-    total = 0.0
     for file_meta in meta.files_metadata.values():
         for tensor in file_meta.tensors.values():
-            n = int(tensor.parameter_count)
-            counts[tensor.dtype] = counts.get(tensor.dtype, 0) + n
-            total += n * DTYPE_BYTES.get(tensor.dtype, 2)
-    return counts, int(total)
+            counts[tensor.dtype] = counts.get(tensor.dtype, 0) + int(tensor.parameter_count)
+    return counts, bytes_of_counts(counts)
 
 
 def fetch_facts(

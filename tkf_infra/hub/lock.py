@@ -2,7 +2,7 @@
 
 A revision is a commit SHA, so an entry is valid forever and ``pulumi preview`` / CI can size
 models without network access. ``python -m tkf_infra lock REPO@REV …`` adds entries by reading the
-Hub (``tkf_infra.hub``); existing entries are never re-fetched or rewritten.
+Hub (``tkf_infra.hub.client``); existing entries are never re-fetched or rewritten.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from tkf_infra.sizing.facts import ModelFacts
 
-DEFAULT_LOCK_PATH = Path(__file__).resolve().parent.parent / "models.lock.json"
+DEFAULT_LOCK_PATH = Path(__file__).resolve().parents[2] / "models.lock.json"
 LOCK_VERSION = 1
 
 
@@ -39,13 +39,19 @@ class Lock:
         return {
             "_about": self.about,
             "version": LOCK_VERSION,
-            "models": [self.entries[k].to_dict() for k in sorted(self.entries)],
+            "models": [_stored(self.entries[k]) for k in sorted(self.entries)],
         }
 
     def save(self, path: Path | str | None = None) -> Path:
         target = Path(path) if path else DEFAULT_LOCK_PATH
         target.write_text(json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n")
         return target
+
+
+def _stored(facts: ModelFacts) -> dict[str, Any]:
+    data = facts.model_dump(mode="json")
+    data["param_counts"] = dict(sorted(data["param_counts"].items()))
+    return data
 
 
 def load_lock(path: Path | str | None = None) -> Lock:
@@ -61,7 +67,7 @@ def load_lock(path: Path | str | None = None) -> Lock:
         raise ValueError(f"{source} has lock version {data.get('version')!r}; this code reads {LOCK_VERSION}")
     lock = Lock(about=str(data.get("_about") or ""))
     for raw in data.get("models", []):
-        lock.put(ModelFacts.from_dict(raw))
+        lock.put(ModelFacts.model_validate(raw))
     return lock
 
 
@@ -84,7 +90,7 @@ def resolve_facts(
     )
     if not use_hub:
         raise LockMissError(f"{repo}@{revision} is not in models.lock.json; {hint}")
-    from tkf_infra.hub import HubError, fetch_facts
+    from tkf_infra.hub.client import HubError, fetch_facts
 
     try:
         return fetch_facts(repo, revision, token=token, endpoint=endpoint)
@@ -109,7 +115,7 @@ def refresh_lock(
     Entries already locked are kept as they are (a commit's facts never change); failures are
     reported per entry and do not stop the others.
     """
-    from tkf_infra.hub import HubError, fetch_facts
+    from tkf_infra.hub.client import HubError, fetch_facts
 
     lock = load_lock(lock_path)
     lines: list[str] = []

@@ -1,10 +1,7 @@
 """`python -m tkf_infra`: the command line CI and operators use (Automation API on this project).
 
-Exit codes tell CI what happened without parsing text:
-  0  everything went through;
-  1  the plan refused something (a rejected entry, a failed fit check, a model that failed to deploy);
-  2  the command was used wrongly (unknown stack, bad option, missing passphrase) — a one-line error;
-  3  the tool itself crashed (a bug: the traceback is printed for the report).
+Exit codes tell CI what happened without parsing text; every command uses the one table in
+`tkf_infra.ops.exit_codes` (printed by `--help`).
 """
 
 from __future__ import annotations
@@ -21,12 +18,12 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_CRASH = 0, 1, 2, 3
+from tkf_infra.ops.exit_codes import ExitCode, describe
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="tkf-infra: preview, deploy and inspect the LLM inference fleet.")
+                  help="tkf-infra: preview, deploy and inspect the LLM inference fleet.",
+                  epilog="Exit codes:\n\n" + describe().replace("\n", "\n\n"))
 err_console = Console(stderr=True)
-out_console = Console()
 
 StackOpt = Annotated[str, typer.Option("--stack", "-s", help="Stack name (dev, prod, ...).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout.")]
@@ -37,30 +34,30 @@ class Format(StrEnum):
     json = "json"
 
 
-def _fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
+def _fail(message: str, code: int = ExitCode.USAGE) -> typer.Exit:
     err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
 def _open(stack_name: str, create: bool = False) -> Any:
     """The project's stack, or a one-line usage error (exit 2)."""
-    from tkf_infra import automation
+    from tkf_infra.ops import stacks
 
     try:
-        return automation.open_stack(stack_name, create=create)
-    except automation.UsageError as err:
+        return stacks.open_stack(stack_name, create=create)
+    except stacks.UsageError as err:
         raise _fail(str(err)) from None
 
 
 def _outputs(stack_name: str) -> tuple[Any, dict[str, Any]]:
-    from tkf_infra import automation
+    from tkf_infra.ops import stacks
 
     st = _open(stack_name)
-    return st, automation.stack_outputs(st)
+    return st, stacks.stack_outputs(st)
 
 
 def _operation(stack_name: str, operation: str, as_json: bool, create: bool = False) -> None:
-    from tkf_infra import automation
+    from tkf_infra.ops import automation
 
     stack = _open(stack_name, create=create)
 
@@ -80,7 +77,7 @@ def _operation(stack_name: str, operation: str, as_json: bool, create: bool = Fa
         print(json.dumps(final if len(results) == 1 else {**final, "preview": results[0]}, indent=2))
     else:
         _print_summary(final)
-    raise typer.Exit(EXIT_OK if final["ok"] else EXIT_REFUSED)
+    raise typer.Exit(ExitCode.OK if final["ok"] else ExitCode.REFUSED)
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
@@ -113,9 +110,9 @@ def up(stack: StackOpt = "dev", as_json: JsonOpt = False) -> None:
 @app.command()
 def refresh(stack: StackOpt = "dev", as_json: JsonOpt = False) -> None:
     """Read the real state back and report drift (objects changed or deleted out of band) per model."""
-    from tkf_infra import automation
+    from tkf_infra.ops import stacks
 
-    catalog = automation.stack_catalog(_open(stack))
+    catalog = stacks.stack_catalog(_open(stack))
     if catalog is not None and catalog.settings.cluster.mode == "render":
         raise _fail(f"stack {stack!r} renders manifests to {catalog.settings.cluster.render_dir} "
                     "(cluster.mode render): there is no cluster to compare against; "
@@ -133,9 +130,9 @@ def destroy(stack: StackOpt = "dev", as_json: JsonOpt = False) -> None:
 def outputs(stack: StackOpt = "dev",
             show_secrets: Annotated[bool, typer.Option(help="Include secret outputs.")] = False) -> None:
     """Print the stack outputs (the gateway contract) as JSON."""
-    from tkf_infra import automation
+    from tkf_infra.ops import stacks
 
-    print(json.dumps(automation.stack_outputs(_open(stack), show_secrets=show_secrets), indent=2))
+    print(json.dumps(stacks.stack_outputs(_open(stack), show_secrets=show_secrets), indent=2))
 
 
 @app.command("gateway-config")
@@ -149,7 +146,7 @@ def gateway_config(
     model_list = outs.get("gatewayModelList")
     if model_list is None:
         raise _fail(f"stack {stack!r} has no gatewayModelList output yet; run `python -m tkf_infra up --stack {stack}`",
-                    EXIT_REFUSED)
+                    ExitCode.REFUSED)
     doc = {"model_list": model_list}
     text = yaml.safe_dump(doc, sort_keys=False) if fmt is Format.litellm else json.dumps(doc, indent=2) + "\n"
     if output:
@@ -162,7 +159,7 @@ def gateway_config(
 @app.command()
 def schema(output: Annotated[Path | None, typer.Option("-o", "--output")] = None) -> None:
     """Print the JSON Schema of the stack settings and the catalog (for editors)."""
-    from tkf_infra.settings import catalog_json_schema
+    from tkf_infra.config import catalog_json_schema
 
     text = json.dumps(catalog_json_schema(), indent=2) + "\n"
     if output:
@@ -174,7 +171,7 @@ def schema(output: Annotated[Path | None, typer.Option("-o", "--output")] = None
 @app.command()
 def size(
     model: Annotated[str, typer.Argument(help="REPO@REVISION, e.g. Qwen/Qwen3-8B@<40-hex sha>.")],
-    gpu: Annotated[str, typer.Option(help="GPU, e.g. H100-80GB.")] = "H100-80GB",
+    gpu: Annotated[str, typer.Option(help="GPU, e.g. H100-80GB or a GPU Operator product label.")] = "H100-80GB",
     tp: Annotated[int, typer.Option("--tp", help="tensorParallelSize")] = 1,
     pp: Annotated[int, typer.Option("--pp", help="pipelineParallelSize")] = 1,
     max_model_len: Annotated[int | None, typer.Option(help="maxModelLen (default: the model's)")] = None,
@@ -182,16 +179,24 @@ def size(
     kv_cache_dtype: Annotated[str, typer.Option()] = "auto",
     quantization: Annotated[str | None, typer.Option()] = None,
     max_num_seqs: Annotated[int | None, typer.Option()] = None,
-    vllm_version: Annotated[str, typer.Option(help="vLLM version to model.")] = "0.11.0",
+    vllm_version: Annotated[str | None, typer.Option(help="vLLM release (default: the pinned image's).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Predict what vLLM will print at start-up, offline from the lock, and suggest what fits."""
-    from tkf_infra.planner import SizeParams, size_command
+    from pydantic import ValidationError
 
-    text, code = size_command(SizeParams(
-        model=model, gpu=gpu, tp=tp, pp=pp, max_model_len=max_model_len,
-        gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype, vllm_version=vllm_version,
-        max_num_seqs=max_num_seqs, quantization=quantization, as_json=as_json))
+    from tkf_infra.config import Serving
+    from tkf_infra.ops.size import size_command
+    from tkf_infra.sizing.params import SizingParams
+
+    try:
+        params = SizingParams(
+            tensor_parallel_size=tp, pipeline_parallel_size=pp, max_model_len=max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype, quantization=quantization,
+            max_num_seqs=max_num_seqs, vllm_version=vllm_version or Serving().version)  # fmt: skip
+    except ValidationError as err:
+        raise _fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())) from None
+    text, code = size_command(model, gpu, params, as_json=as_json)
     print(text)
     raise typer.Exit(code)
 
@@ -206,8 +211,8 @@ def lock(
     """Refresh models.lock.json from the Hub for the given models or the stack's catalog."""
     import os
 
-    from tkf_infra.lock import lock_command, parse_repo_revision
-    from tkf_infra.settings import SettingsError, read_stack_file, validate_catalog
+    from tkf_infra.config import SettingsError, read_stack_file, validate_catalog
+    from tkf_infra.hub.lock import lock_command, parse_repo_revision
 
     pairs: list[tuple[str, str]] = []
     if models:
@@ -216,7 +221,7 @@ def lock(
         except ValueError as err:
             raise _fail(str(err)) from None
     else:
-        stack_file = Path(__file__).resolve().parents[1] / f"Pulumi.{stack}.yaml"
+        stack_file = Path(__file__).resolve().parents[2] / f"Pulumi.{stack}.yaml"
         if not stack_file.exists():
             raise _fail(f"no stack file {stack_file.name}; give REPO@REVISION arguments or an existing --stack")
         try:
@@ -235,13 +240,13 @@ def status(
     as_json: JsonOpt = False,
 ) -> None:
     """Capacity signal per model from Prometheus: replicas, queue depth, KV-cache use, hit rate, TTFT."""
-    from tkf_infra import automation
+    from tkf_infra.ops import stacks
     from tkf_infra.status import status_command
 
     st, outs = _outputs(stack)
     url = prometheus_url
     if not url:
-        catalog = automation.stack_catalog(st)
+        catalog = stacks.stack_catalog(st)
         url = catalog.settings.prometheus_url if catalog else None
     if not url:
         raise _fail(f"stack {stack!r} sets no prometheusUrl; pass --prometheus-url")
@@ -255,18 +260,18 @@ def main() -> None:
     """Entry point: usage errors exit 2 with one line; a crash exits 3 with the traceback."""
     try:
         code = app(standalone_mode=False)
-        sys.exit(code if isinstance(code, int) else EXIT_OK)
+        sys.exit(code if isinstance(code, int) else ExitCode.OK)
     except typer.Exit as done:
         sys.exit(done.exit_code)
     except (typer.BadParameter, typer.Abort) as err:  # pragma: no cover - typer formats these itself
         err_console.print(f"error: {err}")
-        sys.exit(EXIT_USAGE)
+        sys.exit(ExitCode.USAGE)
     except Exception as err:
         import click
 
         if isinstance(err, click.ClickException):
             err.show()
-            sys.exit(EXIT_USAGE)
+            sys.exit(ExitCode.USAGE)
         traceback.print_exc()
         err_console.print("[bold red]tkf-infra crashed[/] (a bug, not your input): please report the traceback above")
-        sys.exit(EXIT_CRASH)
+        sys.exit(ExitCode.CRASH)

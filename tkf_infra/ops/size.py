@@ -1,75 +1,54 @@
 """``python -m tkf_infra size REPO@REV --gpu H100-80GB …``: what vLLM will print, offline from the lock.
 
 Answers "will it fit, and if not, what is the smallest tensorParallelSize / largest maxModelLen that
-does" before anyone books a GPU. Exit codes: 0 fits, 1 does not fit, 2 cannot answer (unknown
-GPU, model not in the lock, facts too thin).
+does" before anyone books a GPU. Exit codes (`tkf_infra.ops.exit_codes`): OK fits, REFUSED does not
+fit, USAGE cannot answer (unknown GPU, model not in the lock, facts too thin).
 """
 
 from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from tkf_infra.lock import LockMissError, load_lock, parse_repo_revision
-from tkf_infra.sizing.engine import ServingParams, SizingError, estimate, suggest
+from tkf_infra.hub.lock import LockMissError, load_lock, parse_repo_revision
+from tkf_infra.ops.exit_codes import ExitCode
+from tkf_infra.sizing.estimate import estimate
 from tkf_infra.sizing.gpus import lookup_gpu
+from tkf_infra.sizing.params import SizingError, SizingParams
+from tkf_infra.sizing.suggest import suggest
 
 
-@dataclass(frozen=True)
-class SizeParams:
-    """The ``size`` command's options (defaults are vLLM's)."""
-
-    model: str  # REPO@REVISION
-    gpu: str
-    tp: int = 1
-    pp: int = 1
-    max_model_len: int | None = None
-    gpu_memory_utilization: float = 0.9
-    kv_cache_dtype: str = "auto"
-    vllm_version: str = "0.19.0"
-    max_num_seqs: int | None = None
-    quantization: str | None = None
-    as_json: bool = False
-    lock_path: Path | None = None
-    max_tp: int = 8
-
-
-def size_command(p: SizeParams) -> tuple[str, int]:
+def size_command(model: str, gpu_name: str, params: SizingParams, *, as_json: bool = False,
+                 lock_path: Path | None = None, max_tp: int = 8) -> tuple[str, int]:
     """Return (text or JSON, exit code)."""
     try:
-        repo, revision = parse_repo_revision(p.model)
-        gpu = lookup_gpu(p.gpu)
-        facts = load_lock(p.lock_path).get(repo, revision)
+        repo, revision = parse_repo_revision(model)
+        gpu = lookup_gpu(gpu_name)
+        facts = load_lock(lock_path).get(repo, revision)
         if facts is None:
             raise LockMissError(
                 f"{repo}@{revision} is not in models.lock.json; run "
                 f"`python -m tkf_infra lock {repo}@{revision}` on a machine with Hub access and commit the lock"
             )
-        params = ServingParams(
-            tensor_parallel_size=p.tp, pipeline_parallel_size=p.pp, max_model_len=p.max_model_len,
-            gpu_memory_utilization=p.gpu_memory_utilization, kv_cache_dtype=p.kv_cache_dtype,
-            vllm_version=p.vllm_version, max_num_seqs=p.max_num_seqs, quantization=p.quantization,
-        )  # fmt: skip
         est = estimate(facts, gpu, params, model=repo)
-        sugg = None if est.fits else suggest(facts, gpu, params, max_tp=p.max_tp, current=est)
+        sugg = None if est.fits else suggest(facts, gpu, params, max_tp=max_tp, current=est)
     except (KeyError, ValueError, LookupError, SizingError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-        if p.as_json:
-            return json.dumps({"error": message}), 2
-        return f"error: {message}", 2
-    code = 0 if est.fits else 1
-    if p.as_json:
-        data = est.to_dict()
+        if as_json:
+            return json.dumps({"error": message}), ExitCode.USAGE
+        return f"error: {message}", ExitCode.USAGE
+    code = ExitCode.OK if est.fits else ExitCode.REFUSED
+    if as_json:
+        data = est.model_dump()
         data["suggested_tensor_parallel_size"] = sugg.tensor_parallel_size if sugg else None
         data["suggested_max_model_len"] = sugg.max_model_len if sugg else None
         return json.dumps(data, indent=2), code
 
-    table = Table(title=f"{repo}@{revision[:12]} on {gpu.name} (per GPU rank, vLLM {p.vllm_version})")
+    table = Table(title=f"{repo}@{revision[:12]} on {gpu.name} (per GPU rank, vLLM {params.vllm_version})")
     table.add_column("figure")
     table.add_column("predicted", justify="right")
     rows = [

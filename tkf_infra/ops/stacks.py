@@ -1,0 +1,132 @@
+"""The engine seam: where the Pulumi engine is, how a stack of this project is opened, its outputs.
+
+Every command that talks to the engine goes through here, so a missing engine, an unknown stack or a
+missing passphrase is one readable line (a `UsageError`), never an engine traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pulumi import automation as auto
+
+from tkf_infra.config import Catalog, SettingsError, validate_catalog
+
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+DEV_PASSPHRASE = "tkf-dev-only"  # documented in README.md; only ever used for the dev stack
+
+
+class UsageError(Exception):
+    """A mistake the user can fix (unknown stack, missing passphrase, engine not installed)."""
+
+
+def pulumi_home() -> Path:
+    return Path(os.environ.get("PULUMI_HOME", Path.home() / ".pulumi"))
+
+
+def engine_env(stack: str, project_dir: Path = PROJECT_DIR, backend_url: str | None = None) -> dict[str, str]:
+    """Environment for the engine: the bootstrap's binaries, the project's virtualenv, the backend."""
+    env = {
+        "PATH": os.pathsep.join([str(pulumi_home() / "bin"), str(project_dir / ".venv" / "bin"),
+                                 os.environ.get("PATH", "")]),
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        # The language host buildable on air-gapped machines predates runtime options: point it at
+        # the project's virtualenv explicitly (docs/engine.md).
+        "PULUMI_PYTHON_CMD": str(project_dir / ".venv" / "bin" / "python"),
+        "PULUMI_BACKEND_URL": backend_url
+        or os.environ.get("PULUMI_BACKEND_URL")
+        or f"file://{project_dir / '.pulumi-state'}",
+    }
+    if env["PULUMI_BACKEND_URL"].startswith("file://"):
+        Path(env["PULUMI_BACKEND_URL"].removeprefix("file://")).mkdir(parents=True, exist_ok=True)
+    has_passphrase = os.environ.get("PULUMI_CONFIG_PASSPHRASE") or os.environ.get("PULUMI_CONFIG_PASSPHRASE_FILE")
+    if stack == "dev" and not has_passphrase:
+        env["PULUMI_CONFIG_PASSPHRASE"] = DEV_PASSPHRASE
+    return env
+
+
+def _check_engine() -> auto.PulumiCommand:
+    binary = pulumi_home() / "bin" / "pulumi"
+    if not binary.exists() and not shutil.which("pulumi"):
+        raise UsageError("the Pulumi engine is not installed; run `scripts/setup.sh` (builds it if needed)")
+    root = str(pulumi_home()) if binary.exists() else None
+    return auto.PulumiCommand(root=root)
+
+
+def open_stack(stack: str, *, create: bool = False, project_dir: Path = PROJECT_DIR,
+               backend_url: str | None = None) -> auto.Stack:
+    """Select (or, with create, create) a stack of the project, with a clear error when it cannot."""
+    env = engine_env(stack, project_dir, backend_url)
+    if not (os.environ.get("PULUMI_CONFIG_PASSPHRASE") or os.environ.get("PULUMI_CONFIG_PASSPHRASE_FILE")
+            or "PULUMI_CONFIG_PASSPHRASE" in env):
+        stack_file = project_dir / f"Pulumi.{stack}.yaml"
+        if stack_file.exists() and "encryptionsalt" in stack_file.read_text():
+            raise UsageError(f"stack {stack!r} uses a passphrase secrets provider: set PULUMI_CONFIG_PASSPHRASE "
+                             "(or PULUMI_CONFIG_PASSPHRASE_FILE) before running this command")
+    if create and not (project_dir / f"Pulumi.{stack}.yaml").exists():
+        files = ", ".join(sorted(p.name.split(".")[1] for p in project_dir.glob("Pulumi.*.yaml")))
+        raise UsageError(f"unknown stack {stack!r}: there is no Pulumi.{stack}.yaml (stack files: {files})")
+    cmd = _check_engine()
+    opts = auto.LocalWorkspaceOptions(env_vars=env, pulumi_command=cmd)
+    try:
+        if create:
+            return auto.create_or_select_stack(stack, work_dir=str(project_dir), opts=opts)
+        return auto.select_stack(stack, work_dir=str(project_dir), opts=opts)
+    except auto.StackNotFoundError:
+        raise UsageError(f"stack {stack!r} does not exist in {env['PULUMI_BACKEND_URL']}; "
+                         f"run `python -m tkf_infra up --stack {stack}` first, or check the name") from None
+    except auto.CommandError as err:
+        raise UsageError(last_error_line(str(err)).removeprefix("error: ")) from None
+
+
+def stack_catalog(stack: auto.Stack) -> Catalog | None:
+    """Validate the stack's catalog locally, for reporting rejected entries per model."""
+    try:
+        cfg = stack.get_all_config()
+    except auto.CommandError:
+        return None
+    doc: dict[str, Any] = {}
+    for key, value in cfg.items():
+        ns, _, name = key.partition(":")
+        if ns != "tkf-infra" or value.secret or name == "apiKey":
+            continue
+        doc[name] = yaml.safe_load(value.value) if isinstance(value.value, str) else value.value
+    try:
+        return validate_catalog(doc)
+    except SettingsError:
+        return None
+
+
+def last_error_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("error:")]
+    return lines[-1] if lines else text.strip().splitlines()[-1] if text.strip() else "the engine failed"
+
+
+def stack_outputs(stack: auto.Stack, *, show_secrets: bool = False) -> dict[str, Any]:
+    """Stack outputs as plain values; secret outputs are left out unless asked for."""
+    out: dict[str, Any] = {}
+    for key, value in stack.outputs().items():
+        if value.secret and not show_secrets:
+            continue
+        out[key] = value.value
+    return out
+
+
+PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "models.lock.json", "requirements.txt")
+PROJECT_DIRS = ("tkf_infra", "components", "providers")
+
+
+def copy_project(dest: Path, project_dir: Path = PROJECT_DIR) -> Path:
+    """A private copy of the program (sharing the virtualenv), so tests and benchmarks can create
+    stack files and state without touching the checkout."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in PROJECT_FILES:
+        shutil.copy2(project_dir / name, dest / name)
+    for name in PROJECT_DIRS:
+        shutil.copytree(project_dir / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+    (dest / ".venv").symlink_to(project_dir / ".venv")
+    return dest

@@ -1,0 +1,11 @@
+"""From validated settings and the edge's data to the fleet plan: pools, sized models, exclusions.
+
+- `pools`: what each node pool is (GPU, selector, taints), from settings and EC2 facts;
+- `fleet`: which models are deployed and which are left out, with the fit check's verdict.
+"""
+
+from tkf_infra.plan.fleet import Exclusion, FleetPlan, LiveFindings, ModelPlan, Stage, plan_fleet, sizing_params
+from tkf_infra.plan.pools import PoolFacts, PoolProblem, resolve_pool
+
+__all__ = ["Exclusion", "FleetPlan", "LiveFindings", "ModelPlan", "PoolFacts", "PoolProblem", "Stage", "plan_fleet",
+           "resolve_pool", "sizing_params"]

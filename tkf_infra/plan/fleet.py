@@ -1,0 +1,228 @@
+"""The fleet plan: which models are deployed, on what, sized how — and every model left out, with why.
+
+Why a plan before any resource: one bad model must not block the good ones, under `pulumi up` as
+much as under the CLI. The engine aborts a whole preview or update at the first failed provider
+check, so refusals are decided here, in plain Python, from data gathered at the program's edge
+(the lock, EC2, DCGM). Every reason a model is left out — the catalog rules, its pool, what the
+GPUs report, the lock, gated access, the fit check — becomes one `Exclusion` of that model; the
+outputs, the program's error log and the CLI's per-model summary all read these, so they cannot
+disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from tkf_infra.config import Catalog, ModelEntry
+from tkf_infra.config.flags import row, sized_fields
+from tkf_infra.hub.lock import Lock
+from tkf_infra.plan.pools import PoolFacts, PoolProblem, resolve_pool
+from tkf_infra.sizing.contract import FitInputs, FitResult, evaluate
+from tkf_infra.sizing.ec2 import InstanceGpus
+from tkf_infra.sizing.facts import ModelFacts
+from tkf_infra.sizing.params import SizingError, SizingParams
+from tkf_infra.sizing.weights import checkpoint_bytes
+
+
+class Stage(StrEnum):
+    """Which check left a model out (the `stage` of a `rejected` output entry)."""
+
+    CATALOG = "catalog"
+    """The catalog rules: a field value, uniqueness, placement on a pool."""
+    POOL = "pool"
+    """Its node pool's settings do not hold together (EC2 facts, product labels)."""
+    LIVE = "live"
+    """What the GPUs report (DCGM) contradicts its pool, or a shared GPU lacks the free memory."""
+    LOCK = "lock"
+    """No usable facts in models.lock.json."""
+    ACCESS = "access"
+    """A gated repo without hfTokenSecret."""
+    FIT = "fit"
+    """It does not fit its GPUs."""
+    POLICY = "policy"
+    """The platform owner's policy pack refused it (reported by the CLI, which runs the pack)."""
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """A model left out of the deployment, with every reason at once."""
+
+    name: str
+    index: int
+    stage: Stage
+    reasons: tuple[str, ...]
+
+    def as_output(self) -> dict[str, Any]:
+        return {"index": self.index, "name": self.name, "stage": self.stage.value, "reasons": list(self.reasons)}
+
+    @classmethod
+    def from_output(cls, data: Mapping[str, Any]) -> Exclusion:
+        return cls(str(data.get("name") or ""), int(data.get("index", -1)), Stage(str(data.get("stage", "catalog"))),
+                   tuple(str(r) for r in data.get("reasons") or ()))
+
+    @property
+    def label(self) -> str:
+        return self.name or f"models[{self.index}]"
+
+    def log_line(self) -> str:
+        """How the program reports it (the CLI recognises the line and attributes it to the model)."""
+        reasons = "\n".join(f"  - {r}" for r in self.reasons)
+        return f"{self.label} was left out of this deployment ({self.stage.value}):\n{reasons}"
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """One model that will be deployed, with everything its resources need as plain values."""
+
+    entry: ModelEntry
+    facts: ModelFacts
+    weight_bytes: int
+    pool: PoolFacts | None
+    fit_inputs: FitInputs
+    fit: FitResult
+
+
+@dataclass(frozen=True)
+class LiveFindings:
+    """What the program's edge learned from DCGM (see `tkf_infra.live`), as plain data."""
+
+    warnings: tuple[str, ...] = ()
+    pool_errors: Mapping[str, list[str]] = field(default_factory=dict)
+    model_problems: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    catalog: Catalog
+    pools: dict[str, PoolFacts]
+    models: tuple[ModelPlan, ...]
+    excluded: tuple[Exclusion, ...]
+    errors: tuple[str, ...] = ()
+    """Stack-level problems (bad pools, capacity, DCGM contradictions): the run must end non-zero."""
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def deployed(self) -> set[str]:
+        return {m.entry.name for m in self.models}
+
+    def verdict(self) -> str | None:
+        """Why the run must end non-zero (None when everything went through)."""
+        if self.excluded:
+            names = ", ".join(x.label for x in self.excluded)
+            n = len(self.excluded)
+            return (f"{n} catalog entr{'y was' if n == 1 else 'ies were'} left out ({names}); the other "
+                    f"{len(self.models)} were deployed. Fix the errors above and run again.")
+        if self.errors:
+            return (f"{len(self.errors)} fleet problem(s), reported above; the models were deployed but the fleet "
+                    "needs fixing")
+        return None
+
+    def model(self, name: str) -> ModelPlan:
+        return next(m for m in self.models if m.entry.name == name)
+
+
+def sizing_params(entry: ModelEntry, vllm_version: str) -> SizingParams:
+    """The entry's sized flags, as vLLM will receive them (rendered through the flag table)."""
+    values: dict[str, Any] = {}
+    for name in sized_fields():
+        r = row(name)
+        if not r.applies_to(entry.is_cpu):
+            continue
+        value = getattr(entry, name)
+        values[name] = type(value)(r.text(value)) if r.flag.fmt is not None and value is not None else value
+    return SizingParams(vllm_version=vllm_version, **values)
+
+
+def _facts_problem(entry: ModelEntry, lock: Lock) -> tuple[ModelFacts | None, int, Stage | None, str]:
+    facts = lock.get(entry.repo, entry.revision)
+    fix = f"run `python -m tkf_infra lock {entry.model_ref}` on a machine with Hub access and commit the lock"
+    if facts is None:
+        return None, 0, Stage.LOCK, f"{entry.model_ref} is not in models.lock.json, so it cannot be sized; {fix}"
+    try:
+        weight_bytes = checkpoint_bytes(facts, quantization=entry.quantization)
+    except (SizingError, KeyError, ValueError) as exc:
+        return None, 0, Stage.LOCK, f"the lock entry of {entry.model_ref} gives no weight size ({exc}); {fix}"
+    if facts.gated and not entry.hf_token_secret:
+        return facts, weight_bytes, Stage.ACCESS, (
+            f"{entry.repo} is gated on the Hugging Face Hub but hfTokenSecret is not set; create a Secret with key "
+            "HF_TOKEN in the serving namespace and name it in hfTokenSecret")
+    return facts, weight_bytes, None, ""
+
+
+def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] | None = None,
+               ec2_errors: Mapping[str, str] | None = None, live: LiveFindings | None = None) -> FleetPlan:
+    """Decide the fleet from validated settings and the edge's data; no I/O, no resources."""
+    s = catalog.settings
+    errors = [str(p) for p in catalog.pool_problems]
+    warnings = list(live.warnings) if live else []
+    shared = s.platform.gpu_operator.time_slicing_replicas > 1
+    pools: dict[str, PoolFacts] = {}
+    pool_problems: dict[str, str] = {}
+    for settings_pool in catalog.pools:
+        itype = str(settings_pool.instance_type)
+        try:
+            if settings_pool.kind == "eks" and ec2_errors and itype in ec2_errors:
+                raise PoolProblem(f"node pool {settings_pool.name}: instanceType {itype!r} is not an EC2 instance "
+                                  f"type ({ec2_errors[itype]}); use one such as p5.48xlarge or g6e.xlarge")
+            pools[settings_pool.name] = resolve_pool(settings_pool, ec2 or {}, shared)
+        except PoolProblem as exc:
+            pool_problems[settings_pool.name] = str(exc)
+            errors.append(str(exc))
+    if live:
+        errors += [m for msgs in live.pool_errors.values() for m in msgs]
+
+    excluded = [Exclusion(r.name or f"models[{r.index}]", r.index, Stage.CATALOG, tuple(str(p) for p in r.problems))
+                for r in catalog.rejected]  # fmt: skip
+    planned: list[ModelPlan] = []
+    for entry in catalog.models:
+        index = catalog.index_of(entry.name)
+
+        def leave_out(stage: Stage, reason: str, entry: ModelEntry = entry, index: int = index) -> None:
+            excluded.append(Exclusion(entry.name, index, stage, (f"model {entry.name}: {reason}",)))
+
+        pool = pools.get(entry.node_pool or "")
+        if entry.node_pool in pool_problems:
+            leave_out(Stage.POOL, f"not deployed because its node pool is wrong: {pool_problems[entry.node_pool]}")
+            continue
+        if live and entry.name in live.model_problems:
+            excluded.append(Exclusion(entry.name, index, Stage.LIVE, (live.model_problems[entry.name],)))
+            continue
+        facts, weight_bytes, stage, why = _facts_problem(entry, lock)
+        if stage is not None or facts is None:
+            leave_out(stage or Stage.LOCK, why)
+            continue
+        gpu = pool.gpu if pool is not None and not entry.is_cpu else None
+        inputs = FitInputs(model=entry.name, repo=entry.repo, revision=entry.revision, facts=facts, gpu=gpu,
+                           params=sizing_params(entry, s.serving.version),
+                           max_tensor_parallel=(pool.gpus_per_node if pool else 0) or 8)
+        fit = evaluate(inputs)
+        if not fit.fits:
+            excluded.append(Exclusion(entry.name, index, Stage.FIT, (fit.message or "does not fit",)))
+            continue
+        planned.append(ModelPlan(entry, facts, weight_bytes, pool, inputs, fit))
+
+    errors += capacity_errors(planned, pools)
+    return FleetPlan(catalog=catalog, pools=pools, models=tuple(planned),
+                     excluded=tuple(sorted(excluded, key=lambda e: (e.index, e.name))),
+                     errors=tuple(errors), warnings=tuple(warnings))
+
+
+def capacity_errors(models: list[ModelPlan], pools: Mapping[str, PoolFacts]) -> list[str]:
+    """Pools whose models ask, over all replicas, more GPUs than the pool has."""
+    demand: dict[str, list[tuple[str, int]]] = {}
+    for m in models:
+        if m.entry.is_cpu or m.pool is None:
+            continue
+        demand.setdefault(m.pool.name, []).append((m.entry.name, m.entry.replicas * m.entry.gpus))
+    errors = []
+    for name, asks in demand.items():
+        pool = pools[name]
+        have, need = pool.gpus_per_node * pool.node_count, sum(n for _, n in asks)
+        if need > have:
+            detail = ", ".join(f"{model} {n}" for model, n in asks)
+            errors.append(f"nodePool {name}: models need {need} GPUs ({detail}) but the pool has {have} "
+                          f"({pool.node_count} nodes x {pool.gpus_per_node}); raise nodeCount or lower replicas")
+    return errors

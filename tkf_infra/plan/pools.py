@@ -1,0 +1,115 @@
+"""What each node pool really is: its GPU, how many per node, and how pods land on it.
+
+Why before any resource is registered: the fit check sizes against the pool's GPU at preview, so
+the GPU must be a plain value, not an Output; and an EKS pool names an instance type, not a GPU,
+so its facts come from EC2 — gathered once at the program's edge (`tkf_infra.program`) and handed
+here as data. A pool whose facts do not hold together becomes a problem of that pool alone: its
+models are left out, the rest of the fleet is planned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tkf_infra.config import NodePool
+from tkf_infra.sizing.ec2 import InstanceGpus
+from tkf_infra.sizing.gpus import GpuSpec, find_gpu, lookup_gpu, product_label
+
+GPU_TAINT_KEY = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+POOL_LABEL = "tkf.io/node-pool"
+#: GPU feature discovery appends this to the product label when time-slicing shares the GPUs.
+SHARED_SUFFIX = "-SHARED"
+
+
+@dataclass(frozen=True)
+class PoolFacts:
+    """A node pool as the fleet uses it; plain values, known at preview."""
+
+    pool: NodePool
+    gpu: GpuSpec | None
+    """None for a CPU pool."""
+    gpus_per_node: int
+    node_labels: dict[str, str] = field(default_factory=dict)
+    """Labels the nodes carry (ours included where we manage the nodes)."""
+    node_selector: dict[str, str] = field(default_factory=dict)
+    taints: tuple[dict[str, str], ...] = ()
+    tolerations: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.pool.name
+
+    @property
+    def node_count(self) -> int:
+        return self.pool.node_count
+
+
+class PoolProblem(ValueError):
+    """A pool setting that cannot work; the message names the pool, the field and the fix."""
+
+
+def _with_override(pool: NodePool, gpu: GpuSpec) -> GpuSpec:
+    if pool.gpu_memory_gib:
+        return gpu.with_memory(pool.gpu_memory_gib, f"nodePools[{pool.name}].gpuMemoryGiB override")
+    return gpu
+
+
+def _eks_gpu(pool: NodePool, info: InstanceGpus | None) -> tuple[GpuSpec | None, int]:
+    """GPU spec and count of the pool's instance type, checked against what the pool declares."""
+    itype = str(pool.instance_type)
+    if info is None:
+        raise PoolProblem(f"node pool {pool.name}: EC2 returned nothing for instanceType {itype!r}")
+    if pool.gpus_per_node == 0:
+        return None, 0
+    if info.count == 0:
+        raise PoolProblem(f"node pool {pool.name}: instanceType {itype} has no GPUs but gpusPerNode is "
+                          f"{pool.gpus_per_node}; pick a GPU instance type (p4d, p5, g5, g6e …) or set gpusPerNode: "
+                          "0 for a CPU pool")
+    if info.gpu is None:
+        raise PoolProblem(f"node pool {pool.name}: instanceType {itype} has {info.count} x {info.manufacturer} "
+                          f"{info.gpu_name} ({info.memory_mib} MiB), which is not in the GPU table; add it to "
+                          "tkf_infra/sizing/gpus.py")
+    if pool.gpus_per_node != info.count:
+        raise PoolProblem(f"node pool {pool.name}: gpusPerNode is {pool.gpus_per_node} but instanceType {itype} has "
+                          f"{info.count} GPUs; set gpusPerNode: {info.count}")
+    if pool.gpu_product and find_gpu(pool.gpu_product) not in (None, info.gpu):
+        raise PoolProblem(f"node pool {pool.name}: gpuProduct {pool.gpu_product!r} but instanceType {itype} has "
+                          f"{info.gpu.name}; drop gpuProduct (it is read from EC2) or fix it")
+    return _with_override(pool, info.gpu), info.count
+
+
+def resolve_pool(pool: NodePool, ec2: Mapping[str, InstanceGpus], shared: bool) -> PoolFacts:
+    """Pool facts from the settings (and EC2 for eks pools). Raises PoolProblem naming the fix."""
+    if pool.kind == "eks":
+        gpu, per_node = _eks_gpu(pool, ec2.get(str(pool.instance_type)))
+    else:
+        per_node = pool.gpus_per_node
+        gpu = _with_override(pool, lookup_gpu(pool.gpu_product)) if per_node and pool.gpu_product else None
+
+    # Labels we can put on nodes ourselves get our pool label too; on unmanaged nodes we can only
+    # select on what is already there.
+    manages_labels = pool.kind == "eks" or bool(pool.nodes)
+    node_labels = {**pool.labels, **({POOL_LABEL: pool.name} if manages_labels else {})}
+    selector = dict(node_labels)
+    if gpu is not None:
+        label = product_label(gpu, pool.gpu_product or "")
+        if label is None and pool.kind != "eks":
+            raise PoolProblem(f"node pool {pool.name}: gpuProduct {pool.gpu_product!r} ({gpu.name}) matches several "
+                              f"node labels {list(gpu.product_labels)}; set gpuProduct to the exact "
+                              "nvidia.com/gpu.product label of its nodes")
+        if label:  # an EKS pool whose GPU has several labels is selected by its own pool label
+            selector[GPU_PRODUCT_LABEL] = label + (SHARED_SUFFIX if shared else "")
+    taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in pool.taints]
+    if gpu is not None and not any(t["key"] == GPU_TAINT_KEY and t["effect"] == "NoSchedule" for t in taints):
+        # GPU nodes carry the NVIDIA taint; a pool that already lists it must not get it twice.
+        taints.insert(0, {"key": GPU_TAINT_KEY, "value": "true", "effect": "NoSchedule"})
+    tolerations = tuple(
+        {"key": t["key"], "operator": "Exists", "effect": t["effect"]} if t["key"] == GPU_TAINT_KEY
+        else {"key": t["key"], "operator": "Equal", "value": t["value"], "effect": t["effect"]}
+        for t in taints
+    )  # fmt: skip
+    return PoolFacts(pool=pool, gpu=gpu, gpus_per_node=per_node, node_labels=node_labels, node_selector=selector,
+                     taints=tuple(taints), tolerations=tolerations)
