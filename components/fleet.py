@@ -19,8 +19,9 @@ import pulumi_kubernetes as k8s
 
 from components import vllm_args as va
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
-from components.model_serving import CacheRef, ModelServing, ModelServingArgs
+from components.model_serving import ModelServing, ModelServingArgs
 from components.node_pool import GpuNodePool, GpuNodePoolArgs
+from components.pod import CacheRef
 from components.prerequisites import ServingPrerequisites, ServingPrerequisitesArgs
 from components.weight_cache import WeightCache, WeightCacheArgs
 from providers.fit import FitCheck

@@ -7,7 +7,8 @@ What it creates, and why:
   ``template`` is strategically merged over the preset by container name ``main``. Backend
   ``vllm``: the same pods without KServe, a Deployment (one node) or a LeaderWorkerSet (several
   nodes, vLLM's multiprocessing multi-node mode). Both backends take every flag, GPU count and
-  probe from ``components.vllm_args``, so switching backend does not change what runs;
+  probe from ``components.pod`` / ``components.vllm_args``, so switching backend does not change
+  what runs;
 - a stable alias Service ``<name>-openai`` on port 8000: the gateway's address for the model,
   whatever the backend names its own Services;
 - a NetworkPolicy: only the gateway namespace may call the API and only the monitoring namespace
@@ -23,16 +24,20 @@ cluster.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components import vllm_args as va
+from components.pod import CacheRef, Placement, PodInputs, pod_spec
 from tkf_infra import names
 from tkf_infra.config import Backend, ModelEntry, Namespaces, Serving
 from tkf_infra.plan import ModelPlan
+
+meta = k8s.meta.v1
+core = k8s.core.v1
 
 #: Name of the pipeline-parallel preset ServingPrerequisites installs (KServe references, but does
 #: not ship, ``config-llm-worker-pipeline-parallel``; its well-known prefix is ``kserve-``).
@@ -41,22 +46,6 @@ LLMISVC_API_VERSION = "serving.kserve.io/v1alpha2"
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 #: LeaderWorkerSet labels every pod with its index in the group; 0 is the leader, the API server.
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where the pods go: the node pool's selector and tolerations (empty for the CPU profile)."""
-
-    node_selector: dict[str, str] = field(default_factory=dict)
-    tolerations: tuple[dict[str, Any], ...] = ()
-
-
-@dataclass(frozen=True)
-class CacheRef:
-    """The WeightCache PVC serving this entry's ``repo@revision``."""
-
-    pvc_name: str
-    subpath: str
 
 
 @dataclass(frozen=True)
@@ -86,6 +75,11 @@ class ModelServingArgs:
         pool = self.plan.pool
         return Placement(dict(pool.node_selector), tuple(pool.tolerations)) if pool else Placement()
 
+    def pod(self, service_account: str | None = None) -> PodInputs:
+        return PodInputs(entry=self.entry, serving=self.serving, weight_bytes=self.weight_bytes,
+                         placement=self.placement, cache=self.cache, api_key_secret=self.api_key_secret,
+                         api_key_secret_key=self.api_key_secret_key, service_account=service_account)
+
 
 class ModelServing(pulumi.ComponentResource):
     """One catalog entry's workload, alias Service and NetworkPolicy (see module docstring)."""
@@ -109,10 +103,10 @@ class ModelServing(pulumi.ComponentResource):
         sa_name: str | None = None
         if args.plan.facts.gated and e.hf_token_secret and args.serving.backend == Backend.KSERVE:
             sa_name = names.service_account(e.name)
-            self.resources.append(k8s.core.v1.ServiceAccount(
+            self.resources.append(core.ServiceAccount(
                 f"{name}-sa",
-                metadata={"name": sa_name, "namespace": ns, "labels": va.labels(e)},
-                secrets=[{"name": e.hf_token_secret}],
+                metadata=meta.ObjectMetaArgs(name=sa_name, namespace=ns, labels=va.labels(e)),
+                secrets=[core.ObjectReferenceArgs(name=e.hf_token_secret)],
                 automount_service_account_token=False,
                 opts=child,
             ))  # fmt: skip
@@ -125,17 +119,15 @@ class ModelServing(pulumi.ComponentResource):
             self.workload = self._deployment(name, args, deps)
         self.resources.append(self.workload)
 
-        alias = names.alias_service(e.name)
         selector = {"tkf.io/model": e.name}
         if e.is_multi_node:
             selector[LWS_WORKER_INDEX_LABEL] = "0"
-        self.resources.append(k8s.core.v1.Service(
+        self.resources.append(core.Service(
             f"{name}-openai",
-            metadata={"name": alias, "namespace": ns, "labels": va.labels(e, "endpoint"),
-                      "annotations": self._await_annotations(args)},
-            spec={"type": "ClusterIP", "selector": selector,
-                  "ports": [{"name": "http", "port": names.SERVING_PORT, "targetPort": names.SERVING_PORT,
-                             "protocol": "TCP"}]},
+            metadata=meta.ObjectMetaArgs(name=names.alias_service(e.name), namespace=ns,
+                                         labels=va.labels(e, "endpoint"), annotations=_await_annotations(args)),
+            spec=core.ServiceSpecArgs(type="ClusterIP", selector=selector, ports=[core.ServicePortArgs(
+                name="http", port=names.SERVING_PORT, target_port=names.SERVING_PORT, protocol="TCP")]),
             opts=child,
         ))  # fmt: skip
         self.resources.append(self._network_policy(name, args))
@@ -145,86 +137,6 @@ class ModelServing(pulumi.ComponentResource):
         self.base_url = self.workload.id.apply(lambda _id: url)
         self.fit = args.plan.fit.published()
         self.register_outputs({"baseUrl": self.base_url, "servedName": self.served_name, "fit": self.fit})
-
-    # ----------------------------------------------------------------------------------------
-    # Pod spec pieces shared by both backends
-    # ----------------------------------------------------------------------------------------
-
-    @staticmethod
-    def _await_annotations(args: ModelServingArgs) -> dict[str, str]:
-        # Test API servers (cluster.skipAwait) run no controllers: nothing would become ready.
-        return {"pulumi.com/skipAwait": "true"} if args.skip_await else {}
-
-    def _annotations(self, args: ModelServingArgs, *, ready_condition: str | None) -> dict[str, Any]:
-        ann: dict[str, Any] = {"tkf.io/repo": args.entry.repo, "tkf.io/revision": args.entry.revision}
-        ann.update(args.plan.fit.annotations())
-        if args.skip_await:
-            ann.update(self._await_annotations(args))
-        elif ready_condition:
-            ann["pulumi.com/waitFor"] = ready_condition
-            ann["pulumi.com/timeoutSeconds"] = str(va.ready_timeout_seconds(args.entry, args.weight_bytes))
-        return ann
-
-    @staticmethod
-    def _container(args: ModelServingArgs, *, kserve: bool, leader: bool = True) -> dict[str, Any]:
-        e = args.entry
-        c: dict[str, Any] = {
-            "name": "main",
-            "image": va.image(e, args.serving),
-            "env": va.env(e, args.api_key_secret, args.api_key_secret_key),
-            "resources": va.resources(e, args.weight_bytes),
-            "securityContext": va.container_security(),
-            "volumeMounts": [
-                {"name": "dshm", "mountPath": "/dev/shm"},
-                {"name": "home", "mountPath": "/home"},
-                {"name": "tmp-dir", "mountPath": "/tmp"},
-            ],
-        }
-        if leader:
-            c["ports"] = [{"name": "http", "containerPort": names.SERVING_PORT, "protocol": "TCP"}]
-            c.update(va.probes(e, args.weight_bytes))
-        if kserve:
-            c["args"] = va.kserve_args(e)
-            return c
-        if args.cache:
-            c["volumeMounts"].append({"name": "weight-cache", "mountPath": va.MODEL_MOUNT,
-                                      "subPath": args.cache.subpath, "readOnly": True})  # fmt: skip
-            path, rev = va.MODEL_MOUNT, None
-        else:
-            path, rev = e.repo, e.revision
-            # Without the cache vLLM downloads itself: it needs the Hub and, if gated, the token.
-            c["env"] = [x for x in c["env"] if x["name"] != "HF_HUB_OFFLINE"]
-            if e.hf_token_secret:
-                c["env"].append(
-                    {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": e.hf_token_secret, "key": "HF_TOKEN"}}}
-                )
-        if e.is_multi_node:
-            c["command"] = va.lws_command(e, path, leader=leader, revision=rev)
-        else:
-            c["command"] = va.serve_command(e, path, rev)
-        return c
-
-    @classmethod
-    def _pod_spec(cls, args: ModelServingArgs, *, kserve: bool, leader: bool = True,
-                  sa_name: str | None = None) -> dict[str, Any]:  # fmt: skip
-        e = args.entry
-        spec: dict[str, Any] = {
-            "containers": [cls._container(args, kserve=kserve, leader=leader)],
-            "volumes": va.volumes(e, args.cache.pvc_name if args.cache else None),
-            "securityContext": va.pod_security(),
-            "automountServiceAccountToken": False,
-            "terminationGracePeriodSeconds": 60,
-        }
-        if args.cache:
-            spec["initContainers"] = [va.wait_for_weights(args.cache.pvc_name, args.cache.subpath,
-                                                          va.image(e, args.serving))]  # fmt: skip
-        if args.placement.node_selector:
-            spec["nodeSelector"] = dict(args.placement.node_selector)
-        if args.placement.tolerations:
-            spec["tolerations"] = va.tolerations_for(list(args.placement.tolerations))
-        if sa_name:
-            spec["serviceAccountName"] = sa_name
-        return spec
 
     # ----------------------------------------------------------------------------------------
     # Backends
@@ -239,7 +151,7 @@ class ModelServing(pulumi.ComponentResource):
             "model": {"uri": uri, "name": e.served_name},
             "replicas": e.replicas,
             "labels": va.labels(e),
-            "template": self._pod_spec(args, kserve=True, sa_name=sa_name),
+            "template": pod_spec(args.pod(sa_name), kserve=True),
         }
         if not e.is_cpu:
             spec["parallelism"] = {"tensor": e.tensor_parallel_size}
@@ -247,17 +159,17 @@ class ModelServing(pulumi.ComponentResource):
                 spec["parallelism"]["pipeline"] = e.pipeline_parallel_size
         if e.is_multi_node:
             # `worker` switches KServe to a LeaderWorkerSet; the preset holds the PP command line.
-            spec["worker"] = self._pod_spec(args, kserve=True, leader=False, sa_name=sa_name)
+            spec["worker"] = pod_spec(args.pod(sa_name), kserve=True, leader=False)
             spec["baseRefs"] = [{"name": PIPELINE_PARALLEL_PRESET}]
         return k8s.apiextensions.CustomResource(
             f"{name}-llmisvc",
             api_version=LLMISVC_API_VERSION,
             kind="LLMInferenceService",
-            metadata={"name": names.workload(e.name), "namespace": args.namespaces.serving,
-                      "labels": va.labels(e),
-                      # kserve#6043: multi-node services can stay Ready=False although serving; the
-                      # timeout bounds the wait instead of hanging `pulumi up`.
-                      "annotations": self._annotations(args, ready_condition="condition=Ready")},
+            # kserve#6043: multi-node services can stay Ready=False although serving; the timeout
+            # bounds the wait instead of hanging `pulumi up`.
+            metadata=meta.ObjectMetaArgs(name=names.workload(e.name), namespace=args.namespaces.serving,
+                                         labels=va.labels(e),
+                                         annotations=_annotations(args, ready_condition="condition=Ready")),
             spec=spec,
             opts=pulumi.ResourceOptions(
                 parent=self, depends_on=deps,
@@ -271,15 +183,17 @@ class ModelServing(pulumi.ComponentResource):
         lbl = va.labels(e)
         return k8s.apps.v1.Deployment(
             f"{name}-deployment",
-            metadata={"name": names.workload(e.name), "namespace": args.namespaces.serving, "labels": lbl,
-                      "annotations": self._annotations(args, ready_condition=None)},
-            spec={
-                "replicas": e.replicas,
+            metadata=meta.ObjectMetaArgs(name=names.workload(e.name), namespace=args.namespaces.serving, labels=lbl,
+                                         annotations=_annotations(args, ready_condition=None)),
+            spec=k8s.apps.v1.DeploymentSpecArgs(
+                replicas=e.replicas,
                 # GPUs are scarce: a rolling update would need a second set of them.
-                "strategy": {"type": "Recreate"},
-                "selector": {"matchLabels": {"tkf.io/model": e.name, "app.kubernetes.io/component": "model-server"}},
-                "template": {"metadata": {"labels": lbl}, "spec": self._pod_spec(args, kserve=False)},
-            },
+                strategy=k8s.apps.v1.DeploymentStrategyArgs(type="Recreate"),
+                selector=meta.LabelSelectorArgs(match_labels={"tkf.io/model": e.name,
+                                                              "app.kubernetes.io/component": "model-server"}),
+                template=core.PodTemplateSpecArgs(metadata=meta.ObjectMetaArgs(labels=lbl),
+                                                  spec=pod_spec(args.pod(), kserve=False)),
+            ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
         )  # fmt: skip
 
@@ -291,8 +205,8 @@ class ModelServing(pulumi.ComponentResource):
             f"{name}-lws",
             api_version=LWS_API_VERSION,
             kind="LeaderWorkerSet",
-            metadata={"name": names.workload(e.name), "namespace": args.namespaces.serving, "labels": lbl,
-                      "annotations": self._annotations(args, ready_condition="condition=Available")},
+            metadata=meta.ObjectMetaArgs(name=names.workload(e.name), namespace=args.namespaces.serving, labels=lbl,
+                                         annotations=_annotations(args, ready_condition="condition=Available")),
             spec={
                 "replicas": e.replicas,
                 "startupPolicy": "LeaderCreated",
@@ -300,9 +214,10 @@ class ModelServing(pulumi.ComponentResource):
                     "size": e.node_count,
                     # One lost rank stalls the whole pipeline: restart the group together.
                     "restartPolicy": "RecreateGroupOnPodRestart",
-                    "leaderTemplate": {"metadata": {"labels": lbl}, "spec": self._pod_spec(args, kserve=False)},
-                    "workerTemplate": {"metadata": {"labels": lbl},
-                                       "spec": self._pod_spec(args, kserve=False, leader=False)},
+                    "leaderTemplate": core.PodTemplateSpecArgs(metadata=meta.ObjectMetaArgs(labels=lbl),
+                                                               spec=pod_spec(args.pod(), kserve=False)),
+                    "workerTemplate": core.PodTemplateSpecArgs(metadata=meta.ObjectMetaArgs(labels=lbl),
+                                                               spec=pod_spec(args.pod(), kserve=False, leader=False)),
                 },
             },
             opts=pulumi.ResourceOptions(parent=self, depends_on=deps,
@@ -312,25 +227,42 @@ class ModelServing(pulumi.ComponentResource):
 
     def _network_policy(self, name: str, args: ModelServingArgs) -> pulumi.CustomResource:
         e, ns = args.entry, args.namespaces
-        port = [{"protocol": "TCP", "port": names.SERVING_PORT}]
+        net = k8s.networking.v1
+        port = [net.NetworkPolicyPortArgs(protocol="TCP", port=names.SERVING_PORT)]
 
-        def from_ns(namespace: str) -> dict[str, Any]:
-            return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
+        def from_ns(namespace: str) -> net.NetworkPolicyPeerArgs:
+            return net.NetworkPolicyPeerArgs(namespace_selector=meta.LabelSelectorArgs(
+                match_labels={"kubernetes.io/metadata.name": namespace}))
 
-        ingress: list[dict[str, Any]] = [
-            {"from": [from_ns(ns.gateway)], "ports": port},
-            {"from": [from_ns(ns.monitoring)], "ports": port},
-        ]
+        ingress = [net.NetworkPolicyIngressRuleArgs(from_=[from_ns(ns.gateway)], ports=port),
+                   net.NetworkPolicyIngressRuleArgs(from_=[from_ns(ns.monitoring)], ports=port)]  # fmt: skip
         if e.is_multi_node:
             # Leader and workers exchange tensors (NCCL / torch.distributed) on dynamic ports.
-            ingress.append({"from": [{"podSelector": {"matchLabels": {"tkf.io/model": e.name}}}]})
-        return k8s.networking.v1.NetworkPolicy(
+            ingress.append(net.NetworkPolicyIngressRuleArgs(from_=[net.NetworkPolicyPeerArgs(
+                pod_selector=meta.LabelSelectorArgs(match_labels={"tkf.io/model": e.name}))]))
+        return net.NetworkPolicy(
             f"{name}-netpol",
-            metadata={"name": names.network_policy(e.name), "namespace": ns.serving, "labels": va.labels(e)},
-            spec={"podSelector": {"matchLabels": {"tkf.io/model": e.name}}, "policyTypes": ["Ingress"],
-                  "ingress": ingress},
+            metadata=meta.ObjectMetaArgs(name=names.network_policy(e.name), namespace=ns.serving, labels=va.labels(e)),
+            spec=net.NetworkPolicySpecArgs(pod_selector=meta.LabelSelectorArgs(match_labels={"tkf.io/model": e.name}),
+                                           policy_types=["Ingress"], ingress=ingress),
             opts=pulumi.ResourceOptions(parent=self, depends_on=self._deps),
         )  # fmt: skip
+
+
+def _await_annotations(args: ModelServingArgs) -> dict[str, str]:
+    # Test API servers (cluster.skipAwait) run no controllers: nothing would become ready.
+    return {"pulumi.com/skipAwait": "true"} if args.skip_await else {}
+
+
+def _annotations(args: ModelServingArgs, *, ready_condition: str | None) -> dict[str, str]:
+    ann: dict[str, str] = {"tkf.io/repo": args.entry.repo, "tkf.io/revision": args.entry.revision}
+    ann.update(args.plan.fit.annotations())
+    if args.skip_await:
+        ann.update(_await_annotations(args))
+    elif ready_condition:
+        ann["pulumi.com/waitFor"] = ready_condition
+        ann["pulumi.com/timeoutSeconds"] = str(va.ready_timeout_seconds(args.entry, args.weight_bytes))
+    return ann
 
 
 def _as_list(value: Any) -> list[pulumi.Resource]:

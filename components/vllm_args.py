@@ -1,9 +1,9 @@
-"""Pure builders for what a vLLM pod looks like: command line, resources, probes, labels, volumes.
+"""Pure rules for a vLLM pod: its command line (rendered from the serving-flag table), its sizes, its labels.
 
 Why pure functions: the same model runs under two backends (a KServe ``LLMInferenceService`` or a
 plain Deployment / LeaderWorkerSet), and both must agree on every flag, every GPU request and every
-probe. Keeping the arithmetic here (no Pulumi, no I/O) lets tests check it directly and keeps the
-components to "which objects exist and how they depend on each other".
+probe. Keeping the arithmetic here (no Pulumi, no I/O) lets tests check it directly; `components.pod`
+turns it into typed Kubernetes objects.
 
 Sizing rules derived from the model size (weights bytes, from the lock) instead of hand-tuned
 numbers, so a 0.5B dev model and a 405B model both get sane pods:
@@ -21,7 +21,6 @@ numbers, so a 0.5B dev model and a 405B model both get sane pods:
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from tkf_infra.config import ModelEntry, Serving
 from tkf_infra.config.flags import KServe, rows
@@ -165,85 +164,3 @@ def labels(entry: ModelEntry, component: str = "model-server") -> dict[str, str]
 def image(entry: ModelEntry, serving: Serving) -> str:
     """The image the fit check sized for (its tag is the vLLM version), or the CPU build."""
     return serving.vllm_cpu_image if entry.is_cpu else serving.vllm_image
-
-
-def resources(entry: ModelEntry, weight_bytes: int) -> dict[str, Any]:
-    """Requests/limits; GPUs equal in both (extended resources cannot be overcommitted)."""
-    mem = f"{memory_gib(entry, weight_bytes)}Gi"
-    requests: dict[str, str] = {"cpu": str(cpu_cores(entry)), "memory": mem}
-    limits: dict[str, str] = {"memory": mem}
-    gpus = entry.gpus_per_pod
-    if gpus:
-        requests["nvidia.com/gpu"] = str(gpus)
-        limits["nvidia.com/gpu"] = str(gpus)
-    return {"requests": requests, "limits": limits}
-
-
-def env(entry: ModelEntry, api_key_secret: str | None, api_key_key: str) -> list[dict[str, Any]]:
-    """Serving env. The API key arrives by ``secretKeyRef`` so it is never in args, state or outputs;
-    vLLM reads ``VLLM_API_KEY`` and guards only ``/v1``, so ``/health`` and ``/metrics`` stay open
-    for probes and Prometheus."""
-    out: list[dict[str, Any]] = [
-        {"name": "HOME", "value": "/home"},
-        # Weights come from the cache (or KServe's storage-initializer); never reach for the Hub.
-        {"name": "HF_HUB_OFFLINE", "value": "1"},
-    ]
-    if api_key_secret:
-        out.append({"name": "VLLM_API_KEY",
-                    "valueFrom": {"secretKeyRef": {"name": api_key_secret, "key": api_key_key}}})  # fmt: skip
-    for r in rows():
-        if r.flag.env and r.applies_to(entry.is_cpu):
-            out.append({"name": r.flag.env, "value": r.text(getattr(entry, r.field))})
-    return out
-
-
-def probes(entry: ModelEntry, weight_bytes: int) -> dict[str, Any]:
-    """``/health`` needs no API key. Start-up patience grows with the weights a pod loads."""
-    get = {"httpGet": {"path": "/health", "port": SERVING_PORT, "scheme": "HTTP"}}
-    return {
-        "startupProbe": {**get, "periodSeconds": PROBE_PERIOD_SECONDS, "timeoutSeconds": 5,
-                         "failureThreshold": startup_failure_threshold(entry, weight_bytes)},
-        "livenessProbe": {**get, "periodSeconds": 10, "timeoutSeconds": 10, "failureThreshold": 3},
-        "readinessProbe": {**get, "periodSeconds": 5, "timeoutSeconds": 5, "failureThreshold": 3},
-    }  # fmt: skip
-
-
-def volumes(entry: ModelEntry, cache_pvc: str | None) -> list[dict[str, Any]]:
-    """``dshm``, ``home`` and ``tmp-dir`` share KServe's preset volume names, so the strategic merge resizes them."""
-    vols: list[dict[str, Any]] = [
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib(entry)}Gi"}},
-        {"name": "home", "emptyDir": {}},
-        {"name": "tmp-dir", "emptyDir": {}},
-    ]
-    if cache_pvc:
-        vols.append({"name": "weight-cache", "persistentVolumeClaim": {"claimName": cache_pvc, "readOnly": True}})
-    return vols
-
-
-def wait_for_weights(cache_pvc: str, subpath: str, image_ref: str) -> dict[str, Any]:
-    """Init container: block until the download Job has written the revision's marker."""
-    marker = f"{CACHE_MOUNT}/{subpath}/{MARKER_FILE}"
-    return {
-        "name": "wait-for-weights",
-        "image": image_ref,
-        "command": ["/bin/sh", "-c",
-                    f'until [ -f "{marker}" ]; do echo "waiting for {marker} (Job fills PVC {cache_pvc})"; '
-                    "sleep 10; done"],
-        "volumeMounts": [{"name": "weight-cache", "mountPath": CACHE_MOUNT, "readOnly": True}],
-        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
-        "securityContext": container_security(),
-    }  # fmt: skip
-
-
-def container_security() -> dict[str, Any]:
-    return {"allowPrivilegeEscalation": False, "runAsNonRoot": True, "runAsUser": RUN_AS_USER,
-            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
-
-
-def pod_security() -> dict[str, Any]:
-    """fsGroup lets the non-root download Job write to a fresh PVC and serving pods read it."""
-    return {"runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_USER, "fsGroup": RUN_AS_USER}
-
-
-def tolerations_for(pool_tolerations: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [dict(t) for t in pool_tolerations]

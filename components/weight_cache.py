@@ -21,8 +21,12 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import vllm_args as va
+from components.pod import container_security, pod_security, secret_env
 from tkf_infra import names
 from tkf_infra.sizing.params import GIB
+
+meta = k8s.meta.v1
+core = k8s.core.v1
 
 #: Smallest PVC we ask for: several CSI drivers refuse tiny volumes, and tokenizer-only repos exist.
 MIN_PVC_GIB = 10
@@ -76,7 +80,7 @@ class WeightCache(pulumi.ComponentResource):
     pvc_name: str
     subpath: str
     """Directory of the revision inside the PVC (``pvc://<pvc>/<subpath>``)."""
-    pvc: k8s.core.v1.PersistentVolumeClaim
+    pvc: core.PersistentVolumeClaim
     job: k8s.batch.v1.Job
 
     def __init__(self, name: str, args: WeightCacheArgs, opts: pulumi.ResourceOptions | None = None) -> None:
@@ -97,51 +101,49 @@ class WeightCache(pulumi.ComponentResource):
             # Test API servers run no controllers: nothing would ever bind or complete.
             ann["pulumi.com/skipAwait"] = "true"
         size = pvc_size_gib(args.weight_bytes, args.headroom)
-        self.pvc = k8s.core.v1.PersistentVolumeClaim(
+        self.pvc = core.PersistentVolumeClaim(
             f"{name}-pvc",
-            metadata={"name": self.pvc_name, "namespace": args.namespace, "labels": lbl, "annotations": ann},
-            spec={
-                "accessModes": ["ReadWriteMany" if args.read_write_many else "ReadWriteOnce"],
-                "resources": {"requests": {"storage": f"{size}Gi"}},
-                "storageClassName": args.storage_class,
-            },
+            metadata=meta.ObjectMetaArgs(name=self.pvc_name, namespace=args.namespace, labels=lbl, annotations=ann),
+            spec=core.PersistentVolumeClaimSpecArgs(
+                access_modes=["ReadWriteMany" if args.read_write_many else "ReadWriteOnce"],
+                resources=core.VolumeResourceRequirementsArgs(requests={"storage": f"{size}Gi"}),
+                storage_class_name=args.storage_class,
+            ),
             opts=pulumi.ResourceOptions(parent=self, retain_on_delete=not args.prune, protect=args.protect),
         )
-        env: list[dict[str, object]] = [
-            {"name": "HOME", "value": "/tmp"},
-            {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
-        ]
+        env = [core.EnvVarArgs(name="HOME", value="/tmp"), core.EnvVarArgs(name="HF_HUB_DISABLE_TELEMETRY", value="1")]
         if args.hf_token_secret:
-            env.append({"name": "HF_TOKEN",
-                        "valueFrom": {"secretKeyRef": {"name": args.hf_token_secret, "key": "HF_TOKEN"}}})  # fmt: skip
+            env.append(secret_env("HF_TOKEN", args.hf_token_secret, "HF_TOKEN"))
         # The marker, not Pulumi, gates serving: downloads can outlast any sensible await timeout.
         job_ann = {**ann, "pulumi.com/skipAwait": "true"}
         self.job = k8s.batch.v1.Job(
             f"{name}-download",
-            metadata={"name": job_name, "namespace": args.namespace, "labels": lbl, "annotations": job_ann},
-            spec={
-                "backoffLimit": 6,
-                "template": {
-                    "metadata": {"labels": lbl},
-                    "spec": {
-                        "restartPolicy": "Never",
-                        "automountServiceAccountToken": False,
-                        "securityContext": va.pod_security(),
-                        "containers": [{
-                            "name": "download",
-                            "image": args.image,
-                            "command": ["/bin/sh", "-c", download_script(args.repo, args.revision)],
-                            "env": env,
-                            "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
-                            "securityContext": va.container_security(),
-                            "volumeMounts": [{"name": "weight-cache", "mountPath": va.CACHE_MOUNT},
-                                             {"name": "tmp", "mountPath": "/tmp"}],
-                        }],
-                        "volumes": [{"name": "weight-cache", "persistentVolumeClaim": {"claimName": self.pvc_name}},
-                                    {"name": "tmp", "emptyDir": {}}],
-                    },
-                },
-            },
+            metadata=meta.ObjectMetaArgs(name=job_name, namespace=args.namespace, labels=lbl, annotations=job_ann),
+            spec=k8s.batch.v1.JobSpecArgs(
+                backoff_limit=6,
+                template=core.PodTemplateSpecArgs(
+                    metadata=meta.ObjectMetaArgs(labels=lbl),
+                    spec=core.PodSpecArgs(
+                        restart_policy="Never",
+                        automount_service_account_token=False,
+                        security_context=pod_security(),
+                        containers=[core.ContainerArgs(
+                            name="download",
+                            image=args.image,
+                            command=["/bin/sh", "-c", download_script(args.repo, args.revision)],
+                            env=env,
+                            resources=core.ResourceRequirementsArgs(requests={"cpu": "1", "memory": "2Gi"},
+                                                                    limits={"memory": "4Gi"}),
+                            security_context=container_security(),
+                            volume_mounts=[core.VolumeMountArgs(name="weight-cache", mount_path=va.CACHE_MOUNT),
+                                           core.VolumeMountArgs(name="tmp", mount_path="/tmp")],
+                        )],
+                        volumes=[core.VolumeArgs(name="weight-cache", persistent_volume_claim=(
+                                     core.PersistentVolumeClaimVolumeSourceArgs(claim_name=self.pvc_name))),
+                                 core.VolumeArgs(name="tmp", empty_dir=core.EmptyDirVolumeSourceArgs())],
+                    ),
+                ),
+            ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.pvc], delete_before_replace=True),
         )  # fmt: skip
         self.register_outputs({"pvcName": self.pvc_name, "subpath": self.subpath, "sizeGiB": size})

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
+from components import pod
 from components import vllm_args as va
 from tests.mocks import CPU, MULTI_NODE, SINGLE_GPU, TP4, stack_doc
-from tkf_infra.config import ModelEntry, validate_catalog
+from tkf_infra.config import ModelEntry, Serving, validate_catalog
 from tkf_infra.config.flags import Applies, KServe, owned_flags, rows, sized_fields
 from tkf_infra.plan import sizing_params
 from tkf_infra.sizing.params import SizingParams
@@ -41,7 +42,7 @@ def test_the_sizing_inputs_are_what_vllm_is_told(raw: dict[str, Any]) -> None:
     e = entry(raw, maxNumBatchedTokens=4096, kvCacheDtype="fp8", cpuKvCacheGiB=2.5)
     params = sizing_params(e, "0.19.0")
     told = flags(va.serve_command(e, "/mnt/models"))
-    env = {x["name"]: x.get("value") for x in va.env(e, None, "k")}
+    env = {x.name: x.value for x in pod.env(pod.PodInputs(entry=e, serving=Serving(), weight_bytes=1))}
     for r in rows():
         if not r.flag.sized:
             continue
@@ -49,7 +50,7 @@ def test_the_sizing_inputs_are_what_vllm_is_told(raw: dict[str, Any]) -> None:
         if not r.applies_to(e.is_cpu):
             assert r.flag.flag not in told and r.flag.env not in env
         elif r.flag.env:
-            assert env[r.flag.env] == r.text(getattr(e, r.field)) and float(env[r.flag.env] or 0) == value
+            assert env[r.flag.env] == r.text(getattr(e, r.field)) and float(str(env[r.flag.env])) == value
         elif isinstance(value, bool):
             assert (r.flag.flag in told) == value
         elif value is None:
@@ -84,7 +85,8 @@ def test_cpu_profile_passes_no_gpu_flag_and_its_kv_space_as_env() -> None:
     argv = va.serve_command(e, "/mnt/models")
     gpu_only = {r.flag.flag for r in rows() if r.flag.applies == Applies.GPU}
     assert not gpu_only & set(argv)
-    assert {"name": "VLLM_CPU_KVCACHE_SPACE", "value": "2"} in va.env(e, None, "k")
+    env = pod.env(pod.PodInputs(entry=e, serving=Serving(), weight_bytes=1))
+    assert [(x.name, x.value) for x in env if x.name == "VLLM_CPU_KVCACHE_SPACE"] == [("VLLM_CPU_KVCACHE_SPACE", "2")]
 
 
 def test_every_flag_a_row_emits_is_owned() -> None:

@@ -1,0 +1,181 @@
+"""The serving pod, as typed Kubernetes objects: containers, env, probes, volumes, security.
+
+Why typed (`pulumi_kubernetes` *Args) rather than dicts: a misspelt field is a type error mypy
+reports, not a key the API server silently prunes. The same pod runs under both backends: as the
+Deployment / LeaderWorkerSet template (vllm backend) or as the LLMInferenceService `template` that
+KServe strategically merges over its preset by container name ``main`` (kserve backend) — the
+KServe custom resource carries these typed objects inside its spec, serialized the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi_kubernetes as k8s
+
+from components import vllm_args as va
+from tkf_infra.config import ModelEntry, Serving
+from tkf_infra.config.flags import rows
+from tkf_infra.names import SERVING_PORT
+
+core = k8s.core.v1
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the pods go: the node pool's selector and tolerations (empty for no pool)."""
+
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class CacheRef:
+    """The WeightCache PVC serving this entry's ``repo@revision``."""
+
+    pvc_name: str
+    subpath: str
+
+
+@dataclass(frozen=True)
+class PodInputs:
+    """Everything one pod spec depends on."""
+
+    entry: ModelEntry
+    serving: Serving
+    weight_bytes: int
+    placement: Placement = field(default_factory=Placement)
+    cache: CacheRef | None = None
+    api_key_secret: str | None = None
+    api_key_secret_key: str = "api-key"
+    service_account: str | None = None
+
+
+def container_security() -> core.SecurityContextArgs:
+    return core.SecurityContextArgs(
+        allow_privilege_escalation=False, run_as_non_root=True, run_as_user=va.RUN_AS_USER,
+        capabilities=core.CapabilitiesArgs(drop=["ALL"]),
+        seccomp_profile=core.SeccompProfileArgs(type="RuntimeDefault"),
+    )  # fmt: skip
+
+
+def pod_security() -> core.PodSecurityContextArgs:
+    """fsGroup lets the non-root download Job write to a fresh PVC and serving pods read it."""
+    return core.PodSecurityContextArgs(run_as_non_root=True, run_as_user=va.RUN_AS_USER, run_as_group=va.RUN_AS_USER,
+                                       fs_group=va.RUN_AS_USER)  # fmt: skip
+
+
+def secret_env(name: str, secret: str, key: str) -> core.EnvVarArgs:
+    return core.EnvVarArgs(name=name, value_from=core.EnvVarSourceArgs(
+        secret_key_ref=core.SecretKeySelectorArgs(name=secret, key=key)))
+
+
+def env(p: PodInputs, *, offline: bool = True) -> list[core.EnvVarArgs]:
+    """Serving env. The API key arrives by ``secretKeyRef`` so it is never in args, state or outputs;
+    vLLM reads ``VLLM_API_KEY`` and guards only ``/v1``, so ``/health`` and ``/metrics`` stay open
+    for probes and Prometheus."""
+    e = p.entry
+    out = [core.EnvVarArgs(name="HOME", value="/home")]
+    if offline:
+        # Weights come from the cache (or KServe's storage-initializer); never reach for the Hub.
+        out.append(core.EnvVarArgs(name="HF_HUB_OFFLINE", value="1"))
+    elif e.hf_token_secret:
+        # Without the cache vLLM downloads itself: it needs the Hub and, if gated, the token.
+        out.append(secret_env("HF_TOKEN", e.hf_token_secret, "HF_TOKEN"))
+    if p.api_key_secret:
+        out.append(secret_env("VLLM_API_KEY", p.api_key_secret, p.api_key_secret_key))
+    for r in rows():
+        if r.flag.env and r.applies_to(e.is_cpu):
+            out.append(core.EnvVarArgs(name=r.flag.env, value=r.text(getattr(e, r.field))))
+    return out
+
+
+def resources(e: ModelEntry, weight_bytes: int) -> core.ResourceRequirementsArgs:
+    """Requests/limits; GPUs equal in both (extended resources cannot be overcommitted, and KServe
+    never sets ``nvidia.com/gpu`` itself)."""
+    mem = f"{va.memory_gib(e, weight_bytes)}Gi"
+    requests: dict[str, str] = {"cpu": str(va.cpu_cores(e)), "memory": mem}
+    limits: dict[str, str] = {"memory": mem}
+    if e.gpus_per_pod:
+        requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(e.gpus_per_pod)
+    return core.ResourceRequirementsArgs(requests=requests, limits=limits)
+
+
+def _health(period: int, timeout: int, failures: int) -> core.ProbeArgs:
+    return core.ProbeArgs(http_get=core.HTTPGetActionArgs(path="/health", port=SERVING_PORT, scheme="HTTP"),
+                          period_seconds=period, timeout_seconds=timeout, failure_threshold=failures)
+
+
+def volumes(e: ModelEntry, cache_pvc: str | None) -> list[core.VolumeArgs]:
+    """``dshm``, ``home`` and ``tmp-dir`` share KServe's preset volume names, so the strategic merge resizes them."""
+    vols = [
+        core.VolumeArgs(name="dshm", empty_dir=core.EmptyDirVolumeSourceArgs(medium="Memory",
+                                                                            size_limit=f"{va.shm_gib(e)}Gi")),
+        core.VolumeArgs(name="home", empty_dir=core.EmptyDirVolumeSourceArgs()),
+        core.VolumeArgs(name="tmp-dir", empty_dir=core.EmptyDirVolumeSourceArgs()),
+    ]
+    if cache_pvc:
+        claim = core.PersistentVolumeClaimVolumeSourceArgs(claim_name=cache_pvc, read_only=True)
+        vols.append(core.VolumeArgs(name="weight-cache", persistent_volume_claim=claim))
+    return vols
+
+
+def wait_for_weights(cache: CacheRef, image_ref: str) -> core.ContainerArgs:
+    """Init container: block until the download Job has written the revision's marker."""
+    marker = f"{va.CACHE_MOUNT}/{cache.subpath}/{va.MARKER_FILE}"
+    return core.ContainerArgs(
+        name="wait-for-weights", image=image_ref,
+        command=["/bin/sh", "-c", f'until [ -f "{marker}" ]; do echo "waiting for {marker} (Job fills PVC '
+                 f'{cache.pvc_name})"; sleep 10; done'],
+        volume_mounts=[core.VolumeMountArgs(name="weight-cache", mount_path=va.CACHE_MOUNT, read_only=True)],
+        resources=core.ResourceRequirementsArgs(requests={"cpu": "10m", "memory": "16Mi"}, limits={"memory": "64Mi"}),
+        security_context=container_security(),
+    )  # fmt: skip
+
+
+def container(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.ContainerArgs:
+    """The ``main`` container. On KServe only ``args`` (the preset holds the command line)."""
+    e = p.entry
+    mounts = [core.VolumeMountArgs(name="dshm", mount_path="/dev/shm"),
+              core.VolumeMountArgs(name="home", mount_path="/home"),
+              core.VolumeMountArgs(name="tmp-dir", mount_path="/tmp")]  # fmt: skip
+    command: list[str] | None = None
+    args: list[str] | None = None
+    if kserve:
+        args = va.kserve_args(e)
+    else:
+        if p.cache:
+            mounts.append(core.VolumeMountArgs(name="weight-cache", mount_path=va.MODEL_MOUNT,
+                                               sub_path=p.cache.subpath, read_only=True))
+            path, rev = va.MODEL_MOUNT, None
+        else:
+            path, rev = e.repo, e.revision
+        command = (va.lws_command(e, path, leader=leader, revision=rev) if e.is_multi_node
+                   else va.serve_command(e, path, rev))  # fmt: skip
+    return core.ContainerArgs(
+        name="main", image=va.image(e, p.serving), command=command, args=args,
+        env=env(p, offline=kserve or p.cache is not None), resources=resources(e, p.weight_bytes),
+        security_context=container_security(), volume_mounts=mounts,
+        ports=[core.ContainerPortArgs(name="http", container_port=SERVING_PORT, protocol="TCP")] if leader else None,
+        # /health needs no API key. Start-up patience grows with the weights a pod loads.
+        startup_probe=_health(va.PROBE_PERIOD_SECONDS, 5, va.startup_failure_threshold(e, p.weight_bytes))
+        if leader else None,
+        liveness_probe=_health(10, 10, 3) if leader else None,
+        readiness_probe=_health(5, 5, 3) if leader else None,
+    )  # fmt: skip
+
+
+def pod_spec(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.PodSpecArgs:
+    e = p.entry
+    return core.PodSpecArgs(
+        containers=[container(p, kserve=kserve, leader=leader)],
+        init_containers=[wait_for_weights(p.cache, va.image(e, p.serving))] if p.cache else None,
+        volumes=volumes(e, p.cache.pvc_name if p.cache else None),
+        security_context=pod_security(),
+        automount_service_account_token=False,
+        termination_grace_period_seconds=60,
+        node_selector=dict(p.placement.node_selector) or None,
+        tolerations=[core.TolerationArgs(**t) for t in p.placement.tolerations] or None,
+        service_account_name=p.service_account,
+    )
