@@ -174,6 +174,27 @@ MODELS: tuple[FakeModel, ...] = (
     ),
 )
 
+# The dev stack's first model (Pulumi.dev.yaml: CPU profile, cpuKvCacheGiB 2, vLLM CPU image v0.11.0), so
+# the CLI can be run against a real stack's outputs. Its blocks are what vLLM's V1 KV sizing gives for
+# 2 GiB: 2**31 // (16 tokens x 2 (K, V) x 2 KV heads x 64 head dim x 2 bytes) // 24 layers = 10,922
+# (v0.11.0 vllm/v1/core/kv_cache_utils.py get_num_blocks), block size 16 being the CPU default without
+# IPEX (v0.11.0 vllm/platforms/cpu.py l. 148).
+DEV_MODEL = FakeModel(
+    name="qwen-0-5b",
+    served_name="qwen2.5-0.5b-instruct",
+    namespace="llm-serving",
+    repo="Qwen/Qwen2.5-0.5B-Instruct",
+    revision="7ae557604adf67be50417f59c2c2f167def9a775",
+    vllm_release="0.11.0",
+    prefix_queries_per_s=10.0,
+    prefix_hits_per_s=2.0,
+    ttft_shape=((0.1, 0.0), (0.25, 2.0), (0.5, 5.0), (1.0, 10.0), (2.5, 10.0), (math.inf, 10.0)),
+    kv=FakeKvCache(num_gpu_blocks=10_922, block_size=16, gpu_memory_utilization=0.9, max_model_len=4096),
+    predicted_kv_tokens=174_752,
+    replicas=(FakeReplica("qwen-0-5b-a", waiting=0, running=1, kv_usage=0.05, volume=0.5),),
+)
+MODELS = (*MODELS, DEV_MODEL)
+
 # Published but never scraped: must show as "no data".
 UNSCRAPED_ENDPOINT = {"name": "mistral-7b", "servedName": "mistral-7b-instruct", "namespace": "models"}
 
@@ -189,8 +210,8 @@ def _cache_config_labels(model: FakeModel) -> dict[str, str]:
 
     Attribute lists read from the wheels on PyPI: v0.32.0 vllm/config/cache.py (class CacheConfig,
     l. 69-327), v0.10.2 vllm/config/cache.py (plus `swap_space_bytes`, set in __post_init__), v0.8.5
-    vllm/config.py (class CacheConfig, l. 1297; same __post_init__). V1 loggers add `engine`
-    (v0.32.0 / v0.10.2 `log_metrics_info`); v0.8.5's does not.
+    vllm/config.py (class CacheConfig, l. 1297; same __post_init__); v0.11.0 has v0.10.2's list. V1
+    loggers add `engine` (v0.32.0 / v0.11.0 / v0.10.2 `log_metrics_info`); v0.8.5's does not.
     """
     kv = model.kv
     blocks = str(kv.num_gpu_blocks)
@@ -218,10 +239,11 @@ def _cache_config_labels(model: FakeModel) -> dict[str, str]:
         "cache_dtype": kv.cache_dtype, "is_attention_free": "False", "num_gpu_blocks_override": "None",
         "sliding_window": "None", "enable_prefix_caching": "True",
     }  # fmt: skip
-    if model.vllm_release == "0.10.2":
+    if model.vllm_release in ("0.10.2", "0.11.0"):  # same CacheConfig attributes in both releases
+        cpu_space = str(2 * 2**30) if model.vllm_release == "0.11.0" else "None"  # the CPU model: 2 GiB
         return {
             **common, "prefix_caching_hash_algo": "sha256", "cpu_offload_gb": "0", "calculate_kv_scales": "False",
-            "cpu_kvcache_space_bytes": "None", "mamba_page_size_padded": "None", "mamba_cache_dtype": "auto",
+            "cpu_kvcache_space_bytes": cpu_space, "mamba_page_size_padded": "None", "mamba_cache_dtype": "auto",
             "mamba_ssm_cache_dtype": "auto", "num_gpu_blocks": blocks, "num_cpu_blocks": "None",
             "kv_sharing_fast_prefill": "False", "kv_cache_memory_bytes": "None", "swap_space_bytes": "4294967296",
             "engine": "0",
@@ -239,9 +261,10 @@ def vllm_page(model: FakeModel, replica: FakeReplica) -> str:
     v = replica.volume
     lbl = f'engine="0",model_name="{model.served_name}"'
     release = model.vllm_release
-    kv_names = {"0.32.0": ["vllm:kv_cache_usage_perc"], "0.8.5": ["vllm:gpu_cache_usage_perc"],
+    kv_names = {"0.32.0": ["vllm:kv_cache_usage_perc"], "0.11.0": ["vllm:kv_cache_usage_perc"],
+                "0.8.5": ["vllm:gpu_cache_usage_perc"],
                 "0.10.2": ["vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc"]}[release]
-    prefixes = {"0.32.0": ["vllm:prefix_cache"], "0.8.5": ["vllm:gpu_prefix_cache"],
+    prefixes = {"0.32.0": ["vllm:prefix_cache"], "0.11.0": ["vllm:prefix_cache"], "0.8.5": ["vllm:gpu_prefix_cache"],
                 "0.10.2": ["vllm:gpu_prefix_cache", "vllm:prefix_cache"]}[release]
     lines = [
         "# TYPE vllm:num_requests_waiting gauge",

@@ -21,14 +21,15 @@ from tkf_infra.ops.exit_codes import ExitCode
 from tkf_infra.outputs import endpoint
 
 from .conftest import PromServer
-from .metrics_fixtures import MODELS, FakeModel
+from .metrics_fixtures import DEV_MODEL, MODELS, FakeModel
 
 pytestmark = pytest.mark.prometheus
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK = "live-test"
 IMAGE_VERSION = "0.32.0"
-BY_RELEASE = {m.vllm_release: m for m in MODELS}
+GPU_MODELS = [m for m in MODELS if m is not DEV_MODEL]  # DEV_MODEL is calibrated through the CLI, on its stack
+BY_RELEASE = {m.vllm_release: m for m in GPU_MODELS}
 CURRENT, BLOCKS_ONLY, NO_BLOCKS = BY_RELEASE["0.32.0"], BY_RELEASE["0.10.2"], BY_RELEASE["0.8.5"]
 
 
@@ -40,13 +41,13 @@ def _catalog() -> Catalog:
         "nodePools": [{"name": "h100", "gpuProduct": "H100-80GB", "gpusPerNode": 1}],
         "models": [{"name": m.name, "repo": m.repo, "revision": m.revision, "servedName": m.served_name,
                     "nodePool": "h100", "maxModelLen": m.kv.max_model_len,
-                    "gpuMemoryUtilization": m.kv.gpu_memory_utilization} for m in MODELS],
+                    "gpuMemoryUtilization": m.kv.gpu_memory_utilization} for m in GPU_MODELS],
     })
 
 
 def _endpoints(catalog: Catalog) -> list[dict[str, Any]]:
     """`endpoints` as the program exports them, with the fixtures' predictions as the fit."""
-    predicted = {m.name: m.predicted_kv_tokens for m in MODELS}
+    predicted = {m.name: m.predicted_kv_tokens for m in GPU_MODELS}
     namespace = catalog.settings.namespaces.serving
     return [{**endpoint(e, namespace), "fit": {"kvCacheTokens": predicted[e.name]}} for e in catalog.models]
 
