@@ -130,7 +130,8 @@ class KvObservation:
 
     @property
     def tokens(self) -> int | None:
-        """KV tokens per engine: vLLM's own figure when it exports one, else blocks × block size."""
+        """KV tokens per engine: vLLM's own figure when it exports one, else blocks × block size (which
+        counts every engine of a data-parallel front end, see the module docstring; the catalog has no DP)."""
         if self.reported_tokens is not None:
             return self.reported_tokens
         if self.num_gpu_blocks is not None and self.block_size is not None:
