@@ -23,6 +23,7 @@ from typing import Any
 from tkf_infra.live import vllm_metrics as vm
 from tkf_infra.live.prometheus import PrometheusClient, PrometheusQueryError, Sample
 from tkf_infra.ops.exit_codes import ExitCode
+from tkf_infra.sizing.contract import wire_name
 
 # Target label that carries the pod label app.kubernetes.io/instance after the usual
 # `labelmap: __meta_kubernetes_pod_label_(.+)` relabelling (dots and slashes become underscores).
@@ -33,6 +34,9 @@ DEFAULT_TARGET_LABEL = "app_kubernetes_io_instance"
 KV_DEVIATION_LIMIT = 0.05
 
 _BY = f"{vm.MODEL_LABEL}, {vm.NAMESPACE_LABEL}"
+
+# The outputs' `fit` key of the predicted tokens, named like every FitFigures field (sizing/contract.py).
+_PREDICTED_KEY = wire_name("kv_cache_tokens")
 
 
 def _queries(window: str) -> dict[str, str]:
@@ -202,7 +206,7 @@ def _lookup(index: _Index, key: str, namespace: str) -> tuple[bool, float | None
 def predicted_kv_tokens(endpoint: Mapping[str, Any]) -> int | None:
     """The fit check's KV tokens from an `endpoints[...]` output (null while a first preview is unknown)."""
     fit = endpoint.get("fit")
-    value = fit.get("kvCacheTokens") if isinstance(fit, Mapping) else None
+    value = fit.get(_PREDICTED_KEY) if isinstance(fit, Mapping) else None
     return int(value) if isinstance(value, int | float) and value > 0 else None
 
 
