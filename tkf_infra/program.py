@@ -60,8 +60,7 @@ def live_findings(catalog: Catalog) -> LiveFindings | None:
     """What DCGM says about the pools, when the stack names a Prometheus (warnings when it is down)."""
     if not catalog.settings.prometheus_url:
         return None
-    from tkf_infra.inventory import read_gpu_inventory
-    from tkf_infra.live import check_against_inventory
+    from tkf_infra.live.inventory import check_against_inventory, read_gpu_inventory
 
     live = check_against_inventory(catalog, read_gpu_inventory(catalog.settings.prometheus_url))
     return LiveFindings(tuple(live.warnings), live.pool_errors, live.model_problems)

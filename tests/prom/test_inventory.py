@@ -7,14 +7,8 @@ import time
 
 import pytest
 
-from tkf_infra.inventory import (
-    MIB,
-    confirm_pool,
-    free_memory_bytes_per_gpu,
-    products_match,
-    read_gpu_inventory,
-    stack_product_name,
-)
+from tkf_infra.live.gpu_names import products_match, stack_product_name
+from tkf_infra.live.inventory import MIB, confirm_pool, free_memory_bytes_per_gpu, read_gpu_inventory
 
 from .conftest import PromServer
 from .metrics_fixtures import DCGM_NODES

@@ -14,8 +14,7 @@ from tests.engine_fixtures import EngineStack
 from tests.prom.conftest import PromServer
 from tests.prom.metrics_fixtures import DCGM_NODES
 from tkf_infra.config import validate_catalog
-from tkf_infra.inventory import read_gpu_inventory
-from tkf_infra.live import check_against_inventory
+from tkf_infra.live.inventory import check_against_inventory, read_gpu_inventory
 
 pytestmark = pytest.mark.prometheus
 SHA = "b968826d9c46dd6066d109eabc6255188de91218"  # Qwen/Qwen3-8B, in models.lock.json

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from tkf_infra.status import EXIT_NO_DATA, EXIT_OK, EXIT_PROMETHEUS_UNAVAILABLE, status_command
+from tkf_infra.live.status_view import status_command
+from tkf_infra.ops.exit_codes import ExitCode
 
 from .conftest import PromServer
 from .metrics_fixtures import MODELS, UNSCRAPED_ENDPOINT, FakeModel, histogram_quantile
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.prometheus
 SCRAPED = [m.endpoint() for m in MODELS]
 
 
-def _json_status(prom: PromServer, endpoints: list[dict[str, str]]) -> tuple[dict[str, Any], int]:
+def _json_status(prom: PromServer, endpoints: list[dict[str, Any]]) -> tuple[dict[str, Any], ExitCode]:
     text, code = status_command(endpoints, prom.url, as_json=True)
     data: dict[str, Any] = json.loads(text)
     return data, code
@@ -29,11 +30,11 @@ def _row(table: str, name: str) -> str:
     return rows[0]
 
 
-@pytest.mark.parametrize("model", MODELS, ids=lambda m: f"{m.name}{'-legacy-metric-names' * m.legacy_names}")
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: f"{m.name}-vllm-{m.vllm_release}")
 def test_json_reports_each_models_figures(prom: PromServer, model: FakeModel) -> None:
     data, code = _json_status(prom, SCRAPED)
 
-    assert code == EXIT_OK
+    assert code == ExitCode.OK
     assert data["reachable"] is True and data["warnings"] == []
     record = next(m for m in data["models"] if m["name"] == model.name)
     replicas = model.replicas
@@ -52,7 +53,7 @@ def test_json_reports_each_models_figures(prom: PromServer, model: FakeModel) ->
 def test_table_shows_the_same_figures(prom: PromServer) -> None:
     text, code = status_command(SCRAPED, prom.url, as_json=False)
 
-    assert code == EXIT_OK
+    assert code == ExitCode.OK
     assert "warning" not in text
     for model in MODELS:
         row = _row(text, model.name)
@@ -73,7 +74,7 @@ def test_model_without_series_shows_no_data_and_a_warning(prom: PromServer) -> N
     endpoints = [*SCRAPED, UNSCRAPED_ENDPOINT]
 
     text, code = status_command(endpoints, prom.url, as_json=False)
-    assert code == EXIT_NO_DATA
+    assert code == ExitCode.NO_DATA
     assert "no data" in _row(text, UNSCRAPED_ENDPOINT["name"])
     assert "no data" not in _row(text, MODELS[0].name)
     warnings = [line for line in text.splitlines() if line.startswith("warning:")]
@@ -82,7 +83,7 @@ def test_model_without_series_shows_no_data_and_a_warning(prom: PromServer) -> N
     assert f'model_name="{UNSCRAPED_ENDPOINT["servedName"]}"' in warnings[0]
 
     data, code = _json_status(prom, endpoints)
-    assert code == EXIT_NO_DATA
+    assert code == ExitCode.NO_DATA
     record = next(m for m in data["models"] if m["name"] == UNSCRAPED_ENDPOINT["name"])
     assert record["hasData"] is False and record["readyReplicas"] == 0 and record["requestsWaiting"] is None
     assert len(data["warnings"]) == 1
@@ -96,7 +97,7 @@ def test_replica_whose_target_is_down_is_a_warning_and_not_counted(prom: PromSer
         data, code = _json_status(prom, [model.endpoint()])
         text, text_code = status_command([model.endpoint()], prom.url, as_json=False)
 
-    assert code == text_code == EXIT_OK  # degraded, still serving
+    assert code == text_code == ExitCode.OK  # degraded, still serving
     record = data["models"][0]
     assert record["readyReplicas"] == len(alive)
     assert (record["scrapeTargets"], record["scrapeTargetsDown"]) == (len(model.replicas), 1)
@@ -111,13 +112,13 @@ def test_replica_whose_target_is_down_is_a_warning_and_not_counted(prom: PromSer
 def test_prometheus_down_is_one_line_and_a_distinct_exit_code(dead_prometheus_url: str) -> None:
     text, code = status_command(SCRAPED, dead_prometheus_url, as_json=False)
 
-    assert code == EXIT_PROMETHEUS_UNAVAILABLE != EXIT_OK
+    assert code == ExitCode.UNAVAILABLE and int(code) == 4  # 3 is a crash of tkf-infra, never "Prometheus is down"
     assert len(text.splitlines()) == 1
     assert text.startswith("warning:") and dead_prometheus_url in text and "unavailable" in text
     assert "Traceback" not in text
 
     json_text, json_code = status_command(SCRAPED, dead_prometheus_url, as_json=True)
     data = json.loads(json_text)
-    assert json_code == EXIT_PROMETHEUS_UNAVAILABLE
+    assert json_code == ExitCode.UNAVAILABLE
     assert data["reachable"] is False and data["models"] == []
     assert len(data["warnings"]) == 1 and dead_prometheus_url in data["warnings"][0]

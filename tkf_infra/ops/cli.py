@@ -240,8 +240,8 @@ def status(
     as_json: JsonOpt = False,
 ) -> None:
     """Capacity signal per model from Prometheus: replicas, queue depth, KV-cache use, hit rate, TTFT."""
+    from tkf_infra.live.status_view import status_command
     from tkf_infra.ops import stacks
-    from tkf_infra.status import status_command
 
     st, outs = _outputs(stack)
     url = prometheus_url
@@ -253,6 +253,30 @@ def status(
     endpoints = list((outs.get("endpoints") or {}).values())
     text, code = status_command(endpoints, url, as_json)
     print(text)
+    raise typer.Exit(code)
+
+
+@app.command()
+def calibrate(
+    output: Annotated[Path, typer.Option("-o", "--output", help="Case file to write (a JSON list of cases).")],
+    stack: StackOpt = "dev",
+    prometheus_url: Annotated[str | None, typer.Option(help="Default: the stack's prometheusUrl.")] = None,
+    append: Annotated[bool, typer.Option(help="Merge into an existing case file (a case_id seen again is replaced).")]
+    = False,
+) -> None:
+    """Write each running model's KV cache, as its vLLM reports it, as calibration cases for the sizing engine."""
+    from tkf_infra.hub.lock import load_lock
+    from tkf_infra.live.calibrate import calibrate_command
+    from tkf_infra.ops import stacks
+
+    st, outs = _outputs(stack)
+    catalog = stacks.stack_catalog(st)
+    url = prometheus_url or (catalog.settings.prometheus_url if catalog else None)
+    if not url:
+        raise _fail(f"stack {stack!r} sets no prometheusUrl; pass --prometheus-url")
+    text, code = calibrate_command(list((outs.get("endpoints") or {}).values()), url, output, stack=stack,
+                                   catalog=catalog, lock=load_lock(), append=append)
+    err_console.print(text, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -5,6 +5,10 @@ use) plus what an operator needs to decide whether to add replicas (running requ
 hit rate, TTFT p95, replicas actually answering). Reading them from Prometheus rather than from the
 pods keeps the CLI usable from a laptop with only a Prometheus URL.
 
+Each model's KV cache is also held against the fit check: the stack outputs publish the tokens the
+check predicted (`endpoints[servedName].fit.kvCacheTokens`), every running vLLM reports what it got,
+and a deviation over KV_DEVIATION_LIMIT is flagged — the live fleet is the estimator's test bench.
+
 Queries aggregate all models at once (`by (model_name, namespace)`) so the number of requests does
 not grow with the catalog; series are matched to endpoints in Python, which avoids escaping served
 names such as "meta-llama/Llama-3.1-8B-Instruct" into PromQL regexes.
@@ -12,52 +16,106 @@ names such as "meta-llama/Llama-3.1-8B-Instruct" into PromQL regexes.
 
 from __future__ import annotations
 
-import io
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
-from tkf_infra.inventory import PrometheusClient, PrometheusQueryError, Sample
-
-# Exit codes of `status`, distinct so scripts can tell "nothing to see" from "cannot see".
-EXIT_OK = 0
-EXIT_PROMETHEUS_UNAVAILABLE = 3
-EXIT_NO_DATA = 4
+from tkf_infra.live import vllm_metrics as vm
+from tkf_infra.live.prometheus import PrometheusClient, PrometheusQueryError, Sample
+from tkf_infra.ops.exit_codes import ExitCode
+from tkf_infra.sizing.contract import wire_name
 
 # Target label that carries the pod label app.kubernetes.io/instance after the usual
 # `labelmap: __meta_kubernetes_pod_label_(.+)` relabelling (dots and slashes become underscores).
 DEFAULT_TARGET_LABEL = "app_kubernetes_io_instance"
 
-_BY = "model_name, namespace"
+# Issue 13's tolerance for the live check: the sizing bench holds the estimator to a 2 % median and
+# 10 % worst case on recorded start-ups; one live model off by more than 5 % is worth a person's look.
+KV_DEVIATION_LIMIT = 0.05
+
+_BY = f"{vm.MODEL_LABEL}, {vm.NAMESPACE_LABEL}"
+
+# The outputs' `fit` key of the predicted tokens, named like every FitFigures field (sizing/contract.py).
+_PREDICTED_KEY = wire_name("kv_cache_tokens")
 
 
 def _queries(window: str) -> dict[str, str]:
-    """PromQL per figure. `or` falls back per model to metric names of older vLLM releases."""
+    """PromQL per figure. `or` falls back per model to the names releases before 0.11 export."""
     return {
-        "waiting": f"sum by ({_BY}) (vllm:num_requests_waiting)",
-        "running": f"sum by ({_BY}) (vllm:num_requests_running)",
-        "replicas": f"count by ({_BY}) (count by ({_BY}, instance) (vllm:num_requests_running))",
-        "kv_avg": f"avg by ({_BY}) (vllm:kv_cache_usage_perc) or avg by ({_BY}) (vllm:gpu_cache_usage_perc)",
-        "kv_max": f"max by ({_BY}) (vllm:kv_cache_usage_perc) or max by ({_BY}) (vllm:gpu_cache_usage_perc)",
+        "waiting": f"sum by ({_BY}) ({vm.WAITING})",
+        "running": f"sum by ({_BY}) ({vm.RUNNING})",
+        "replicas": f"count by ({_BY}) (count by ({_BY}, instance) ({vm.RUNNING}))",
+        "kv_avg": f"avg by ({_BY}) ({vm.KV_CACHE_USAGE}) or avg by ({_BY}) ({vm.KV_CACHE_USAGE_BEFORE_0_11})",
+        "kv_max": f"max by ({_BY}) ({vm.KV_CACHE_USAGE}) or max by ({_BY}) ({vm.KV_CACHE_USAGE_BEFORE_0_11})",
         "prefix_hit": (
-            f"(sum by ({_BY}) (rate(vllm:prefix_cache_hits_total[{window}]))"
-            f" / sum by ({_BY}) (rate(vllm:prefix_cache_queries_total[{window}])))"
-            f' or (sum by ({_BY}) (rate({{__name__=~"vllm:gpu_prefix_cache_hits(_total)?"}}[{window}]))'
-            f' / sum by ({_BY}) (rate({{__name__=~"vllm:gpu_prefix_cache_queries(_total)?"}}[{window}])))'
-            f" or avg by ({_BY}) (vllm:gpu_prefix_cache_hit_rate)"
+            f"(sum by ({_BY}) (rate({vm.PREFIX_HITS}[{window}]))"
+            f" / sum by ({_BY}) (rate({vm.PREFIX_QUERIES}[{window}])))"
+            f' or (sum by ({_BY}) (rate({{__name__=~"{vm.PREFIX_HITS_BEFORE_0_11}"}}[{window}]))'
+            f' / sum by ({_BY}) (rate({{__name__=~"{vm.PREFIX_QUERIES_BEFORE_0_11}"}}[{window}])))'
+            f" or avg by ({_BY}) ({vm.PREFIX_HIT_RATE_V0})"
         ),
-        "ttft_p95": (
-            f"histogram_quantile(0.95, sum by ({_BY}, le) (rate(vllm:time_to_first_token_seconds_bucket[{window}])))"
-        ),
+        "ttft_p95": f"histogram_quantile(0.95, sum by ({_BY}, le) (rate({vm.TTFT_BUCKET}[{window}])))",
     }
 
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
+
+
+@dataclass(frozen=True)
+class KvCheck:
+    """Predicted KV tokens (the fit check's) against what each running engine of the model reports."""
+
+    predicted: int | None
+    observations: tuple[vm.KvObservation, ...] = ()
+
+    def deviation(self, observation: vm.KvObservation) -> float | None:
+        """(observed − predicted) / predicted: negative means vLLM got less than the check assumed."""
+        if not self.predicted or observation.tokens is None:
+            return None
+        return (observation.tokens - self.predicted) / self.predicted
+
+    @property
+    def worst(self) -> vm.KvObservation | None:
+        """The engine farthest from the prediction (replicas on one GPU type normally agree exactly)."""
+        measured = [o for o in self.observations if o.tokens is not None]
+        if not self.predicted:
+            return measured[0] if measured else None
+        return max(measured, key=lambda o: abs(self.deviation(o) or 0.0), default=None)
+
+    @property
+    def deviates(self) -> bool:
+        worst = self.worst
+        deviation = self.deviation(worst) if worst else None
+        return deviation is not None and abs(deviation) > KV_DEVIATION_LIMIT
+
+    @property
+    def unavailable(self) -> str | None:
+        """Why no comparison was made, in a few words; None when one was."""
+        if not self.predicted:
+            return "no prediction in the stack outputs"
+        if not self.observations:
+            return f"no {vm.CACHE_CONFIG_INFO} series"
+        if self.worst is None:
+            return f'{vm.CACHE_CONFIG_INFO} has {vm.NUM_GPU_BLOCKS}="None" (this vLLM sets it after exporting)'
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        worst = self.worst
+        return {
+            "predictedTokens": self.predicted,
+            "observedTokens": worst.tokens if worst else None,
+            "deviation": _round(self.deviation(worst)) if worst else None,
+            "deviates": self.deviates,
+            "limit": KV_DEVIATION_LIMIT,
+            "source": worst.tokens_source if worst else None,
+            "unavailable": self.unavailable,
+            "engines": [
+                {"instance": o.instance, "engine": o.engine, "tokens": o.tokens, "numGpuBlocks": o.num_gpu_blocks,
+                 "blockSize": o.block_size, "reportedTokens": o.reported_tokens}
+                for o in self.observations
+            ],
+        }
 
 
 @dataclass(frozen=True)
@@ -77,6 +135,7 @@ class ModelStatus:
     ttft_p95_seconds: float | None = None
     scrape_targets: int | None = None
     scrape_targets_down: int | None = None
+    kv_check: KvCheck = field(default_factory=lambda: KvCheck(predicted=None))
 
     def to_json(self) -> dict[str, Any]:
         """camelCase like the stack outputs; ratios and seconds rounded past what anyone acts on."""
@@ -94,6 +153,7 @@ class ModelStatus:
             "ttftP95Seconds": _round(self.ttft_p95_seconds),
             "scrapeTargets": self.scrape_targets,
             "scrapeTargetsDown": self.scrape_targets_down,
+            "kvCacheCheck": self.kv_check.to_json(),
         }
 
 
@@ -105,17 +165,21 @@ class StatusResult:
     warnings: list[str] = field(default_factory=list)
 
     @property
-    def exit_code(self) -> int:
+    def exit_code(self) -> ExitCode:
+        """A deviation outranks missing data: it is a finding about the fit check, not a gap."""
         if not self.reachable:
-            return EXIT_PROMETHEUS_UNAVAILABLE
+            return ExitCode.UNAVAILABLE
+        if any(m.kv_check.deviates for m in self.models):
+            return ExitCode.REFUSED
         if any(not m.has_data for m in self.models):
-            return EXIT_NO_DATA
-        return EXIT_OK
+            return ExitCode.NO_DATA
+        return ExitCode.OK
 
     def to_json(self) -> dict[str, Any]:
         return {
             "prometheusUrl": self.prometheus_url,
             "reachable": self.reachable,
+            "exitCode": int(self.exit_code),
             "models": [m.to_json() for m in self.models],
             "warnings": list(self.warnings),
         }
@@ -124,8 +188,8 @@ class StatusResult:
 _Index = dict[tuple[str, str], float | None]
 
 
-def _index(samples: Sequence[Sample], key_label: str = "model_name") -> _Index:
-    return {(s.labels.get(key_label, ""), s.labels.get("namespace", "")): s.value for s in samples}
+def _index(samples: Sequence[Sample], key_label: str = vm.MODEL_LABEL) -> _Index:
+    return {(s.labels.get(key_label, ""), s.labels.get(vm.NAMESPACE_LABEL, "")): s.value for s in samples}
 
 
 def _lookup(index: _Index, key: str, namespace: str) -> tuple[bool, float | None]:
@@ -139,6 +203,30 @@ def _lookup(index: _Index, key: str, namespace: str) -> tuple[bool, float | None
     return False, None
 
 
+def predicted_kv_tokens(endpoint: Mapping[str, Any]) -> int | None:
+    """The fit check's KV tokens from an `endpoints[...]` output (null while a first preview is unknown)."""
+    fit = endpoint.get("fit")
+    value = fit.get(_PREDICTED_KEY) if isinstance(fit, Mapping) else None
+    return int(value) if isinstance(value, int | float) and value > 0 else None
+
+
+def _deviation_warning(name: str, where: str, check: KvCheck) -> str:
+    worst = check.worst
+    assert worst is not None and worst.tokens is not None and check.predicted
+    deviation = check.deviation(worst) or 0.0
+    effect = (
+        "the fit check over-estimates this model's KV cache, so its `fits` verdict and concurrency are "
+        "optimistic here" if deviation < 0 else
+        "the fit check under-estimates this model's KV cache, so it may refuse configurations that fit"
+    )
+    return (
+        f"model '{name}' ({where}): vLLM reports {worst.tokens:,} KV-cache tokens ({worst.tokens_source}, "
+        f"{worst.where}) but the fit check predicted {check.predicted:,}: {deviation:+.1%}, over the "
+        f"±{KV_DEVIATION_LIMIT:.0%} limit — {effect}. Record this start-up as a calibration case with "
+        "`python -m tkf_infra calibrate --stack <stack> -o <file>` and attach it to a sizing issue."
+    )
+
+
 def read_model_status(
     endpoints: Sequence[Mapping[str, Any]],
     prometheus_url: str,
@@ -149,9 +237,9 @@ def read_model_status(
 ) -> StatusResult:
     """Query Prometheus once per figure and build one ModelStatus per endpoint. Never raises."""
     result = StatusResult(prometheus_url=prometheus_url, reachable=True)
-    client = PrometheusClient(prometheus_url, timeout_s)
     indexes: dict[str, _Index] = {}
-    try:
+    kv_observations: list[vm.KvObservation] = []
+    with PrometheusClient(prometheus_url, timeout_s) as client:
         for figure, promql in _queries(rate_window).items():
             try:
                 indexes[figure] = _index(client.vector(promql))
@@ -165,14 +253,16 @@ def read_model_status(
                 result.warnings.append(f"Prometheus at {prometheus_url}: the query for {figure} failed: {exc}.")
                 indexes[figure] = {}
         try:
+            kv_observations = vm.read_kv_observations(client)
+        except PrometheusQueryError as exc:
+            result.warnings.append(f"Prometheus at {prometheus_url}: the query for the KV-cache check failed: {exc}.")
+        try:
             up = client.vector(f"count by ({target_label}, namespace) (up)")
             up_ok = client.vector(f"sum by ({target_label}, namespace) (up)")
             targets, targets_up = _index(up, target_label), _index(up_ok, target_label)
         except PrometheusQueryError as exc:
             result.warnings.append(f"Prometheus at {prometheus_url}: the query for scrape targets failed: {exc}.")
             targets, targets_up = {}, {}
-    finally:
-        client.close()
 
     for ep in endpoints:
         name = str(ep.get("name", ""))
@@ -188,6 +278,7 @@ def read_model_status(
         _, n_up = _lookup(targets_up, name, namespace)
         total = int(n_targets) if n_found and n_targets is not None else None
         down = total - int(n_up or 0) if total is not None else None
+        check = KvCheck(predicted_kv_tokens(ep), tuple(vm.observations_for(kv_observations, served, namespace)))
         status = ModelStatus(
             name=name,
             served_name=served,
@@ -202,6 +293,7 @@ def read_model_status(
             ttft_p95_seconds=values.get("ttft_p95"),
             scrape_targets=total,
             scrape_targets_down=down,
+            kv_check=check,
         )
         result.models.append(status)
         where = f"namespace {namespace}" if namespace else "no namespace"
@@ -217,96 +309,6 @@ def read_model_status(
                 f"model '{name}' ({where}): {down} of {total} scrape target(s) down — those replicas do not "
                 f"answer /metrics and are not counted in the figures (check `{kubectl}`)."
             )
+        if check.deviates:
+            result.warnings.append(_deviation_warning(name, where, check))
     return result
-
-
-# --------------------------------------------------------------------------------------------
-# Rendering
-# --------------------------------------------------------------------------------------------
-
-
-def _num(value: float | None) -> str:
-    if value is None:
-        return "—"
-    return str(int(value)) if float(value).is_integer() else f"{value:.1f}"
-
-
-def _pct(value: float | None) -> str:
-    return "—" if value is None else f"{value * 100:.0f}%"
-
-
-def _kv(m: ModelStatus) -> str:
-    if m.kv_cache_usage is None:
-        return "—"
-    if m.kv_cache_usage_max is not None and m.ready_replicas > 1:
-        return f"{_pct(m.kv_cache_usage)} (max {_pct(m.kv_cache_usage_max)})"
-    return _pct(m.kv_cache_usage)
-
-
-def _ttft(value: float | None) -> str:
-    if value is None:
-        return "—"
-    return f"{value * 1000:.0f} ms" if value < 0.9995 else f"{value:.2f} s"
-
-
-def _replicas(m: ModelStatus) -> str:
-    if m.scrape_targets is not None:
-        return f"{m.ready_replicas}/{m.scrape_targets}"
-    return str(m.ready_replicas)
-
-
-def render_table(result: StatusResult, width: int = 140) -> str:
-    """Plain-text table (no colour codes) followed by warnings; suits terminals, CI logs and pipes."""
-    if not result.reachable:
-        return "\n".join(f"warning: {w}" for w in result.warnings)
-    table = Table(title=f"Model status (Prometheus {result.prometheus_url})", title_justify="left")
-    for header in (
-        "model",
-        "namespace",
-        "served name",
-        "ready",
-        "waiting",
-        "running",
-        "KV cache",
-        "prefix hit",
-        "TTFT p95",
-    ):
-        table.add_column(header, justify="left" if header in ("model", "namespace", "served name") else "right")
-    for m in result.models:
-        if not m.has_data:
-            table.add_row(m.name, m.namespace, m.served_name, _replicas(m), "no data", "", "", "", "")
-            continue
-        table.add_row(
-            m.name,
-            m.namespace,
-            m.served_name,
-            _replicas(m),
-            _num(m.requests_waiting),
-            _num(m.requests_running),
-            _kv(m),
-            _pct(m.prefix_cache_hit_rate),
-            _ttft(m.ttft_p95_seconds),
-        )
-    buffer = io.StringIO()
-    Console(file=buffer, width=width, color_system=None, force_terminal=False).print(table)
-    lines = [line.rstrip() for line in buffer.getvalue().rstrip("\n").splitlines()]
-    lines += [f"warning: {w}" for w in result.warnings]
-    return "\n".join(lines)
-
-
-def render_json(result: StatusResult) -> str:
-    return json.dumps(result.to_json(), indent=2)
-
-
-def status_command(
-    endpoints: Sequence[Mapping[str, Any]],
-    prometheus_url: str,
-    as_json: bool,
-    *,
-    timeout_s: float = 5,
-    rate_window: str = "5m",
-) -> tuple[str, int]:
-    """Text to print and the exit code: 0 ok, 3 Prometheus unavailable, 4 some model has no data."""
-    result = read_model_status(endpoints, prometheus_url, timeout_s=timeout_s, rate_window=rate_window)
-    text = render_json(result) if as_json else render_table(result)
-    return text, result.exit_code
