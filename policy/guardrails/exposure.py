@@ -1,0 +1,216 @@
+"""Who can reach a model, and how its API key travels.
+
+Model servers are internal: only the LLM gateway may call them (it holds the API keys, quotas and
+audit log) and only monitoring may scrape them. So no Service of a model opens a node port or a cloud
+load balancer, every model-server pod is selected by a NetworkPolicy that admits only those
+namespaces, and the runtime API key reaches vLLM only through a Secret reference — never as a
+literal in a pod spec, where it would sit in the Pulumi state, `kubectl get -o yaml` and the
+rendered manifests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .base import Guardrail, Violation, owner_fix, violation
+from .objects import MODEL_LABEL, K8sObject, as_list, as_map, as_str, command_words, containers, pod_groups
+
+DEFAULT_FORBIDDEN_TYPES = ("LoadBalancer", "NodePort")
+
+
+def check_services(obj: K8sObject, config: Mapping[str, Any]) -> list[Violation]:
+    if obj.kind != "Service":
+        return []
+    selector = as_map(obj.spec.get("selector"))
+    model = obj.model or as_str(selector.get(MODEL_LABEL))
+    if model is None:
+        return []
+    forbidden = [str(t) for t in as_list(config.get("forbiddenTypes"))] or list(DEFAULT_FORBIDDEN_TYPES)
+    svc_type = as_str(obj.spec.get("type")) or "ClusterIP"
+    out: list[Violation] = []
+    fix = "make it type ClusterIP and reach the model through the LLM gateway"
+    if svc_type in forbidden:
+        out.append(
+            violation(
+                [model],
+                obj.ref,
+                f"is of type {svc_type}, which exposes the model outside the cluster "
+                f"(forbidden: {', '.join(forbidden)})",
+                fix,
+            )
+        )
+    if as_list(obj.spec.get("externalIPs")):
+        out.append(violation([model], obj.ref, f"sets externalIPs {as_list(obj.spec.get('externalIPs'))}", fix))
+    return out
+
+
+def check_api_key(obj: K8sObject, config: Mapping[str, Any]) -> list[Violation]:
+    if not obj.is_model_server:
+        return []
+    model = obj.model or "?"
+    env_name = as_str(config.get("envName")) or "VLLM_API_KEY"
+    required = bool(config.get("required", False))
+    out: list[Violation] = []
+    for group in pod_groups(obj):
+        for c in containers(group.spec):
+            where = f"{obj.ref} container {c.get('name')!r}"
+            if any(w == "--api-key" or w.startswith("--api-key=") for w in command_words(c)):
+                out.append(
+                    violation(
+                        [model],
+                        where,
+                        "passes the API key on the command line (--api-key)",
+                        f"remove --api-key; the key reaches vLLM as {env_name} from the apiKey Secret",
+                    )
+                )
+            env = [e for e in as_list(c.get("env")) if isinstance(e, Mapping) and e.get("name") == env_name]
+            for e in env:
+                ref = as_map(as_map(e.get("valueFrom")).get("secretKeyRef"))
+                if "value" in e or not ref.get("name"):
+                    # Never echo the value: it is the secret.
+                    out.append(
+                        violation(
+                            [model],
+                            where,
+                            f"sets {env_name} from "
+                            f"{'a literal value' if 'value' in e else 'something other than a Secret'}",
+                            f"set {env_name} with valueFrom.secretKeyRef (the stack's apiKey secret)",
+                        )
+                    )
+            if required and not env and c.get("name") == "main" and group.role != "worker":
+                out.append(
+                    violation(
+                        [model],
+                        where,
+                        f"serves without an API key ({env_name} is not set)",
+                        f"set the stack's apiKey secret (`pulumi config set --secret apiKey ...`), {owner_fix()}",
+                    )
+                )
+    return out
+
+
+def _selects(policy: K8sObject, labels: Mapping[str, Any]) -> bool:
+    sel = as_map(policy.spec.get("podSelector"))
+    match = as_map(sel.get("matchLabels"))
+    if as_list(sel.get("matchExpressions")):
+        return False  # not evaluated here: a policy for model pods selects them by label
+    return all(labels.get(k) == v for k, v in match.items())
+
+
+def _admits_only(policy: K8sObject, allowed: Sequence[str], model: str) -> list[str]:
+    """Ingress sources of the policy beyond the allowed namespaces and the model's own pods."""
+    extra: list[str] = []
+    for rule in as_list(policy.spec.get("ingress")):
+        sources = as_list(as_map(rule).get("from"))
+        if not sources:
+            extra.append("every source (an ingress rule without `from`)")
+        for src in sources:
+            src = as_map(src)
+            ns_sel = as_map(as_map(src.get("namespaceSelector")).get("matchLabels"))
+            pod_sel = as_map(as_map(src.get("podSelector")).get("matchLabels"))
+            if src.get("ipBlock"):
+                extra.append(f"ipBlock {as_map(src.get('ipBlock')).get('cidr')}")
+            elif "namespaceSelector" in src:
+                ns = ns_sel.get("kubernetes.io/metadata.name")
+                if ns not in allowed:
+                    extra.append(f"namespace {ns!r}" if ns else f"namespaces matching {dict(ns_sel) or 'anything'}")
+            elif pod_sel.get(MODEL_LABEL) != model:
+                extra.append(f"pods matching {dict(pod_sel) or 'anything'}")
+    return extra
+
+
+def check_isolation(objects: Sequence[K8sObject], config: Mapping[str, Any]) -> list[Violation]:
+    allowed = [str(n) for n in as_list(config.get("allowedSourceNamespaces"))]
+    policies = [o for o in objects if o.kind == "NetworkPolicy"]
+    out: list[Violation] = []
+    for obj in objects:
+        if not obj.is_model_server:
+            continue
+        model = obj.model or "?"
+        for group in pod_groups(obj):
+            labels = dict(group.labels) or dict(obj.labels)
+            covering = [
+                p
+                for p in policies
+                if p.namespace == obj.namespace
+                and _selects(p, labels)
+                and "Ingress" in [str(t) for t in as_list(p.spec.get("policyTypes")) or ["Ingress"]]
+            ]
+            if not covering:
+                out.append(
+                    violation(
+                        [model],
+                        f"{obj.ref} ({group.role} pods)",
+                        f"no NetworkPolicy in namespace {obj.namespace!r} selects its pods "
+                        f"(labels {labels}), so anything in the cluster can call the model",
+                        "keep the model's NetworkPolicy (ModelServing creates <name>-netpol)",
+                        urn=obj.urn or None,
+                    )
+                )
+                continue
+            for pol in covering:
+                extra = _admits_only(pol, allowed, model)
+                if extra:
+                    out.append(
+                        violation(
+                            [model],
+                            pol.ref,
+                            f"admits {', '.join(extra)} to the model's pods; only "
+                            f"{', '.join(allowed) or 'none'} may reach them",
+                            f"remove those sources, {owner_fix()}",
+                            urn=pol.urn or None,
+                        )
+                    )
+            break  # every group carries the same model label; one verdict per workload
+    return list({v.message: v for v in out}.values())
+
+
+NO_EXTERNAL_SERVICES = Guardrail(
+    name="no-external-model-services",
+    description=(
+        "No Service of a model is reachable from outside the cluster (no LoadBalancer, NodePort or "
+        "externalIPs): clients go through the LLM gateway."
+    ),
+    scope="resource",
+    check=check_services,
+    config_schema={
+        "forbiddenTypes": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "Service types a model's Service may not have.",
+        }
+    },
+)
+
+API_KEY_BY_SECRET = Guardrail(
+    name="api-key-by-secret-ref",
+    description=(
+        "The runtime API key reaches vLLM only as an environment variable from a Secret reference, "
+        "never as a literal or a command-line flag."
+    ),
+    scope="resource",
+    check=check_api_key,
+    config_schema={
+        "envName": {"type": "string", "description": "The variable vLLM reads the key from."},
+        "required": {"type": "boolean", "description": "Every model server must have an API key."},
+    },
+)
+
+MODEL_PODS_ISOLATED = Guardrail(
+    name="model-pods-isolated",
+    description=(
+        "Every model-server pod is selected by a NetworkPolicy that admits only the gateway and "
+        "monitoring namespaces (and the model's own pods, for multi-node)."
+    ),
+    scope="stack",
+    check=check_isolation,
+    config_schema={
+        "allowedSourceNamespaces": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "Namespaces that may call or scrape models.",
+        }
+    },
+    required=("allowedSourceNamespaces",),
+)
