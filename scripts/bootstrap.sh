@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the Pulumi engine this project needs: the CLI, the Python language host, the helper that
-# runs Python dynamic providers, and the Kubernetes provider plugin — at the versions pinned in
-# requirements.txt.
+# runs Python dynamic providers, the Kubernetes provider plugin — at the versions pinned in
+# requirements.txt — and the virtualenv the policy pack runs in (policy/requirements.txt).
 #
 # Order of preference, per piece: already installed at the right version (seconds) → a `pulumi` on
 # PATH at the right version → the official installer → a build from the Go module proxy (the only
@@ -112,8 +112,26 @@ PY
   echo "$want" >"$stamp"
 }
 
+# The policy pack (policy/, docs/policy.md) runs in a virtualenv of its own: pulumi-policy pins
+# protobuf 5.29 while the program's virtualenv has protobuf 6. The engine starts the pack through
+# policy/analyzer, which runs policy/.venv/bin/python (the language host built above is too old to
+# start a pack directory itself).
+install_policy_pack() {
+  local req="$here/policy/requirements.txt" venv="$here/policy/.venv" want stamp t0
+  [ -f "$req" ] || return 0
+  want="$(sha256sum "$req" | cut -c1-16)"; stamp="$venv/.tkf-stamp"
+  t0=$(date +%s)
+  if stamp_ok "$stamp" "$want" && [ -x "$venv/bin/python" ]; then return; fi
+  log "installing the policy pack's virtualenv (policy/.venv: pulumi-policy)"
+  [ -x "$venv/bin/python" ] || "${PYTHON:-python3}" -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$req" >&2
+  log "installed the policy pack's virtualenv in $(elapsed "$t0")"
+  echo "$want" >"$stamp"
+}
+
 start=$(date +%s)
 install_cli
 install_python_host
 install_kubernetes_provider
+install_policy_pack
 log "Pulumi engine ready in $(elapsed "$start"): $("$bin/pulumi" version), kubernetes v$PULUMI_KUBERNETES_VERSION (PULUMI_HOME=$PULUMI_HOME)"
