@@ -1,13 +1,15 @@
 # The two commands of the README, and their parts. Every target sets itself up first (idempotent).
 .PHONY: preview up test lint typecheck unit setup setup-dev bench clean
 
-# Main job: `pulumi preview` of the dev stack through the real engine (no cluster needed).
+# Main job: `pulumi preview` of the dev stack through the real engine (no cluster needed), with the
+# platform owner's guardrails (docs/policy.md).
+POLICY = --policy-pack policy/analyzer --policy-pack-config policy/config/dev.json
 preview: setup
-	scripts/pulumi.sh dev preview
+	scripts/pulumi.sh dev preview $(POLICY)
 
 # Second form: `pulumi up` of dev, rendering every manifest into rendered/dev/ (plaintext Secrets!).
 up: setup
-	scripts/pulumi.sh dev up --yes
+	scripts/pulumi.sh dev up --yes $(POLICY)
 
 # The whole test suite: lint + type check + every test tier (mocks, engine, Prometheus, API server).
 test: setup-dev lint typecheck unit

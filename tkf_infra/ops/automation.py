@@ -15,6 +15,7 @@ from typing import Any
 
 from pulumi import automation as auto
 
+from tkf_infra.ops import policy_report
 from tkf_infra.ops.stacks import UsageError, last_error_line, stack_outputs
 from tkf_infra.ops.summary import RunTracker, summarize
 
@@ -42,15 +43,23 @@ def run_operation(stack: auto.Stack, operation: str, *, on_output: Callable[[str
             if rep.failed_urns:
                 excluded.extend(sorted(rep.failed_urns))
                 tracker.report(name).errors.extend(rep.errors)
+    # Policy pack (tkf_infra/ops/policy_report.py): run the stack's guardrails on preview and up;
+    # mandatory violations fail their models in the tracker (so the up after a preview excludes them).
+    policy = policy_report.PolicyCollector.for_run(stack.name, operation)
+    on_event = policy_report.tee(tracker, policy)
     ok = True
     extra: dict[str, Any] = {}
     try:
         if operation == "preview":
-            res = stack.preview(on_event=tracker, on_output=on_output, diff=False)
+            res = stack.preview(on_event=on_event, on_output=on_output, diff=False,
+                                policy_packs=policy.pack.policy_packs,
+                                policy_pack_configs=policy.pack.policy_pack_configs)
             extra["changeSummary"] = {str(getattr(k, "value", k)): v for k, v in res.change_summary.items()}
         elif operation == "up":
-            up = stack.up(on_event=tracker, on_output=on_output, continue_on_error=True,
-                          exclude=excluded or None, exclude_dependents=True if excluded else None)
+            up = stack.up(on_event=on_event, on_output=on_output, continue_on_error=True,
+                          exclude=excluded or None, exclude_dependents=True if excluded else None,
+                          policy_packs=policy.pack.policy_packs,
+                          policy_pack_configs=policy.pack.policy_pack_configs)
             extra["changeSummary"] = dict(up.summary.resource_changes or {})
         elif operation == "refresh":
             ref = stack.refresh(on_event=tracker, on_output=on_output)
@@ -62,12 +71,18 @@ def run_operation(stack: auto.Stack, operation: str, *, on_output: Callable[[str
             raise UsageError(f"unknown operation {operation!r}")
     except auto.CommandError as err:
         ok = False
+        policy.record(tracker)
         if not tracker.models and not tracker.diagnostics:
             tracker.diagnostics.append(last_error_line(str(err)))
+    else:
+        policy.record(tracker)
     outputs: dict[str, Any] = {}
     if operation in ("up", "refresh") and not tracker.outputs:
         try:
             outputs = stack_outputs(stack)
         except auto.CommandError:
             outputs = {}
-    return RunResult(summarize(stack.name, operation, tracker, ok, outputs, extra), tracker)
+    summary = summarize(stack.name, operation, tracker, ok, outputs, extra)
+    if operation in policy_report.RUNS_PACK:
+        policy.annotate(summary)
+    return RunResult(summary, tracker)

@@ -86,11 +86,13 @@ def _print_summary(summary: dict[str, Any]) -> None:
         table.add_column(col)
     for name, m in summary["models"].items():
         changes = ", ".join(f"{k} {v}" for k, v in m["changes"].items() if k != "same") or "-"
-        notes = "\n".join(m.get("reasons", []) + m.get("drift", []))
+        notes = "\n".join(m.get("reasons", []) + m.get("warnings", []) + m.get("drift", []))
         table.add_row(name, m["status"], changes, notes)
     err_console.print(table)
     for e in summary["errors"]:
         err_console.print(f"[red]stack error:[/] {e}", highlight=False)
+    for w in summary.get("policyWarnings", []):
+        err_console.print(f"[yellow]stack warning:[/] {w}", highlight=False)
     if summary["failedModels"]:
         err_console.print(f"[bold red]failed or rejected:[/] {', '.join(summary['failedModels'])}")
 

@@ -117,7 +117,7 @@ def stack_outputs(stack: auto.Stack, *, show_secrets: bool = False) -> dict[str,
 
 
 PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "models.lock.json", "requirements.txt")
-PROJECT_DIRS = ("tkf_infra", "components", "providers")
+PROJECT_DIRS = ("tkf_infra", "components", "providers", "policy")
 
 
 def copy_project(dest: Path, project_dir: Path = PROJECT_DIR) -> Path:
@@ -127,6 +127,8 @@ def copy_project(dest: Path, project_dir: Path = PROJECT_DIR) -> Path:
     for name in PROJECT_FILES:
         shutil.copy2(project_dir / name, dest / name)
     for name in PROJECT_DIRS:
-        shutil.copytree(project_dir / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(project_dir / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", ".venv"))
     (dest / ".venv").symlink_to(project_dir / ".venv")
+    if (project_dir / "policy" / ".venv").exists():  # the policy pack's own virtualenv (docs/policy.md)
+        (dest / "policy" / ".venv").symlink_to(project_dir / "policy" / ".venv")
     return dest
