@@ -22,8 +22,8 @@ sys.path.insert(0, str(ROOT))
 from pulumi import automation as auto  # noqa: E402
 
 from bench.catalogs import dev_stack_config, generated_models  # noqa: E402
-from tkf_infra.automation import DEV_PASSPHRASE, copy_project, engine_env, pulumi_home  # noqa: E402
 from tkf_infra.ops.policy_report import PACK, PACK_DIR  # noqa: E402
+from tkf_infra.ops.stacks import DEV_PASSPHRASE, copy_project, engine_env, pulumi_home  # noqa: E402
 
 
 def dev_project(tmp: Path, n: int | None) -> auto.Stack:
@@ -66,9 +66,11 @@ def main() -> None:
             best = {k: min(v) for k, v in runs.items()}
             med = {k: statistics.median(v) for k, v in runs.items()}
             label = "dev (2 models)" if n is None else f"{n} models"
-            print(f"{label:15s} without_pack best={best[False]:5.2f}s median={med[False]:5.2f}s  "
-                  f"with_pack best={best[True]:5.2f}s median={med[True]:5.2f}s  "
-                  f"overhead_median={med[True] - med[False]:+5.2f}s")
+            print(
+                f"{label:15s} without_pack best={best[False]:5.2f}s median={med[False]:5.2f}s  "
+                f"with_pack best={best[True]:5.2f}s median={med[True]:5.2f}s  "
+                f"overhead_median={med[True] - med[False]:+5.2f}s"
+            )
 
 
 if __name__ == "__main__":

@@ -14,14 +14,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import pulumi
-
-from components.fleet import Fleet, build_fleet
 from policy.guardrails import BY_NAME, GUARDRAILS, Violation
 from policy.guardrails.objects import K8sObject
-from tests.mocks import Harness, run
-from tkf_infra.lock import load_lock
-from tkf_infra.settings import read_stack_file, validate_catalog
+from tests.mocks import Harness, program
+from tkf_infra.config import read_stack_file
 
 ROOT = Path(__file__).resolve().parents[1]
 API_KEY = "sk-policy-test-0b7e-not-a-real-key"
@@ -43,14 +39,14 @@ def stack_settings(stack: str, backend: str | None = None) -> dict[str, Any]:
     return doc
 
 
-def build(doc: dict[str, Any], api_key: str | None = API_KEY) -> Harness[Fleet]:
-    catalog = validate_catalog(doc)
-    assert not catalog.rejected, catalog.rejected
-    key = pulumi.Output.secret(api_key) if api_key else None
-    return run(lambda: build_fleet(catalog, lock=load_lock(), api_key=key, stack="test"))
+def build(doc: dict[str, Any], api_key: str | None = API_KEY) -> Harness[Any]:
+    """The whole program on the document, under mocks; the committed stacks leave nothing out."""
+    h = program(doc, api_key=api_key)
+    assert h.error is None, h.error
+    return h
 
 
-def objects(h: Harness[Fleet]) -> list[K8sObject]:
+def objects(h: Harness[Any]) -> list[K8sObject]:
     """Every custom resource the program registered, with its inputs and ``protect`` option."""
     return [K8sObject(type=r.type, props=r.manifest() if r.type.startswith("kubernetes:") else r.inputs,
                       urn=r.urn, protect=bool(r.options.get("protect")))

@@ -128,6 +128,15 @@ def test_image_from_an_unapproved_registry_is_refused(backend: str) -> None:
     assert "image 'ghcr.io/someone/vllm:v0.11.0' is not from an approved registry (approved: docker.io/vllm/)" in msg
 
 
+def test_an_approved_repository_is_not_a_prefix_of_lookalikes() -> None:
+    w = workload(stack_objects("dev", "kserve"), "qwen-0-5b")
+    dev = pack_config("dev")["approved-images"]
+    assert messages("approved-images", [w], dev) == []
+    fork = "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo-fork:v0.11.0"
+    msg = only("approved-images", with_main(w, lambda c: c.update(image=fork)), dev)
+    assert f"image '{fork}' is not from an approved registry" in msg
+
+
 @pytest.mark.parametrize(("image", "expected"), [
     ("vllm/vllm-openai:v0.10.2", "runs vLLM 'v0.10.2', but this stack is pinned to vLLM 'v0.11.0'"),
     ("vllm/vllm-openai:latest", "is not pinned (no tag, or 'latest')"),

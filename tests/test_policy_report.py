@@ -12,8 +12,8 @@ from pathlib import Path
 from pulumi.automation import events
 
 from policy.guardrails.base import violation
-from tkf_infra.automation import RunTracker, summarize
 from tkf_infra.ops import policy_report as pr
+from tkf_infra.ops.summary import RunTracker, summarize
 
 STACK_URN = "urn:pulumi:dev::tkf-infra::pulumi:pulumi:Stack::tkf-infra-dev"
 SERVING = "urn:pulumi:dev::tkf-infra::tkf:serving:ModelServing::{m}"
@@ -56,7 +56,7 @@ def test_mandatory_violation_fails_its_model_and_excludes_its_serving_component(
     collector(policy_event("model-gpu-ceiling", "mandatory", msg, WORKLOAD.format(m="qwen-gpu")))
     collector(policy_event("model-gpu-ceiling", "mandatory", msg, WORKLOAD.format(m="qwen-gpu")))  # repeated event
     collector.record(tracker)
-    summary = collector.annotate(summarize("dev", "preview", tracker, None, ok=False))
+    summary = collector.annotate(summarize("dev", "preview", tracker, ok=False))
     assert summary["failedModels"] == ["qwen-gpu"]
     bad = summary["models"]["qwen-gpu"]
     assert bad["status"] == "failed"
@@ -78,7 +78,7 @@ def test_advisory_violation_is_a_warning_and_the_model_goes_through() -> None:
     ).message
     collector(policy_event("approved-images", "advisory", msg, WORKLOAD.format(m="qwen-0-5b")))
     collector.record(tracker)
-    summary = collector.annotate(summarize("dev", "preview", tracker, None, ok=True))
+    summary = collector.annotate(summarize("dev", "preview", tracker, ok=True))
     assert summary["ok"] is True and summary["failedModels"] == []
     model = summary["models"]["qwen-0-5b"]
     assert model["status"] == "created"
@@ -94,7 +94,7 @@ def test_weight_cache_violation_fails_every_model_served_from_it() -> None:
     collector(policy_event("weight-cache-protected", "mandatory", msg, PVC))
     collector.record(tracker)
     assert tracker.report("a-model").failed_urns == tracker.report("b-model").failed_urns == {PVC}
-    summary = summarize("dev", "preview", tracker, None, ok=False)
+    summary = summarize("dev", "preview", tracker, ok=False)
     assert summary["failedModels"] == ["a-model", "b-model"]
 
 
@@ -107,7 +107,7 @@ def test_stack_level_violation_is_a_stack_error_or_warning() -> None:
     collector(policy_event("fleet-budget", "mandatory", msg, STACK_URN))
     collector(policy_event("fleet-budget", "advisory", msg.replace("40", "33"), None))
     collector.record(tracker)
-    summary = collector.annotate(summarize("dev", "preview", tracker, None, ok=False))
+    summary = collector.annotate(summarize("dev", "preview", tracker, ok=False))
     assert summary["errors"] == [f"policy fleet-budget (mandatory): {msg}"]
     assert summary["policyWarnings"] == [f"policy fleet-budget (advisory): {msg.replace('40', '33')}"]
     assert summary["models"]["a-model"]["status"] == "created", "a fleet total names no single culprit"

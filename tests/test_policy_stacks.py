@@ -11,7 +11,7 @@ import pytest
 from policy.guardrails import GUARDRAILS
 from policy.guardrails.objects import model_gpus, node_selector, pod_groups
 from tests.policy_helpers import ROOT, pack_config, run_all, stack_objects, stack_settings
-from tkf_infra.settings import validate_catalog
+from tkf_infra.config import validate_catalog
 
 STACKS = [(stack, backend) for stack in ("dev", "prod") for backend in ("kserve", "vllm")]
 

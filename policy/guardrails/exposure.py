@@ -162,7 +162,7 @@ def check_isolation(objects: Sequence[K8sObject], config: Mapping[str, Any]) -> 
                             urn=pol.urn or None,
                         )
                     )
-            break  # every group carries the same model label; one verdict per workload
+    # Leader and worker pods usually share one policy: report each finding once.
     return list({v.message: v for v in out}.values())
 
 

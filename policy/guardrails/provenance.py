@@ -52,6 +52,13 @@ def split_tag(ref: str) -> tuple[str, str | None, str | None]:
     return ref, None, digest or None
 
 
+def _approved(image: str, entry: str) -> bool:
+    """``docker.io/vllm/`` approves everything under that path; ``docker.io/vllm/vllm-openai``, that
+    repository only (``…/vllm-openai-fork`` is another repository, not a prefix match)."""
+    repo, _, _ = split_tag(image)
+    return repo.startswith(entry) if entry.endswith("/") else repo == entry
+
+
 def check_images(obj: K8sObject, config: Mapping[str, Any]) -> list[Violation]:
     if not obj.is_ours:
         return []
@@ -67,7 +74,7 @@ def check_images(obj: K8sObject, config: Mapping[str, Any]) -> list[Violation]:
                 continue
             where = f"{obj.ref} container {c.get('name')!r}"
             full = normalize_image(image)
-            if not any(full.startswith(prefix) for prefix in allowed):
+            if not any(_approved(full, entry) for entry in allowed):
                 out.append(
                     violation(
                         models,
@@ -147,8 +154,9 @@ APPROVED_IMAGES = Guardrail(
             "type": "array",
             "items": {"type": "string"},
             "minItems": 1,
-            "description": "Allowed image prefixes, e.g. docker.io/vllm/ (Docker Hub names are "
-            "normalized: vllm/x means docker.io/vllm/x).",
+            "description": "Approved images: a path ending in / approves everything under it "
+            "(docker.io/vllm/), anything else is one exact repository. Docker Hub names are normalized: "
+            "vllm/x means docker.io/vllm/x.",
         },
         "vllmVersion": {"type": "string", "description": "The tag every model server's vLLM image must carry."},
     },

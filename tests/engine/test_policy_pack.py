@@ -163,7 +163,7 @@ def test_committed_prod_stack_passes_its_pack(project: Project, tmp_path: Path) 
 
 
 def _path() -> str:
-    from tkf_infra.automation import pulumi_home
+    from tkf_infra.ops.stacks import pulumi_home
 
     return f"{pulumi_home() / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
 
