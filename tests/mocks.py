@@ -319,6 +319,11 @@ def program(doc: dict[str, Any], *, lock: Any = None, api_key: str | None = "uni
     from tkf_infra.program import Edge
     from tkf_infra.program import run as run_program
 
-    edge = Edge(settings=doc, lock=lock if lock is not None else load_lock(), ec2_client=ec2_client,
-                api_key=pulumi.Output.secret(api_key) if api_key else None, read_api_key=False)
-    return run(lambda: run_program(edge), outputs, preview=preview, stack="test", expect_error=True)
+    def build() -> Any:
+        # The secret Output is made inside the mocked run: outside it there may be no event loop
+        # (a test before may have run asyncio.run(), which leaves the main thread without one).
+        edge = Edge(settings=doc, lock=lock if lock is not None else load_lock(), ec2_client=ec2_client,
+                    api_key=pulumi.Output.secret(api_key) if api_key else None, read_api_key=False)
+        return run_program(edge)
+
+    return run(build, outputs, preview=preview, stack="test", expect_error=True)
