@@ -73,7 +73,9 @@ class _Options:
 
 
 class RecordingMocks(pulumi.runtime.Mocks):
-    def __init__(self) -> None:
+    def __init__(self, stack_outputs: dict[str, Any] | None = None) -> None:
+        self.stack_outputs = dict(stack_outputs or {})
+        """What the engine's `readStackOutputs` returns: the outputs of the stack's last run."""
         self.resources: list[Registered] = []
         self._objects: dict[int, str] = {}
         self._options: dict[str, _Options] = {}
@@ -93,8 +95,10 @@ class RecordingMocks(pulumi.runtime.Mocks):
                                          provider=provider))
         return f"{args.name}-id", outputs
 
-    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
-        return {}, None
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+        if args.token == "pulumi:pulumi:readStackOutputs":
+            return {"name": args.args.get("name"), "outputs": self.stack_outputs, "secretOutputNames": []}, []
+        return {}, []
 
     # -- the program side (a stack transformation: sees options, changes nothing) ------------
 
@@ -181,14 +185,15 @@ def _dispatch(args: pulumi.ResourceTransformationArgs) -> None:
 
 
 def run(build: Callable[[], T], outputs: Callable[[T], dict[str, Any]] | None = None, *,
-        preview: bool = False, stack: str = "test", expect_error: bool = False) -> Harness[T]:  # fmt: skip
+        preview: bool = False, stack: str = "test", expect_error: bool = False,
+        stack_outputs: dict[str, Any] | None = None) -> Harness[T]:  # fmt: skip
     """Build resources under fresh mocks and wait for every registration.
 
     ``outputs(result)`` may return a dict of Outputs; their resolved values land in
     ``Harness.values`` (``None`` where unknown). With ``expect_error`` an exception from `build`
     (a RunError at the end of the program) is kept in ``Harness.error`` after registrations finish.
     """
-    mocks = RecordingMocks()
+    mocks = RecordingMocks(stack_outputs) if stack_outputs else RecordingMocks()
     logger = logging.getLogger(f"tkf-test-{id(mocks)}")
     logger.propagate = False
     logs = _Collect()
@@ -308,12 +313,13 @@ def stack_doc(*models: dict[str, Any], backend: str = "kserve", installed: bool 
 
 
 def program(doc: dict[str, Any], *, lock: Any = None, api_key: str | None = "unit-test-api-key",
-            ec2_client: Any = None, preview: bool = False,
-            outputs: Callable[[Any], dict[str, Any]] | None = None) -> Harness[Any]:
+            ec2_client: Any = None, preview: bool = False, outputs: Callable[[Any], dict[str, Any]] | None = None,
+            previous: dict[str, Any] | None = None) -> Harness[Any]:
     """The whole program (`tkf_infra.program.run`) on a stack document, under mocks.
 
     A run that leaves something out ends in a RunError after every registration; it is kept in
     ``Harness.error`` and ``Harness.result`` is then None (the resources are all recorded).
+    ``previous``: the stack's outputs from its last run (what `readStackOutputs` answers).
     """
     from tkf_infra.hub.lock import load_lock
     from tkf_infra.program import Edge
@@ -326,4 +332,4 @@ def program(doc: dict[str, Any], *, lock: Any = None, api_key: str | None = "uni
                     api_key=pulumi.Output.secret(api_key) if api_key else None, read_api_key=False)
         return run_program(edge)
 
-    return run(build, outputs, preview=preview, stack="test", expect_error=True)
+    return run(build, outputs, preview=preview, stack="test", expect_error=True, stack_outputs=previous)

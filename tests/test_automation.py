@@ -37,7 +37,7 @@ def test_left_out_models_come_from_the_rejected_output_with_their_stage() -> Non
     tracker.outputs = {"rejected": [gated.as_output()], "problems": ["nodePool h100: models need 9 GPUs"]}
     # What the program logged for it and the run's final verdict are the same facts: not repeated as stack errors.
     tracker.diagnostics += [gated.log_line(), "nodePool h100: models need 9 GPUs",
-                            "1 catalog entry was left out (llama); the other 1 were deployed. Fix the errors above "
+                            "1 catalog entry was refused (llama); the other 1 were deployed. Fix the errors above "
                             "and run again.", "a crash nobody explains"]
     summary = summarize("dev", "up", tracker, ok=False)
     assert summary["models"]["llama"] == {"status": "rejected", "changes": {}, "stage": "access",

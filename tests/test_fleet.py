@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from moto import mock_aws
 from components.fleet import Fleet
 from tests.mocks import CPU, MULTI_NODE, QWEN3_8B, SINGLE_GPU, TP4, Harness, program, stack_doc
 from tkf_infra.hub.lock import Lock, load_lock
+from tkf_infra.program import POLICY_REFUSALS_ENV
 
 LOCK = load_lock()
 
@@ -27,7 +29,7 @@ def ec2(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 def build(doc: dict[str, Any], lock: Lock = LOCK, api_key: str | None = "k") -> Harness[Fleet]:
     h = program(doc, lock=lock, api_key=api_key)
-    assert h.error is None or "left out" in str(h.error) or "fleet problem" in str(h.error), h.error
+    assert h.error is None or any(w in str(h.error) for w in ("were refused", "was refused", "fleet problem")), h.error
     return h
 
 
@@ -99,7 +101,7 @@ def test_an_entry_missing_from_the_lock_is_left_out_with_the_fix_and_the_run_fai
     assert servings(h) == {"tiny"}
     assert any("qwen3-8b was left out of this deployment (lock)" in e
                and "python -m tkf_infra lock Qwen/Qwen3-8B@" in e for e in h.errors()), h.errors()
-    assert "1 catalog entry was left out (qwen3-8b); the other 1 were deployed" in str(h.error)
+    assert "1 catalog entry was refused (qwen3-8b); the other 1 were deployed" in str(h.error)
 
 
 def test_gated_model_without_token_secret_is_left_out() -> None:
@@ -119,7 +121,7 @@ def test_k_refused_models_are_all_named_and_every_healthy_one_is_deployed() -> N
     errors = " ".join(h.errors())
     assert "too-long was left out of this deployment (fit)" in errors and "longer than the model's" in errors
     assert "too-big was left out of this deployment (fit)" in errors and "fits with tensorParallelSize" in errors
-    assert "2 catalog entries were left out (too-long, too-big); the other 2 were deployed" in str(h.error)
+    assert "2 catalog entries were refused (too-long, too-big); the other 2 were deployed" in str(h.error)
 
 
 def test_pool_over_capacity_is_an_error_naming_the_models() -> None:
@@ -153,3 +155,47 @@ def test_all_platform_pieces_installed_registers_no_platform_resources() -> None
     children = [r for r in h.resources if r.parent in platform]
     # Only our own pipeline-parallel preset: installed KServe does not ship it.
     assert [r.inputs.get("kind") for r in children] == ["LLMInferenceServiceConfig"]
+
+
+def deployed_output(*entries: dict[str, Any]) -> dict[str, Any]:
+    """The `deployed` output a previous run of the test stack would have exported for these entries."""
+    h = build(stack_doc(*entries))
+    assert h.result is not None
+    return {"deployed": {m.entry.name: m.entry.model_dump(by_alias=True, mode="json", exclude_none=True)
+                         for m in h.result.plan.models}}
+
+
+def workloads(h: Harness[Any]) -> dict[str, dict[str, Any]]:
+    return {r.metadata["name"]: r.spec for r in h.resources if r.inputs.get("kind") == "LLMInferenceService"}
+
+
+def test_a_refused_edit_keeps_the_running_model_at_its_last_deployed_settings() -> None:
+    previous = deployed_output(SINGLE_GPU, CPU)
+    bad_edit = {**SINGLE_GPU, "maxModelLen": 10_000_000}  # no longer fits: must not take the live model down
+    h = program(stack_doc(bad_edit, CPU), previous=previous)
+    kept = workloads(h)["qwen3-8b"]
+    assert "--max-model-len" in kept["template"]["containers"][0]["args"]
+    args = kept["template"]["containers"][0]["args"]
+    assert args[args.index("--max-model-len") + 1] == "8192", "served exactly as last deployed"
+    errors = " ".join(h.errors())
+    assert "qwen3-8b: the new settings were refused (fit); it keeps serving at its last deployed settings" in errors
+    assert "1 catalog entry was refused (qwen3-8b (kept at its last deployed settings)); the other 1 were deployed" \
+        in str(h.error)
+
+
+def test_a_removed_entry_is_removed_and_a_refused_new_one_is_not_invented() -> None:
+    previous = deployed_output(SINGLE_GPU, CPU)
+    h = program(stack_doc(CPU), previous=previous)
+    assert set(workloads(h)) == {"tiny"} and h.error is None
+    new_bad = {**TP4, "name": "new-bad", "servedName": "new-bad", "maxModelLen": 10_000_000}
+    h = program(stack_doc(new_bad, CPU), previous=previous)
+    assert set(workloads(h)) == {"tiny"}
+    assert any("new-bad was left out of this deployment (fit)" in e for e in h.errors())
+
+
+def test_models_the_policy_pack_refused_are_left_out_with_stage_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    violation = "model qwen3-8b: LLMInferenceService llm-serving/qwen3-8b: pool 'h100' is not allowed. Fix: …"
+    monkeypatch.setenv(POLICY_REFUSALS_ENV, json.dumps({"qwen3-8b": [violation]}))
+    h = program(stack_doc(SINGLE_GPU, CPU))
+    assert set(workloads(h)) == {"tiny"}
+    assert any("qwen3-8b was left out of this deployment (policy)" in e and violation in e for e in h.errors())

@@ -54,8 +54,9 @@ GATEWAY_KEYS = {"model_name", "litellm_params", "model_info"}
 PARAMS_KEYS = {"model", "api_base", "api_key"}
 INFO_KEYS = {"id", "mode", "input_cost_per_token", "output_cost_per_token", "max_input_tokens",
              "supports_function_calling"}  # fmt: skip
-REJECTED_KEYS = {"index", "name", "stage", "reasons"}
-EXPORTED = {"contractVersion", "endpoints", "gatewayModelList", "rejected", "problems", "apiKeyEnv", "runtimeApiKey"}
+REJECTED_KEYS = {"index", "name", "stage", "reasons", "kept"}
+EXPORTED = {"contractVersion", "endpoints", "gatewayModelList", "rejected", "problems", "deployed", "apiKeyEnv",
+            "runtimeApiKey"}
 
 
 def catalog(*models: dict[str, Any], **overrides: Any) -> Catalog:

@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from tkf_infra.plan import FleetPlan
 
 CONTRACT_VERSION = 1
+#: The catalog entries as deployed (name → entry): the program's memory of each model's last good
+#: settings, read back by the next run (`tkf_infra.program.previous_deployment`).
+DEPLOYED_OUTPUT = "deployed"
 
 # LiteLLM provider prefixes by serving mode. `openai/` serves chat and embeddings against vLLM's
 # OpenAI-compatible API. Rerank needs its own provider, and the choice is about billing:
@@ -102,6 +105,8 @@ def export_outputs(plan: FleetPlan, api_key: Any = None) -> None:
     pulumi.export("gatewayModelList", gateway_model_list(catalog, plan.deployed))
     pulumi.export("rejected", [x.as_output() for x in plan.excluded])
     pulumi.export("problems", list(plan.errors))
+    pulumi.export(DEPLOYED_OUTPUT, {m.entry.name: m.entry.model_dump(by_alias=True, mode="json", exclude_none=True)
+                                    for m in plan.models})
     pulumi.export("apiKeyEnv", catalog.settings.serving.api_key_env)
     if api_key is not None:
         pulumi.export("runtimeApiKey", pulumi.Output.secret(api_key))

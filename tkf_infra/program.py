@@ -8,6 +8,8 @@ the resource wiring (`components.fleet`) can be tested apart with no network and
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +17,7 @@ import pulumi
 
 from tkf_infra.config import Catalog, SettingsError, read_pulumi_config, validate_catalog
 from tkf_infra.hub.lock import Lock, load_lock
+from tkf_infra.outputs import DEPLOYED_OUTPUT
 from tkf_infra.plan import FleetPlan, LiveFindings, plan_fleet
 from tkf_infra.sizing.ec2 import InstanceGpus
 
@@ -66,13 +69,49 @@ def live_findings(catalog: Catalog) -> LiveFindings | None:
     return LiveFindings(tuple(live.warnings), live.pool_errors, live.model_problems)
 
 
+#: Set by `python -m tkf_infra up` for the update after its preview: JSON {model: [violations]} of the
+#: models the platform owner's policy pack refused there (`tkf_infra.ops.policy_report`).
+POLICY_REFUSALS_ENV = "TKF_POLICY_REFUSALS"
+
+
+def policy_refusals() -> dict[str, list[str]]:
+    """The models the CLI's preview saw refused by the policy pack (none when run by plain pulumi)."""
+    text = os.environ.get(POLICY_REFUSALS_ENV, "")
+    try:
+        data = json.loads(text) if text else {}
+    except json.JSONDecodeError:
+        raise pulumi.RunError(f"{POLICY_REFUSALS_ENV} is not JSON; unset it (only `python -m tkf_infra up` "
+                              "sets it)") from None
+    return {str(k): [str(r) for r in v] for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def previous_deployment() -> dict[str, Any]:
+    """The entries the last run of this stack deployed (its `deployed` output), read from the backend.
+
+    A refused model then keeps serving at those settings instead of being deleted by this run
+    (`tkf_infra.plan.fleet`). Uses the engine's built-in `readStackOutputs` invoke on this very stack;
+    a first run (or an engine that cannot answer) has no previous deployment.
+    """
+    name = f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
+    try:
+        result = pulumi.runtime.invoke("pulumi:pulumi:readStackOutputs", {"name": name})
+    except Exception as exc:  # the engine's own error text is the useful part
+        pulumi.log.warn(f"could not read the last deployment of {name} ({exc}); a refused model that was deployed "
+                        "before will be removed instead of kept at its last settings")
+        return {}
+    outputs = (result.value or {}).get("outputs") or {}
+    deployed = outputs.get(DEPLOYED_OUTPUT) or {}
+    return dict(deployed) if isinstance(deployed, dict) else {}
+
+
 def plan(edge: Edge | None = None) -> FleetPlan:
     """Settings and the edge's data → the fleet plan (no resources registered)."""
     edge = edge or Edge()
     catalog = load_catalog(edge.settings)
     found, errors = ec2_facts(catalog, edge.ec2_client, edge.region)
     lock = edge.lock if edge.lock is not None else load_lock()
-    return plan_fleet(catalog, lock=lock, ec2=found, ec2_errors=errors, live=live_findings(catalog))
+    return plan_fleet(catalog, lock=lock, ec2=found, ec2_errors=errors, live=live_findings(catalog),
+                      refused_by_policy=policy_refusals(), previous=previous_deployment())
 
 
 def report(plan: FleetPlan) -> None:

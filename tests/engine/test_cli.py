@@ -128,7 +128,7 @@ def test_plain_pulumi_up_deploys_the_healthy_models_and_names_every_refused_one(
     assert proc.returncode != 0, text
     for name, stage in refused.items():
         assert f"{name} was left out of this deployment ({stage})" in text
-    assert "3 catalog entries were left out (too-long, no-kv, gated); the other 2 were deployed" in text
+    assert "3 catalog entries were refused (too-long, no-kv, gated); the other 2 were deployed" in text
     healthy = {m["name"] for m in models if m["name"] not in refused}
     assert {name for kind, name in rendered_kinds(cli.render_dir) if kind == "LLMInferenceService"} == healthy
 
@@ -183,3 +183,23 @@ def test_bad_input_gets_one_line_and_exit_2(cli: CliProject, args: list[str], ex
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr
     assert expected in " ".join(proc.stderr.split())
+
+
+def test_a_refused_edit_of_a_deployed_model_keeps_it_serving_as_it_was(cli: CliProject) -> None:
+    models = dev_config()["config"]["tkf-infra:models"]
+    assert cli.run("up", "--stack", "dev").returncode == 0
+    before = {p.name: p.read_text() for p in cli.render_dir.rglob("*.yaml")}
+    edited = [dict(models[0], maxModelLen=1_000_000), models[1]]  # a typo: far past the model's positions
+    cli.set_models(edited)
+    proc = cli.run("up", "--stack", "dev", "--json")
+    assert proc.returncode == 1, proc.stderr
+    summary = json.loads(proc.stdout)
+    first = summary["models"][models[0]["name"]]
+    assert first["status"] == "rejected" and first["stage"] == "fit" and first["kept"] is True
+    assert summary["models"][models[1]["name"]]["status"] == "unchanged"
+    after = {p.name: p.read_text() for p in cli.render_dir.rglob("*.yaml")}
+    assert after == before, "nothing of the running model changed"
+    outs = json.loads(cli.run("outputs", "--stack", "dev").stdout)
+    assert models[0]["servedName"] in outs["endpoints"], "the gateway keeps its route to the running model"
+    assert outs["endpoints"][models[0]["servedName"]]["maxContext"] == models[0].get("maxModelLen", 4096)
+    assert [(r["name"], r["kept"]) for r in outs["rejected"]] == [(models[0]["name"], True)]

@@ -110,11 +110,18 @@ def test_dev_refuses_a_disallowed_pool_and_gpu_count_and_deploys_the_siblings(pr
     code, up, _ = project.cli("up", "--stack", "dev")
     assert code == 1
     assert up["failedModels"] == ["qwen-gpu"]
+    assert up["models"]["qwen-gpu"]["stage"] == "policy"
     assert all(up["models"][m]["status"] == "created" for m in siblings)
     objs = project.rendered()
     for m in siblings:
         assert ("LLMInferenceService", m) in objs
     assert not {o for o in objs if o[1].startswith("qwen-gpu")}, "nothing of the refused model is deployed"
+    # the gateway is never handed a route to the refused model: the program was told and left it out
+    proc = subprocess.run([str(project.root / ".venv" / "bin" / "python"), "-m", "tkf_infra", "outputs", "--stack",
+                           "dev"], cwd=project.root, env=project.env, capture_output=True, text=True, timeout=300)
+    outs = json.loads(proc.stdout)
+    assert sorted(m["model_info"]["id"] for m in outs["gatewayModelList"]) == sorted(siblings)
+    assert [(r["name"], r["stage"]) for r in outs["rejected"]] == [("qwen-gpu", "policy")]
 
 
 def test_an_advisory_violation_warns_and_the_models_deploy(project: Project) -> None:

@@ -9,8 +9,9 @@ fails to apply fails alone too.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pulumi import automation as auto
@@ -18,6 +19,7 @@ from pulumi import automation as auto
 from tkf_infra.ops import policy_report
 from tkf_infra.ops.stacks import UsageError, last_error_line, stack_outputs
 from tkf_infra.ops.summary import RunTracker, summarize
+from tkf_infra.program import POLICY_REFUSALS_ENV
 
 
 @dataclass
@@ -26,16 +28,22 @@ class RunResult:
     """The `--json` summary (see `tkf_infra.ops.summary.summarize`)."""
     tracker: RunTracker
     """What the run saw per model; a preview's tracker steers the `up` after it."""
+    policy_refusals: dict[str, list[str]] = field(default_factory=dict)
+    """Models the policy pack refused (mandatory violations), with the violations."""
 
 
 def run_operation(stack: auto.Stack, operation: str, *, on_output: Callable[[str], None] | None = None,
-                  after: RunTracker | None = None) -> RunResult:
+                  after: RunTracker | None = None, refused_by_policy: dict[str, list[str]] | None = None) -> RunResult:
     """Run preview / up / refresh / destroy with event tracking; never raises for a failed plan.
 
     `after`: the tracker of a preview run just before an `up`. Resources that failed there (a
     policy violation, a provider's check) are excluded from the up with their dependents and
     reported with the preview's reasons: a failed check would otherwise abort the whole update.
+    `refused_by_policy`: the models the pack refused at that preview; the program is told, so it
+    leaves them out (stage `policy` in the `rejected` output) or keeps them at their last deployed
+    settings, and never publishes a route to them.
     """
+    stack.workspace.env_vars = {**stack.workspace.env_vars, POLICY_REFUSALS_ENV: json.dumps(refused_by_policy or {})}
     tracker = RunTracker(operation)
     excluded: list[str] = []
     if after is not None:
@@ -85,4 +93,5 @@ def run_operation(stack: auto.Stack, operation: str, *, on_output: Callable[[str
     summary = summarize(stack.name, operation, tracker, ok, outputs, extra)
     if operation in policy_report.RUNS_PACK:
         policy.annotate(summary)
-    return RunResult(summary, tracker)
+    refusals = {model: [v.line() for v in found if v.mandatory] for model, found in policy.by_model().items()}
+    return RunResult(summary, tracker, {m: lines for m, lines in refusals.items() if lines})

@@ -67,11 +67,13 @@ def _operation(stack_name: str, operation: str, as_json: bool, create: bool = Fa
 
     results: list[dict[str, Any]] = []
     before = None
+    refused: dict[str, list[str]] = {}
     if operation == "up":  # preview first: Automation `up` skips the preview, and CI wants it
         preview_run = automation.run_operation(stack, "preview", on_output=stream)
-        before = preview_run.tracker
+        before, refused = preview_run.tracker, preview_run.policy_refusals
         results.append(preview_run.summary)
-    results.append(automation.run_operation(stack, operation, on_output=stream, after=before).summary)
+    results.append(automation.run_operation(stack, operation, on_output=stream, after=before,
+                                            refused_by_policy=refused).summary)
     final = results[-1]
     if as_json:
         print(json.dumps(final if len(results) == 1 else {**final, "preview": results[0]}, indent=2))

@@ -53,6 +53,8 @@ class ModelReport:
         out: dict[str, Any] = {"status": self.status, "changes": dict(sorted(self.ops.items()))}
         if self.excluded is not None:
             out["stage"] = self.excluded.stage.value
+            if self.excluded.kept:
+                out["kept"] = True
         reasons = (list(self.excluded.reasons) if self.excluded else []) + self.errors
         if reasons:
             out["reasons"] = reasons

@@ -11,10 +11,12 @@ disagree.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
+
+from pydantic import ValidationError
 
 from tkf_infra.config import Catalog, ModelEntry
 from tkf_infra.config.flags import row, sized_fields
@@ -54,14 +56,17 @@ class Exclusion:
     index: int
     stage: Stage
     reasons: tuple[str, ...]
+    kept: bool = False
+    """Deployed before and still serving at its last deployed settings (nothing of it changes)."""
 
     def as_output(self) -> dict[str, Any]:
-        return {"index": self.index, "name": self.name, "stage": self.stage.value, "reasons": list(self.reasons)}
+        return {"index": self.index, "name": self.name, "stage": self.stage.value, "reasons": list(self.reasons),
+                "kept": self.kept}
 
     @classmethod
     def from_output(cls, data: Mapping[str, Any]) -> Exclusion:
         return cls(str(data.get("name") or ""), int(data.get("index", -1)), Stage(str(data.get("stage", "catalog"))),
-                   tuple(str(r) for r in data.get("reasons") or ()))
+                   tuple(str(r) for r in data.get("reasons") or ()), bool(data.get("kept", False)))
 
     @property
     def label(self) -> str:
@@ -70,6 +75,9 @@ class Exclusion:
     def log_line(self) -> str:
         """How the program reports it (the CLI recognises the line and attributes it to the model)."""
         reasons = "\n".join(f"  - {r}" for r in self.reasons)
+        if self.kept:
+            return (f"{self.label}: the new settings were refused ({self.stage.value}); it keeps serving at its last "
+                    f"deployed settings:\n{reasons}")
         return f"{self.label} was left out of this deployment ({self.stage.value}):\n{reasons}"
 
 
@@ -111,10 +119,12 @@ class FleetPlan:
     def verdict(self) -> str | None:
         """Why the run must end non-zero (None when everything went through)."""
         if self.excluded:
-            names = ", ".join(x.label for x in self.excluded)
+            names = ", ".join(x.label + (" (kept at its last deployed settings)" if x.kept else "")
+                              for x in self.excluded)
             n = len(self.excluded)
-            return (f"{n} catalog entr{'y was' if n == 1 else 'ies were'} left out ({names}); the other "
-                    f"{len(self.models)} were deployed. Fix the errors above and run again.")
+            fresh = len(self.models) - sum(x.kept for x in self.excluded)
+            return (f"{n} catalog entr{'y was' if n == 1 else 'ies were'} refused ({names}); the other "
+                    f"{fresh} were deployed. Fix the errors above and run again.")
         if self.errors:
             return (f"{len(self.errors)} fleet problem(s), reported above; the models were deployed but the fleet "
                     "needs fixing")
@@ -152,9 +162,82 @@ def _facts_problem(entry: ModelEntry, lock: Lock) -> tuple[ModelFacts | None, in
     return facts, weight_bytes, None, ""
 
 
+@dataclass(frozen=True)
+class _Context:
+    """What planning one model needs besides the entry."""
+
+    lock: Lock
+    vllm_version: str
+    pools: Mapping[str, PoolFacts]
+    pool_problems: Mapping[str, str]
+    live: LiveFindings | None
+
+
+def _plan_model(entry: ModelEntry, index: int, ctx: _Context) -> ModelPlan | Exclusion:
+    """One model: planned, or left out with the stage and reason."""
+
+    def leave_out(stage: Stage, reason: str) -> Exclusion:
+        return Exclusion(entry.name, index, stage, (f"model {entry.name}: {reason}",))
+
+    if entry.node_pool is not None and entry.node_pool in ctx.pool_problems:
+        return leave_out(Stage.POOL, "not deployed because its node pool is wrong: "
+                         f"{ctx.pool_problems[entry.node_pool]}")
+    if ctx.live and entry.name in ctx.live.model_problems:
+        return Exclusion(entry.name, index, Stage.LIVE, (ctx.live.model_problems[entry.name],))
+    facts, weight_bytes, stage, why = _facts_problem(entry, ctx.lock)
+    if stage is not None or facts is None:
+        return leave_out(stage or Stage.LOCK, why)
+    pool = ctx.pools.get(entry.node_pool or "")
+    gpu = pool.gpu if pool is not None and not entry.is_cpu else None
+    inputs = FitInputs(model=entry.name, repo=entry.repo, revision=entry.revision, facts=facts, gpu=gpu,
+                       params=sizing_params(entry, ctx.vllm_version),
+                       max_tensor_parallel=(pool.gpus_per_node if pool else 0) or 8)
+    fit = evaluate(inputs)
+    if not fit.fits:
+        return Exclusion(entry.name, index, Stage.FIT, (fit.message or "does not fit",))
+    return ModelPlan(entry, facts, weight_bytes, pool, inputs, fit)
+
+
+def _keep_last_good(excluded: list[Exclusion], planned: list[ModelPlan], previous: Mapping[str, Any],
+                    ctx: _Context) -> list[Exclusion]:
+    """A model refused now but deployed before keeps serving at its last deployed settings.
+
+    Why: leaving a refused model out of the program would make `up` delete the running one, so a bad
+    edit (a typo, a context that no longer fits, a pool the owner closed) would take a live model
+    down. Its last deployed entry is re-planned instead (so nothing of it changes) while the refusal
+    is still reported and the run still ends non-zero. Removing an entry from the catalog removes the
+    model as before; only refused entries are kept.
+    """
+    names = {m.entry.name for m in planned}
+    served = {m.entry.served_name for m in planned}
+    out: list[Exclusion] = []
+    for x in excluded:
+        raw = previous.get(x.name)
+        kept: ModelPlan | Exclusion | None = None
+        if isinstance(raw, Mapping) and x.name not in names:
+            try:
+                kept = _plan_model(ModelEntry.model_validate(raw), x.index, ctx)
+            except ValidationError:
+                kept = None
+        if isinstance(kept, ModelPlan) and kept.entry.served_name not in served:
+            planned.append(kept)
+            names.add(kept.entry.name)
+            served.add(kept.entry.served_name)
+            x = replace(x, kept=True)
+        out.append(x)
+    return out
+
+
 def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] | None = None,
-               ec2_errors: Mapping[str, str] | None = None, live: LiveFindings | None = None) -> FleetPlan:
-    """Decide the fleet from validated settings and the edge's data; no I/O, no resources."""
+               ec2_errors: Mapping[str, str] | None = None, live: LiveFindings | None = None,
+               refused_by_policy: Mapping[str, Sequence[str]] | None = None,
+               previous: Mapping[str, Any] | None = None) -> FleetPlan:
+    """Decide the fleet from validated settings and the edge's data; no I/O, no resources.
+
+    `refused_by_policy`: models the platform owner's policy pack refused at the preview before this
+    run (model → violations), handed over by the CLI. `previous`: the entries deployed by the last
+    run (its `deployed` output), so a refused model keeps serving at its last good settings.
+    """
     s = catalog.settings
     errors = [str(p) for p in catalog.pool_problems]
     warnings = list(live.warnings) if live else []
@@ -173,36 +256,24 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
             errors.append(str(exc))
     if live:
         errors += [m for msgs in live.pool_errors.values() for m in msgs]
+    ctx = _Context(lock, s.serving.version, pools, pool_problems, live)
 
     excluded = [Exclusion(r.name or f"models[{r.index}]", r.index, Stage.CATALOG, tuple(str(p) for p in r.problems))
                 for r in catalog.rejected]  # fmt: skip
     planned: list[ModelPlan] = []
+    policy = refused_by_policy or {}
     for entry in catalog.models:
         index = catalog.index_of(entry.name)
-
-        def leave_out(stage: Stage, reason: str, entry: ModelEntry = entry, index: int = index) -> None:
-            excluded.append(Exclusion(entry.name, index, stage, (f"model {entry.name}: {reason}",)))
-
-        pool = pools.get(entry.node_pool or "")
-        if entry.node_pool in pool_problems:
-            leave_out(Stage.POOL, f"not deployed because its node pool is wrong: {pool_problems[entry.node_pool]}")
+        if entry.name in policy:
+            excluded.append(Exclusion(entry.name, index, Stage.POLICY, tuple(policy[entry.name])))
             continue
-        if live and entry.name in live.model_problems:
-            excluded.append(Exclusion(entry.name, index, Stage.LIVE, (live.model_problems[entry.name],)))
-            continue
-        facts, weight_bytes, stage, why = _facts_problem(entry, lock)
-        if stage is not None or facts is None:
-            leave_out(stage or Stage.LOCK, why)
-            continue
-        gpu = pool.gpu if pool is not None and not entry.is_cpu else None
-        inputs = FitInputs(model=entry.name, repo=entry.repo, revision=entry.revision, facts=facts, gpu=gpu,
-                           params=sizing_params(entry, s.serving.version),
-                           max_tensor_parallel=(pool.gpus_per_node if pool else 0) or 8)
-        fit = evaluate(inputs)
-        if not fit.fits:
-            excluded.append(Exclusion(entry.name, index, Stage.FIT, (fit.message or "does not fit",)))
-            continue
-        planned.append(ModelPlan(entry, facts, weight_bytes, pool, inputs, fit))
+        result = _plan_model(entry, index, ctx)
+        if isinstance(result, Exclusion):
+            excluded.append(result)
+        else:
+            planned.append(result)
+    if previous:
+        excluded = _keep_last_good(excluded, planned, previous, ctx)
 
     errors += capacity_errors(planned, pools)
     return FleetPlan(catalog=catalog, pools=pools, models=tuple(planned),
