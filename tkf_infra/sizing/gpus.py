@@ -56,6 +56,8 @@ class GpuSpec(BaseModel):
     """How the GPUs of one node talk at TP > 1: SXM/NVL boards NVLink, PCIe and consumer parts PCIe."""
     memory_measured: bool = False
     memory_source: str = "derived"
+    ecc_gddr: bool = False
+    """A data-centre GDDR part that ships with ECC on (1/16 of the memory reserved)."""
     unified_memory: bool = False
     """CPU and GPU share one memory (GB10): vLLM reads free memory from the OS, not from CUDA."""
     shared: bool = False
@@ -95,7 +97,7 @@ def _g(name: str, cuda_name: str, nominal: float, cc: str, link: Interconnect, *
     own = (cuda_name.replace(" ", "-"),) if cuda_name else ()
     return GpuSpec(name=name, memory_gib=memory, nominal_gib=nominal, compute_capability=cc,
                    product_labels=(*own, *labels), aliases=aliases, cuda_name=cuda_name, interconnect=link,
-                   memory_measured=measured, memory_source=source, unified_memory=unified)
+                   memory_measured=measured, memory_source=source, unified_memory=unified, ecc_gddr=ecc)
 
 
 _TWINS: set[str] = set()
@@ -159,7 +161,7 @@ GPUS: tuple[GpuSpec, ...] = (
     _g("A2", "NVIDIA A2", 16, "8.6", "pcie", ecc=True, aliases=("A2-16GB",)),
     # --- Ada data centre and workstation (8.9) ---
     _g("L4", "NVIDIA L4", 24, "8.9", "pcie", ecc=True, nvml=22.49, src=_SRC["L4"], aliases=("L4-24GB",)),
-    _g("L40S", "NVIDIA L40S", 48, "8.9", "pcie", mem=44.31, src=_SRC["L40S"], aliases=("L40S-48GB",)),
+    _g("L40S", "NVIDIA L40S", 48, "8.9", "pcie", ecc=True, mem=44.31, src=_SRC["L40S"], aliases=("L40S-48GB",)),
     _g("L40", "NVIDIA L40", 48, "8.9", "pcie", ecc=True, aliases=("L40-48GB",)),
     _g("L20", "NVIDIA L20", 48, "8.9", "pcie", ecc=True, aliases=("L20-48GB",)),
     _g("RTX-6000-Ada", "NVIDIA RTX 6000 Ada Generation", 48, "8.9", "pcie",
@@ -294,11 +296,17 @@ def find_gpu(name: str) -> GpuSpec | None:
     return None
 
 
-def lookup_gpu(name: str) -> GpuSpec:
-    """Resolve our short name (``H100-80GB``) or a GPU Operator label (``NVIDIA-H100-80GB-HBM3``).
+_MIG = re.compile(r"[\s_-]+MIG[\s_-]+(\d+)g\.(\d+)gb$", re.IGNORECASE)
+_SHARED = re.compile(r"[\s_-]+SHARED$", re.IGNORECASE)
 
-    Raises ``KeyError`` with the allowed names, because a typo here silently sizing against the
-    wrong card would be worse than failing.
+
+def lookup_gpu(name: str) -> GpuSpec:
+    """Resolve our short name (``H100-80GB``) or a GPU Operator label (``NVIDIA-H100-80GB-HBM3``) for sizing.
+
+    A MIG label (``…-MIG-1g.5gb``) sizes the slice, not the board: its memory is derived from the
+    profile's size and its label is the MIG label. A ``-SHARED`` label (time-slicing) marks the GPU
+    shared. Raises ``KeyError`` with the allowed names, because a typo here silently sizing against
+    the wrong card would be worse than failing.
     """
     gpu = find_gpu(name)
     if gpu is None:
@@ -307,6 +315,19 @@ def lookup_gpu(name: str) -> GpuSpec:
             f"unknown GPU {name!r}: use one of {allowed} or a GPU Operator product label such as "
             "NVIDIA-H100-80GB-HBM3 (add the part to tkf_infra/sizing/gpus.py if it is missing)"
         )
+    text = name.strip()
+    if _SHARED.search(text):
+        text = _SHARED.sub("", text)
+        gpu = gpu.model_copy(update={"shared": True, "product_labels": tuple(f"{lbl}-SHARED" for lbl in
+                                                                             gpu.product_labels)})
+    mig = _MIG.search(text)
+    if mig:
+        profile = f"{mig.group(1)}g.{mig.group(2)}gb"
+        gpu = gpu.model_copy(update={
+            "name": f"{gpu.name}-MIG-{profile}", "memory_gib": derive_total_gib(float(mig.group(2))),
+            "nominal_gib": float(mig.group(2)), "memory_measured": False, "interconnect": "pcie",
+            "memory_source": f"derived from the MIG profile {profile}",
+            "product_labels": tuple(f"{lbl}-MIG-{profile}" for lbl in gpu.product_labels)})
     return gpu
 
 
