@@ -134,7 +134,8 @@ def test_eagle_adds_its_draft_layer_to_weights_and_kv() -> None:
 def test_a_separate_draft_model_is_not_sized_silently() -> None:
     with pytest.raises(SizingError):
         estimate(cfg("meta-llama__Llama-3.1-8B-Instruct.json"), H100,
-                 P("0.32.0", max_model_len=8192, speculative_config={"model": "org/draft", "num_speculative_tokens": 2}))
+                 P("0.32.0", max_model_len=8192,
+                   speculative_config={"model": "org/draft", "num_speculative_tokens": 2}))
 
 
 def test_data_and_expert_parallel_split_only_the_experts() -> None:

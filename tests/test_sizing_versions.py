@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -36,7 +37,7 @@ def test_every_row_names_the_source_lines_it_follows() -> None:
 def test_rows_cover_0_5_to_0_32_without_gaps_per_engine() -> None:
     for engine in ("v0", "v1"):
         rows = sorted((r for r in ROWS if r.engine == engine), key=lambda r: r.first)
-        for before, after in zip(rows, rows[1:], strict=False):
+        for before, after in itertools.pairwise(rows):
             assert after.first == (before.last[0], before.last[1] + 1, 0), (before.name, after.name)
     assert any(r.first <= (0, 32, 0) <= r.last and r.engine == "v1" for r in ROWS), "the stacks run 0.32"
 

@@ -14,10 +14,11 @@ import re
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from tkf_infra.sizing.estimate import Doubt, Estimate, estimate
+from tkf_infra.sizing.estimate import Estimate, estimate
 from tkf_infra.sizing.facts import ModelFacts
 from tkf_infra.sizing.gpus import GpuSpec
 from tkf_infra.sizing.params import SizingError, SizingParams
+from tkf_infra.sizing.startup import Doubt
 from tkf_infra.sizing.suggest import doubt_text, fit_message, suggest
 
 #: Annotation key prefix of the published figures (`tkf.io/fit-kv-cache-tokens`, …).

@@ -15,7 +15,6 @@ the bound, so an estimate can only err towards refusing.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -35,6 +34,7 @@ from tkf_infra.sizing.kv import (
 from tkf_infra.sizing.overheads import Activation, Batch, activation, graph_gib, non_torch_gib
 from tkf_infra.sizing.params import GIB, SizingError, SizingParams
 from tkf_infra.sizing.quant import quant_problems, quant_scheme
+from tkf_infra.sizing.startup import Doubt, RowRun, budget_problems
 from tkf_infra.sizing.versions import VersionChoice, VersionRow, choose_version, engine_rows
 from tkf_infra.sizing.weights import (
     Sharding,
@@ -54,14 +54,6 @@ MXFP4_WARMUP_GIB = 2.0
 #: float32 serving: the one start-up in the case files (Llama-3.1-8B, dtype float32, vLLM 0.19 on an
 #: H100) profiled 2.21 GiB where 16-bit models of the same vocabulary take 1.89 GiB; a doubt, not a term.
 FP32_SAMPLER_EXTRA = 0.25
-
-
-class Doubt(BaseModel):
-    """One reason the bound sits below the estimate: how much KV memory it may cost, and the fix."""
-
-    term: str
-    gib: float
-    pin: str
 
 
 class Estimate(BaseModel):
@@ -130,30 +122,6 @@ def batch_defaults(row: VersionRow, gpu: GpuSpec, params: SizingParams, max_len:
     return seqs, max(mnbt, 1)
 
 
-class _Run(BaseModel):
-    """One release row's figures for the limiting rank."""
-
-    row: str
-    seqs: int
-    mnbt: int
-    block: int
-    weights: float
-    activation: float
-    non_torch: float
-    graphs: float
-    reserved: bool
-    available: float
-    layout: Any
-    layout_low: Any
-    """The layout the bound is taken on (hybrid models: prefix caching assumed on unless known)."""
-    need: float
-    per_token: float
-    doubts: list[Doubt]
-    problems: list[str]
-    context: float
-    warmup: float
-
-
 def _rank_kinds(arch: Arch, rng: range, extra_layers: int, last: bool) -> tuple[LayerKind, ...]:
     kinds = tuple(arch.layer_kinds[i] for i in rng)
     if last and extra_layers:
@@ -163,7 +131,7 @@ def _rank_kinds(arch: Arch, rng: range, extra_layers: int, last: bool) -> tuple[
 
 def _run(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max_len: int, weights: list[float],
          weights_extra: float, weights_doubts: list[Doubt], spec: tuple[str, int],
-         prefix_caching: bool | None = None) -> _Run:
+         prefix_caching: bool | None = None) -> RowRun:
     """Everything one release row predicts; the limiting PP rank decides (vLLM takes the minimum)."""
     sh = Sharding(params.tensor_parallel_size, params.pipeline_parallel_size, params.data_parallel_size,
                   params.enable_expert_parallel)
@@ -235,7 +203,7 @@ def _run(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max_le
     problems = quant_problems(q, params.quantization, None, gpu.cc, gpu.name)
     # After the cache is allocated vLLM warms the sampler on the same rows as in profiling.
     warmup = max(act.sampler, act.spec) + (MXFP4_WARMUP_GIB if q.name == "mxfp4" and arch.is_moe else 0.0)
-    return _Run(row=row.name, seqs=seqs, mnbt=mnbt, block=block, weights=w_gib, activation=act.total,
+    return RowRun(row=row.name, seqs=seqs, mnbt=mnbt, block=block, weights=w_gib, activation=act.total,
                 non_torch=non_torch, graphs=graphs, reserved=row.graphs_reserved, available=avail, layout=layout,
                 layout_low=layout_low,
                 need=need, per_token=per_token, doubts=doubts, problems=problems, context=context, warmup=warmup)
@@ -374,7 +342,7 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
     blocks, blocks_low = layout.num_blocks(avail * GIB), low.num_blocks(avail_low * GIB)
     mnbt = run.mnbt
     tokens_rule = row.tokens_from_concurrency
-    problems += _budget_problems(run, gpu, params, arch, avail, avail_low, max_len, requested)
+    problems += budget_problems(run, gpu, params, avail, avail_low, max_len, requested)
     fit_len = (largest_fitting_len(low, avail_low * GIB, mnbt, run.block, arch.max_len or max_len)
                if avail_low > 0 else 0)
     return Estimate(
@@ -391,42 +359,3 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
         doubts=[d for d in doubts if d.gib > 0.005 or d.gib == 0.0], fits=not problems, problems=problems,
         warnings=warnings, max_fitting_model_len=fit_len,
     )  # fmt: skip
-
-
-def _budget_problems(run: _Run, gpu: GpuSpec, params: SizingParams, arch: Arch, avail: float, avail_low: float,
-                     max_len: int, requested: float) -> list[str]:
-    """vLLM's start-up checks, judged on the bound; each message gives the estimate and the bound."""
-    total, u = gpu.memory_gib, params.gpu_memory_utilization
-    problems = []
-    if run.context > total - requested + 1e-9:
-        problems.append(
-            f"gpuMemoryUtilization {u:.2f} asks for {requested:.2f} GiB but only about "
-            f"{total - run.context:.2f} GiB of the {total:.2f} GiB is free when vLLM starts; "
-            f"use gpuMemoryUtilization <= {math.floor((total - run.context) / total * 100) / 100:.2f}"
-        )
-    both = f"{avail_low:.2f} GiB (conservative bound; estimate {avail:.2f} GiB)"
-    if avail_low <= 0:
-        problems.append(
-            f"no memory left for the KV cache (bound {avail_low:.2f} GiB, estimate {avail:.2f} GiB): "
-            f"{run.weights:.1f} GiB of weights + {run.activation:.2f} GiB activation + "
-            f"{run.non_torch:.2f} GiB non-torch"
-            + (f" + {run.graphs:.2f} GiB CUDA graphs" if run.reserved else "")
-            + f" against the {requested:.1f} GiB budget ({u:.2f} x {total:.2f} GiB)"
-        )
-    elif run.need > avail_low * GIB:
-        problems.append(
-            f"needs {run.need / GIB:.1f} GiB KV cache for maxModelLen {max_len} but only {both} is left after "
-            f"{run.weights:.1f} GiB of weights on one {gpu.name} at utilization {u:.2f}"
-        )
-    if not problems and not run.layout.v0:  # V0 warms no sampler after allocating the cache
-        rows = min(run.seqs, run.mnbt)
-        headroom = (total - run.context - requested) + run.activation - (0.0 if run.reserved else run.graphs)
-        warm = run.warmup
-        if warm > headroom:
-            problems.append(
-                f"the sampler warm-up with {rows} dummy requests needs about {warm:.2f} GiB but only "
-                f"{headroom:.2f} GiB stays free after weights, KV cache and CUDA graphs on one {gpu.name}; vLLM "
-                "would fail with 'CUDA out of memory occurred when warming up sampler' - lower maxNumSeqs or "
-                "gpuMemoryUtilization"
-            )
-    return problems
