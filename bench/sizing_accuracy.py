@@ -105,7 +105,9 @@ def run(cases_path: Path, lock_path: Path | None = None, only: set[str] | None =
             report.skipped += 1
             continue
         ok = case.get("status") == "ok"
-        s = Scored(cid, ok, est.fits, est.gpu, est.vllm_profile, family(case), inputs.co_resident)
+        unknown = any("most conservative" in w for w in est.warnings)
+        profile = est.vllm_profile + (" [release unknown: most conservative]" if unknown else "")
+        s = Scored(cid, ok, est.fits, est.gpu, profile, family(case), inputs.co_resident)
         if case.get("weights_gib") is not None and case.get("weights_gib") > 0:
             s.w_err = _pct(est.weights_gib, case["weights_gib"])
         if ok and case.get("kv_cache_tokens"):
@@ -147,8 +149,9 @@ def by_group(report: Report) -> list[str]:
             kv = [s.kv_err for s in members if s.kv_err is not None and not s.co_resident]
             fa = sum(1 for s in members if s.fits and not s.ok)
             fr = sum(1 for s in members if s.ok and not s.fits)
-            out.append(f"  {label}={name}: cases={len(members)} kv_median={_med(kv):.2f}% "
-                       f"kv_max={max(kv, default=0.0):.2f}% false_accepts={fa} false_rejects={fr}")
+            spread = f"kv_median={_med(kv):.2f}% kv_max={max(kv):.2f}%" if kv else "kv=not printed"
+            out.append(f"  {label}={name}: cases={len(members)} kv_scored={len(kv)} {spread} "
+                       f"false_accepts={fa} false_rejects={fr}")
     return out
 
 

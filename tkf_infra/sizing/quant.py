@@ -3,7 +3,9 @@
 Why per tensor class: quantized checkpoints keep embeddings, the LM head, norms and routers in 16
 bits, and mixed schemes quantize attention and MLP differently (compressed-tensors config groups,
 modelopt mixed precision). Marlin repacking (GPTQ/AWQ/compressed-tensors WNA16 on any GPU, FP8 and
-MXFP4 weight-only on pre-Hopper parts) changes the layout, not the size, so it costs nothing here.
+MXFP4 weight-only on pre-Hopper parts) changes the layout, not the size: the repacked tensors replace
+the loaded ones and the kernel's workspace is one int32 per thread block
+(vllm/model_executor/layers/quantization/utils/marlin_utils.py@v0.32.0:408-415), so it costs nothing here.
 
 Which `--quantization` names a release accepts, and the compute capability each method needs, are
 read from vLLM's source (`vllm/model_executor/layers/quantization/__init__.py` and each method's
