@@ -82,8 +82,6 @@ def _eks_gpu(pool: NodePool, info: InstanceGpus | None, shared: bool) -> tuple[G
     if named is not None and not same_gpu(named.name, gpu.name):
         raise PoolProblem(f"node pool {pool.name}: gpuProduct {pool.gpu_product!r} but instanceType {itype} has "
                           f"{gpu.name}; drop gpuProduct (it is read from EC2) or fix it")
-    if named is not None and named.cuda_name and not gpu.cuda_name:
-        gpu = named  # the pool names the board EC2 leaves open (A100 SXM4 vs PCIe)
     return _with_override(pool, gpu, shared), info.count
 
 

@@ -90,13 +90,9 @@ def _g(name: str, cuda_name: str, nominal: float, cc: str, link: Interconnect, *
         memory, source, measured = derive_total_gib(nominal, ecc, nvml), f"derived from {basis}", False
     else:
         memory, source, measured = mem, f"measured: {src}", True
-    if not cuda_name:  # a name for several boards: the smallest total any of them may report
-        memory = min(memory, derive_total_gib(nominal, ecc))
-        source = f"derived from nominal {nominal:g} GB (board not named)"
-        measured = False
-    own = (cuda_name.replace(" ", "-"),) if cuda_name else ()
     return GpuSpec(name=name, memory_gib=memory, nominal_gib=nominal, compute_capability=cc,
-                   product_labels=(*own, *labels), aliases=aliases, cuda_name=cuda_name, interconnect=link,
+                   product_labels=(cuda_name.replace(" ", "-"), *labels), aliases=aliases, cuda_name=cuda_name,
+                   interconnect=link,
                    memory_measured=measured, memory_source=source, unified_memory=unified, ecc_gddr=ecc)
 
 
@@ -104,8 +100,6 @@ _TWINS: set[str] = set()
 _PR205 = "vLLM 0.19 'Free memory on device (78.68/79.19 GiB)', llm-d-incubation/llm-d-planner PR 205 logs"
 # Sources of measured totals (vLLM prints total_gpu_memory / 'Free memory on device (free/total GiB)').
 _SRC = {
-    "A100-40": "vLLM 0.7.1 'total_gpu_memory (39.39GiB)' on ml.p4d.24xlarge (calibration case "
-               "sagemaker-lmi-deepseek-coder-v2-lite-8xa100-40gb-tp8-8k)",
     "3090": "vLLM 'total_gpu_memory (23.56GiB)', vllm-project/vllm#17327 (device_name=NVIDIA_GeForce_RTX_3090)",
     "4070L": "vLLM 'total_gpu_memory (7.65GiB)' on an RTX 4070 laptop GPU (calibration case blog-llama3.2-3b-q8-"
              "gguf-rtx4070-8gb-10k-eager)",
@@ -141,17 +135,13 @@ GPUS: tuple[GpuSpec, ...] = (
     _g("GB10", "NVIDIA GB10", 128, "12.1", "pcie", unified=True, mem=121.69, src=_SRC["GB10"],
        aliases=("DGX-Spark", "DGX Spark", "GB10 128GB", "ASUS Ascent GX10")),
     # --- Ampere data centre (8.0 / 8.6) ---
-    # "A100-40GB" / "A100-80GB" do not say the board: they carry both labels (the pool then selects
-    # its nodes by pool label, or asks for the exact label), the smaller total and NVLink's overhead.
-    _g("A100-40GB", "", 40, "8.0", "nvlink", aliases=("A100", "A100 40GB"),
-       labels=("NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-PCIE-40GB")),
-    _g("A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB", 40, "8.0", "nvlink", mem=39.39, src=_SRC["A100-40"],
-       aliases=("A100-40GB-SXM", "A100-40GB-SXM4", "A100 SXM4 40GB")),
-    _g("A100-PCIe-40GB", "NVIDIA A100-PCIE-40GB", 40, "8.0", "pcie", aliases=("A100-40GB-PCIe", "A100 PCIe 40GB")),
-    _g("A100-80GB", "", 80, "8.0", "nvlink", aliases=("A100 80GB",),
-       labels=("NVIDIA-A100-SXM4-80GB", "NVIDIA-A100-80GB-PCIe")),
-    _g("A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", 80, "8.0", "nvlink", aliases=("A100-80GB-SXM", "A100-80GB-SXM4")),
-    _g("A100-PCIe-80GB", "NVIDIA A100 80GB PCIe", 80, "8.0", "pcie", aliases=("A100-80GB-PCIe",)),
+    # One entry per size for both boards (SXM4 on NVLink, PCIe): the GPU Operator labels differ, the
+    # memory does not. Sized as the SXM4 board (NVLink's larger non-torch); a PCIe pool may set
+    # interconnect: pcie. The total is derived, not the SXM4's measured 39.39 GiB: no PCIe log shows it.
+    _g("A100-40GB", "NVIDIA A100-SXM4-40GB", 40, "8.0", "nvlink", labels=("NVIDIA-A100-PCIE-40GB",),
+       aliases=("A100", "A100 40GB", "A100-40GB-SXM", "A100-40GB-SXM4", "A100-40GB-PCIe", "NVIDIA A100-PCIE-40GB")),
+    _g("A100-80GB", "NVIDIA A100-SXM4-80GB", 80, "8.0", "nvlink", labels=("NVIDIA-A100-80GB-PCIe",),
+       aliases=("A100 80GB", "A100-80GB-SXM", "A100-80GB-SXM4", "A100-80GB-PCIe", "NVIDIA A100 80GB PCIe")),
     _g("A800-80GB", "NVIDIA A800-SXM4-80GB", 80, "8.0", "nvlink", aliases=("A800", "A800 80GB")),
     _g("A30", "NVIDIA A30", 24, "8.0", "pcie", aliases=("A30-24GB",)),
     _g("A40", "NVIDIA A40", 48, "8.6", "pcie", ecc=True, aliases=("A40-48GB",)),
@@ -258,9 +248,8 @@ def _norm(name: str) -> str:
 
 
 def _keys(spec: GpuSpec) -> list[str]:
-    # Twins and board-less names do not own a CUDA name / label: the specific entry does.
-    owns = spec.cuda_name and spec.name not in _TWINS
-    shared = (spec.cuda_name, *spec.product_labels) if owns else ()
+    # A twin does not own its CUDA name / label: the smaller sibling does.
+    shared = (spec.cuda_name, *spec.product_labels) if spec.name not in _TWINS else ()
     return [_norm(n) for n in (spec.name, *shared, *spec.aliases) if n]
 
 
@@ -316,19 +305,23 @@ def lookup_gpu(name: str) -> GpuSpec:
             "NVIDIA-H100-80GB-HBM3 (add the part to tkf_infra/sizing/gpus.py if it is missing)"
         )
     text = name.strip()
-    if _SHARED.search(text):
-        text = _SHARED.sub("", text)
-        gpu = gpu.model_copy(update={"shared": True, "product_labels": tuple(f"{lbl}-SHARED" for lbl in
-                                                                             gpu.product_labels)})
+    shared = bool(_SHARED.search(text))
+    text = _SHARED.sub("", text)
     mig = _MIG.search(text)
+    if not shared and not mig:
+        return gpu
+    board = _MIG.sub("", text)
+    labels = [lbl for lbl in gpu.product_labels if _norm(lbl) == _norm(board)] or list(gpu.product_labels)
     if mig:
         profile = f"{mig.group(1)}g.{mig.group(2)}gb"
         gpu = gpu.model_copy(update={
             "name": f"{gpu.name}-MIG-{profile}", "memory_gib": derive_total_gib(float(mig.group(2))),
             "nominal_gib": float(mig.group(2)), "memory_measured": False, "interconnect": "pcie",
-            "memory_source": f"derived from the MIG profile {profile}",
-            "product_labels": tuple(f"{lbl}-MIG-{profile}" for lbl in gpu.product_labels)})
-    return gpu
+            "memory_source": f"derived from the MIG profile {profile}"})
+        labels = [f"{lbl}-MIG-{profile}" for lbl in labels]
+    if shared:
+        labels = [f"{lbl}-SHARED" for lbl in labels]
+    return gpu.model_copy(update={"shared": gpu.shared or shared, "product_labels": tuple(labels)})
 
 
 def table_name(name: str) -> str | None:
@@ -347,10 +340,6 @@ def _fallback_key(name: str) -> tuple[tuple[str, ...], int | None]:
     return model, (sizes[0] if sizes else None)
 
 
-def _covers(generic: GpuSpec, board: GpuSpec) -> bool:
-    return not generic.cuda_name and bool(board.product_labels) and board.product_labels[0] in generic.product_labels
-
-
 def same_gpu(a: str, b: str) -> bool:
     """True when two spellings denote the same part (stack file vs DCGM ``modelName`` vs node label).
 
@@ -359,8 +348,8 @@ def same_gpu(a: str, b: str) -> bool:
     must agree, and memory sizes too when both spellings name one.
     """
     ga, gb = find_gpu(a), find_gpu(b)
-    if ga is not None and gb is not None:  # a board-less name ("A100-80GB") covers each of its boards
-        return ga.name == gb.name or _covers(ga, gb) or _covers(gb, ga)
+    if ga is not None and gb is not None:
+        return ga.name == gb.name
     (ma, sa), (mb, sb) = _fallback_key(a), _fallback_key(b)
     if not ma or ma != mb:
         return False
