@@ -101,3 +101,20 @@ def test_graph_memory_is_reserved_from_0_20_and_hybrid_prefix_caching_from_0_26(
     assert not by_name["v0.17-0.19"].graphs_reserved and by_name["v0.20"].graphs_reserved
     assert not by_name["v0.21-0.25"].hybrid_prefix_caching and by_name["v0.26"].hybrid_prefix_caching
     assert by_name["v0.32"].mamba2_checkpoint_block
+
+
+@pytest.mark.parametrize(("serving", "said"), [
+    ({"vllmImage": "vllm/vllm-openai:v0.40.0"}, "newer than every release"),
+    ({"vllmImage": "registry.example/vllm@sha256:" + "a" * 64, "vllmVersion": "in-house build"}, "names no release"),
+])  # fmt: skip
+def test_a_pinned_release_the_table_lacks_is_sized_conservatively_and_the_preview_says_so(
+        serving: dict[str, str], said: str) -> None:  # fmt: skip
+    from tests.mocks import SINGLE_GPU, stack_doc
+    from tkf_infra.config.validate import validate_catalog
+    from tkf_infra.hub.lock import load_lock
+    from tkf_infra.plan.fleet import plan_fleet
+
+    plan = plan_fleet(validate_catalog(stack_doc(SINGLE_GPU, serving=serving)), lock=load_lock())
+    assert [m.entry.name for m in plan.models] == ["qwen3-8b"]
+    assert any(w.startswith("model qwen3-8b: vLLM version") and said in w for w in plan.warnings), plan.warnings
+    assert said in plan.models[0].fit.annotations()["tkf.io/fit-warnings"]

@@ -152,6 +152,14 @@ def _facts_problem(entry: ModelEntry, lock: Lock) -> tuple[ModelFacts | None, in
     return facts, weight_bytes, None, ""
 
 
+def _prefix_caching(extra_args: list[str]) -> bool | None:
+    """What extraArgs say about prefix caching (it changes hybrid models' state blocks); None: vLLM's default."""
+    said = [a.split("=", 1)[0].replace("_", "-") for a in extra_args]
+    if "--no-enable-prefix-caching" in said:
+        return False
+    return True if "--enable-prefix-caching" in said else None
+
+
 def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] | None = None,
                ec2_errors: Mapping[str, str] | None = None, live: LiveFindings | None = None) -> FleetPlan:
     """Decide the fleet from validated settings and the edge's data; no I/O, no resources."""
@@ -197,8 +205,10 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
         gpu = pool.gpu if pool is not None and not entry.is_cpu else None
         inputs = FitInputs(model=entry.name, repo=entry.repo, revision=entry.revision, facts=facts, gpu=gpu,
                            params=sizing_params(entry, s.serving.version),
-                           max_tensor_parallel=(pool.gpus_per_node if pool else 0) or 8)
+                           max_tensor_parallel=(pool.gpus_per_node if pool else 0) or 8,
+                           prefix_caching=_prefix_caching(entry.extra_args))
         fit = evaluate(inputs)
+        warnings += [f"model {entry.name}: {w}" for w in fit.warnings]
         if not fit.fits:
             excluded.append(Exclusion(entry.name, index, Stage.FIT, (fit.message or "does not fit",)))
             continue
