@@ -30,7 +30,7 @@ unit:
 	bash -c 'source scripts/env.sh && .venv/bin/python -m pytest -q'
 
 bench: setup-dev
-	.venv/bin/python bench/sizing_accuracy.py --cases ../shared/calibration/cases.json
+	.venv/bin/python bench/sizing_accuracy.py --cases tests/data/calibration/cases.json --cases tests/data/calibration/cases-diverse.json --by group
 	.venv/bin/python bench/program_eval.py
 	bash -c 'source scripts/env.sh && .venv/bin/python bench/engine_preview.py'
 

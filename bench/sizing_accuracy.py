@@ -1,15 +1,23 @@
 """Accuracy bench: predicted vs printed vLLM start-up figures for a case file.
 
-Usage: ``python bench/sizing_accuracy.py --cases tests/data/calibration/cases.json``
+Usage: ``python bench/sizing_accuracy.py --cases tests/data/calibration/cases.json [--by group] [--holdout]``
 
-Each case's model facts come from, in order: its ``config_file`` (relative to the case file's
-folder), with ``--lock`` the lock entry for the same repo, or its inline ``model_facts``.
-Cases whose facts are too thin to size (no vocabulary, no intermediate size …) are listed as
-skipped and left out of the score rather than guessed. The last line is the summary the project
-tracks:
+Each case becomes the inputs a user would give the product (`bench/calibration_cases.py`): the GPU
+through `find_gpu`, the model's config.json, the serving flags and the vLLM version (an unknown
+version is sized with the most conservative release profile, as the product does). A case the
+product cannot size is listed as skipped with what is missing. Per case: estimate/printed for
+weights, activation, available KV and KV tokens, plus the conservative bound and the verdict.
 
-``cases=N kv_tokens_median_abs_err_pct=X kv_tokens_max_abs_err_pct=Y weights_median_abs_err_pct=Z
-false_accepts=A false_rejects=R``
+KV-token errors compare the central estimate with the printed figure; cases whose printed KV
+includes another engine's allocations on a shared GPU (`other_printed.co_resident`) are scored for
+their verdict but listed apart from the error statistics. The summary line the project tracks:
+
+``cases=N scored=S/T kv_tokens_median_abs_err_pct=X kv_tokens_max_abs_err_pct=Y
+weights_median_abs_err_pct=Z false_accepts=A false_rejects=R``
+
+``--by group`` adds a breakdown by GPU and by vLLM release profile; ``--holdout`` re-fits the
+calibrated constants without each model family in turn and predicts that family (leave-one-family-out),
+the honest estimate of the error on case files the constants have never seen.
 """
 
 from __future__ import annotations
@@ -18,6 +26,9 @@ import argparse
 import json
 import statistics
 import sys
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,149 +36,176 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tkf_infra.sizing.estimate import estimate  # noqa: E402
-from tkf_infra.sizing.facts import resolve_text_config  # noqa: E402
-from tkf_infra.sizing.gpus import GPUS, GpuSpec  # noqa: E402
-from tkf_infra.sizing.params import SizingError, SizingParams  # noqa: E402
-
-_INLINE_KEYS = (
-    "model_type", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
-    "hidden_size", "intermediate_size", "moe_intermediate_size", "vocab_size", "sliding_window",
-    "max_position_embeddings", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
-    "q_lora_rank", "n_routed_experts", "num_experts", "num_local_experts", "num_experts_per_tok",
-    "n_shared_experts", "first_k_dense_replace", "tie_word_embeddings", "torch_dtype",
-)  # fmt: skip
+from bench.calibration_cases import CaseSkipped, case_inputs, family, lock_configs  # noqa: E402
+from bench.refit import refitted_rows  # noqa: E402
+from tkf_infra.sizing import versions  # noqa: E402
+from tkf_infra.sizing.estimate import Estimate, estimate  # noqa: E402
+from tkf_infra.sizing.params import SizingError  # noqa: E402
 
 
-def _lock_configs(path: Path | None) -> dict[str, dict[str, Any]]:
-    if path is None or not path.exists():
-        return {}
-    data = json.loads(path.read_text())
-    out: dict[str, dict[str, Any]] = {}
-    for entry in data.get("models", []):
-        if entry.get("config") and "config" not in entry.get("unknown_fields", []):
-            out.setdefault(str(entry["repo"]), entry["config"])
-    return out
+@dataclass
+class Scored:
+    case_id: str
+    ok: bool
+    fits: bool
+    gpu: str
+    profile: str
+    family: str
+    co_resident: bool
+    kv_err: float | None = None
+    w_err: float | None = None
+    line: str = ""
 
 
-def case_config(
-    case: dict[str, Any], folder: Path, lock: dict[str, dict[str, Any]]
-) -> tuple[dict[str, Any], str]:
-    facts = case.get("model_facts") or {}
-    if facts.get("config_file"):
-        return resolve_text_config(json.loads((folder / facts["config_file"]).read_text())), "config_file"
-    if case.get("model") in lock:
-        return resolve_text_config(lock[case["model"]]), "lock"
-    cfg = {k: facts[k] for k in _INLINE_KEYS if facts.get(k) is not None}
-    if facts.get("text_model_type"):
-        cfg["model_type"] = facts["text_model_type"]
-    if "kv_lora_rank" in cfg and "model_type" not in cfg:
-        cfg["model_type"] = "deepseek_v2"
-    return cfg, "inline model_facts"
-
-
-def case_gpu(case: dict[str, Any]) -> GpuSpec:
-    label = str(case.get("gpu") or "")
-    printed = case.get("gpu_total_memory_gib_printed")
-    match = next(
-        (g for g in GPUS if g.name.split("-")[0] in label and str(int(g.nominal_gib)) in label), None
-    )
-    if match is None:
-        if printed is None:
-            raise SizingError(f"unknown GPU {label!r} and no printed total memory")
-        match = GpuSpec(name=label or "gpu", memory_gib=float(printed), nominal_gib=float(printed),
-                        compute_capability="", product_labels=())
-    if printed is not None:
-        match = match.with_memory(float(printed), "printed in the case")
-    return match
-
-
-def case_params(case: dict[str, Any]) -> SizingParams:
-    return SizingParams(
-        tensor_parallel_size=int(case.get("tensor_parallel_size") or 1),
-        pipeline_parallel_size=int(case.get("pipeline_parallel_size") or 1),
-        max_model_len=case.get("max_model_len"),
-        gpu_memory_utilization=float(case.get("gpu_memory_utilization") or 0.9),
-        max_num_seqs=case.get("max_num_seqs"),
-        max_num_batched_tokens=case.get("max_num_batched_tokens"),
-        dtype=str(case.get("dtype") or "auto"),
-        quantization=case.get("quantization"),
-        kv_cache_dtype=str(case.get("kv_cache_dtype") or "auto"),
-        enforce_eager=bool(case.get("enforce_eager")),
-        block_size=case.get("block_size"),
-        vllm_version=str(case.get("vllm_version") or "0.19.0"),
-    )
+@dataclass
+class Report:
+    lines: list[str] = field(default_factory=list)
+    scored: list[Scored] = field(default_factory=list)
+    skipped: int = 0
+    total: int = 0
 
 
 def _pct(pred: float, real: float) -> float:
-    return abs(pred - real) / real * 100 if real else 0.0
+    return abs(pred - real) / abs(real) * 100 if real else 0.0
 
 
-def run(cases_path: Path, lock_path: Path | None = None) -> tuple[list[str], str]:
+def _fmt(est: Estimate, case: dict[str, Any], src: str, ok: bool) -> str:
+    parts = [f"{case.get('case_id')} [{src}; {est.gpu}; {est.vllm_profile}] status={case.get('status')} "
+             f"predicted={'fit' if est.fits else 'refuse'}"]
+    pairs = (("weights", est.weights_gib, "weights_gib"), ("act", est.activation_gib, "activation_peak_gib"),
+             ("non_torch", est.non_torch_gib, "non_torch_gib"),
+             ("kv_gib", est.available_kv_gib, "available_kv_cache_gib"))
+    for label, pred, key in pairs:
+        if case.get(key) is not None:
+            parts.append(f"{label} {pred:.2f}/{case[key]:.2f}")
+    if case.get("kv_cache_tokens") is not None:
+        parts.append(f"tokens {est.kv_cache_tokens}/{case['kv_cache_tokens']} (bound {est.kv_cache_tokens_bound})")
+    if case.get("max_concurrency") is not None:
+        parts.append(f"conc {est.max_concurrency:.2f}/{case['max_concurrency']:.2f}")
+    if est.problems:
+        parts.append("reasons: " + " | ".join(est.problems))
+    return " ".join(parts)
+
+
+def run(cases_path: Path, lock_path: Path | None = None, only: set[str] | None = None) -> Report:
     cases = json.loads(cases_path.read_text())
-    lock = _lock_configs(lock_path)
-    lines: list[str] = []
-    kv_err: list[float] = []
-    w_err: list[float] = []
-    scored = false_accepts = false_rejects = 0
+    lock = lock_configs(lock_path)
+    report = Report()
     for case in cases:
         cid = str(case.get("case_id") or case.get("model"))
-        try:
-            cfg, src = case_config(case, cases_path.parent, lock)
-            est = estimate(cfg, case_gpu(case), case_params(case), model=str(case.get("model")))
-        except (SizingError, KeyError, ValueError) as exc:
-            lines.append(f"{cid}: skipped ({exc})")
+        if only is not None and cid not in only:
             continue
-        scored += 1
+        report.total += 1
+        try:
+            inputs = case_inputs(case, cases_path.parent, lock)
+            est = estimate(inputs.config, inputs.gpu, inputs.params, model=str(case.get("model")),
+                           prefix_caching=inputs.prefix_caching)
+        except (CaseSkipped, SizingError, KeyError, ValueError) as exc:
+            report.lines.append(f"{cid}: skipped ({exc})")
+            report.skipped += 1
+            continue
         ok = case.get("status") == "ok"
-        if est.fits and not ok:
-            false_accepts += 1
-        if ok and not est.fits:
-            false_rejects += 1
-        parts = [f"{cid} [{src}] status={case.get('status')} predicted={'fit' if est.fits else 'refuse'}"]
-        if case.get("weights_gib") is not None:
-            w_err.append(_pct(est.weights_gib, case["weights_gib"]))
-            parts.append(f"weights {est.weights_gib:.2f}/{case['weights_gib']:.2f}")
-        if case.get("activation_peak_gib") is not None:
-            parts.append(f"act {est.activation_gib:.2f}/{case['activation_peak_gib']:.2f}")
-        if case.get("available_kv_cache_gib") is not None:
-            parts.append(f"kv_gib {est.available_kv_gib:.2f}/{case['available_kv_cache_gib']:.2f}")
-        if case.get("kv_cache_tokens") is not None:
-            if ok:
-                kv_err.append(_pct(est.kv_cache_tokens, case["kv_cache_tokens"]))
-            parts.append(f"tokens {est.kv_cache_tokens}/{case['kv_cache_tokens']}")
-        if case.get("max_concurrency") is not None:
-            parts.append(f"conc {est.max_concurrency:.2f}/{case['max_concurrency']:.2f}")
-        if est.problems:
-            parts.append("reasons: " + " | ".join(est.problems))
-        lines.append(" ".join(parts))
+        unknown = any("most conservative" in w for w in est.warnings)
+        profile = est.vllm_profile + (" [release unknown: most conservative]" if unknown else "")
+        s = Scored(cid, ok, est.fits, est.gpu, profile, family(case), inputs.co_resident)
+        if case.get("weights_gib") is not None and case.get("weights_gib") > 0:
+            s.w_err = _pct(est.weights_gib, case["weights_gib"])
+        if ok and case.get("kv_cache_tokens"):
+            s.kv_err = _pct(est.kv_cache_tokens, case["kv_cache_tokens"])
+        s.line = _fmt(est, case, inputs.config_source, ok) + (" [co-resident GPU]" if inputs.co_resident else "")
+        report.scored.append(s)
+        report.lines.append(s.line)
+    return report
 
-    def med(xs: list[float]) -> float:
-        return statistics.median(xs) if xs else 0.0
 
-    summary = (
-        f"cases={scored} kv_tokens_median_abs_err_pct={med(kv_err):.2f} "
-        f"kv_tokens_max_abs_err_pct={max(kv_err, default=0.0):.2f} "
-        f"weights_median_abs_err_pct={med(w_err):.2f} "
-        f"false_accepts={false_accepts} false_rejects={false_rejects}"
-    )
-    return lines, summary
+def _med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else 0.0
+
+
+def summary(report: Report) -> str:
+    kv = [s.kv_err for s in report.scored if s.kv_err is not None and not s.co_resident]
+    co = [s.kv_err for s in report.scored if s.kv_err is not None and s.co_resident]
+    w = [s.w_err for s in report.scored if s.w_err is not None]
+    fa = sum(1 for s in report.scored if s.fits and not s.ok)
+    fr = sum(1 for s in report.scored if s.ok and not s.fits)
+    n = len(report.scored)
+    share = n / report.total * 100 if report.total else 0.0
+    line = (f"cases={n} scored={n}/{report.total} ({share:.0f}%) kv_tokens_median_abs_err_pct={_med(kv):.2f} "
+            f"kv_tokens_max_abs_err_pct={max(kv, default=0.0):.2f} weights_median_abs_err_pct={_med(w):.2f} "
+            f"false_accepts={fa} false_rejects={fr}")
+    if co:
+        line += f" co_resident_kv_err_pct={','.join(f'{x:.1f}' for x in co)}"
+    return line
+
+
+def by_group(report: Report) -> list[str]:
+    out = []
+    keys: tuple[tuple[Callable[[Scored], str], str], ...] = ((lambda s: s.gpu, "gpu"), (lambda s: s.profile, "vllm"))
+    for key, label in keys:
+        groups: dict[str, list[Scored]] = defaultdict(list)
+        for s in report.scored:
+            groups[key(s)].append(s)
+        for name, members in sorted(groups.items()):
+            kv = [s.kv_err for s in members if s.kv_err is not None and not s.co_resident]
+            fa = sum(1 for s in members if s.fits and not s.ok)
+            fr = sum(1 for s in members if s.ok and not s.fits)
+            spread = f"kv_median={_med(kv):.2f}% kv_max={max(kv):.2f}%" if kv else "kv=not printed"
+            out.append(f"  {label}={name}: cases={len(members)} kv_scored={len(kv)} {spread} "
+                       f"false_accepts={fa} false_rejects={fr}")
+    return out
+
+
+def holdout(cases_paths: list[Path], lock_path: Path | None) -> list[str]:
+    """Leave one model family out: re-fit the calibrated constants on the rest, predict the family."""
+    cases = [(p, c) for p in cases_paths for c in json.loads(p.read_text())]
+    families = sorted({family(c) for _, c in cases})
+    errors: list[float] = []
+    fa = 0
+    lines = []
+    original = versions.ROWS
+    try:
+        for fam in families:
+            train = [c for _, c in cases if family(c) != fam]
+            versions.ROWS = refitted_rows(original, train, lock_configs(lock_path), ROOT)
+            fam_errs = []
+            for path, case in cases:
+                if family(case) != fam:
+                    continue
+                rep = run(path, lock_path, only={str(case.get("case_id") or case.get("model"))})
+                for s in rep.scored:
+                    if s.kv_err is not None and not s.co_resident:
+                        fam_errs.append(s.kv_err)
+                    fa += int(s.fits and not s.ok)
+            errors += fam_errs
+            lines.append(f"  holdout family={fam}: kv_errs={','.join(f'{e:.2f}' for e in fam_errs) or '-'}")
+    finally:
+        versions.ROWS = original
+    lines.append(f"holdout=leave-one-family-out families={len(families)} "
+                 f"kv_tokens_median_abs_err_pct={_med(errors):.2f} "
+                 f"kv_tokens_max_abs_err_pct={max(errors, default=0.0):.2f} false_accepts={fa}")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--cases", required=True, type=Path, help="case file in the calibration format")
-    parser.add_argument(
-        "--lock",
-        type=Path,
-        default=None,
-        help="also take configs from this models.lock.json for cases without a config_file (off by default)",
-    )
+    parser.add_argument("--cases", required=True, type=Path, action="append",
+                        help="case file in the calibration format (repeat for several)")
+    parser.add_argument("--lock", type=Path, default=None,
+                        help="also take configs from this models.lock.json for cases without a config_file")
+    parser.add_argument("--by", choices=["group"], default=None, help="add a per-GPU / per-release breakdown")
+    parser.add_argument("--holdout", action="store_true", help="leave-one-family-out error over all case files")
     args = parser.parse_args(argv)
-    lines, summary = run(args.cases, args.lock)
-    for line in lines:
-        print(line)
-    print(summary)
+    for path in args.cases:
+        report = run(path, args.lock)
+        for line in report.lines:
+            print(line)
+        print(summary(report))
+        if args.by:
+            for line in by_group(report):
+                print(line)
+    if args.holdout:
+        for line in holdout(args.cases, args.lock):
+            print(line)
     return 0
 
 

@@ -56,7 +56,9 @@ def test_a_fit_publishes_its_figures_under_documented_keys() -> None:
     assert result.fits and result.message is None
     figures = result.published()
     assert set(figures) == {"fits", "weightsGiB", "kvCacheGiB", "kvCacheTokens", "maxConcurrency",
-                            "maxFittingModelLen"}
+                            "maxFittingModelLen", "kvCacheGiBBound", "kvCacheTokensBound", "maxConcurrencyBound",
+                            "vllmProfile", "uncertainty", "warnings"}
+    assert int(str(figures["kvCacheTokensBound"])) <= int(str(figures["kvCacheTokens"]))
     assert 14.9 < float(str(figures["weightsGiB"])) < 15.1
     assert result.annotations()["tkf.io/fit-kv-cache-tokens"] == str(result.kv_cache_tokens)
 

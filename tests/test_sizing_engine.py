@@ -227,14 +227,24 @@ def test_missing_config_field_is_named() -> None:
 
 def test_version_from_image_tag() -> None:
     assert parse_vllm_version("vllm/vllm-openai:v0.11.0") == (0, 11, 0)
-    with pytest.raises(SizingError, match="release tag"):
-        parse_vllm_version("vllm/vllm-openai:latest")
+    assert parse_vllm_version("vllm/vllm-openai:latest") is None
 
 
-def test_graphs_reserved_from_v021_leave_less_kv() -> None:
+def test_floating_tag_is_sized_with_the_most_conservative_release_and_says_so() -> None:
+    f = facts("meta-llama__Llama-3.1-8B.json")
+    latest = estimate(f, H100, V019.model_copy(update={"vllm_version": "vllm/vllm-openai:latest"}))
+    pinned = [estimate(f, H100, V019.model_copy(update={"vllm_version": v})) for v in ("0.11.0", "0.19.0", "0.32.0")]
+    assert latest.available_kv_gib <= min(p.available_kv_gib for p in pinned) + 1e-9
+    assert any("names no release" in w and "pin serving.vllmImage" in w for w in latest.warnings)
+    assert any("unknown vLLM release" in d.term for d in latest.doubts)
+
+
+def test_graphs_reserved_from_v020_leave_less_kv() -> None:
+    # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaults to 1 from vllm/envs.py@v0.20.0.
     f = facts("meta-llama__Llama-3.1-8B.json")
     old = estimate(f, H100, V019)
-    new = estimate(f, H100, V019.model_copy(update={"vllm_version": "0.21.0"}))
+    new = estimate(f, H100, V019.model_copy(update={"vllm_version": "0.20.0"}))
+    assert new.cuda_graph_reserved and not old.cuda_graph_reserved
     assert new.available_kv_gib == pytest.approx(old.available_kv_gib - new.cuda_graph_gib)
 
 

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from tkf_infra.live.gpu_names import products_match, stack_product_name
 from tkf_infra.live.inventory import MIB, confirm_pool, free_memory_bytes_per_gpu, read_gpu_inventory
+from tkf_infra.sizing.gpus import same_gpu, stack_name
 
 from .conftest import PromServer
 from .metrics_fixtures import DCGM_NODES
@@ -24,7 +24,8 @@ from .metrics_fixtures import DCGM_NODES
         ("H100-80GB", "NVIDIA-H100-80GB-HBM3-SHARED"),  # ... with time-slicing
         ("h100-80gb", "NVIDIA H100 80GB HBM3"),
         ("H100-PCIe", "NVIDIA H100 PCIe"),
-        ("GH200-480GB", "NVIDIA GH200 480GB"),  # not in the GPU table: token fallback
+        ("GH200-480GB", "NVIDIA GH200 480GB"),
+        ("Quadro-Z9000-48GB", "NVIDIA Quadro Z9000 48GB"),  # not in the GPU table: token fallback
         ("A100-80GB", "NVIDIA A100-SXM4-80GB"),
         ("A100-40GB", "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"),
         ("T4", "Tesla T4"),
@@ -32,7 +33,7 @@ from .metrics_fixtures import DCGM_NODES
     ],
 )
 def test_same_gpu_in_different_spellings_matches(configured: str, reported: str) -> None:
-    assert products_match(configured, reported)
+    assert same_gpu(configured, reported)
 
 
 @pytest.mark.parametrize(
@@ -41,7 +42,7 @@ def test_same_gpu_in_different_spellings_matches(configured: str, reported: str)
         ("H100-80GB", "NVIDIA H100 NVL"),  # 94 GB part, must not pass as an 80 GB one
         ("H100-80GB", "NVIDIA H100 PCIe"),  # sized as its own part in the GPU table
         ("A100", "NVIDIA A100-SXM4-80GB"),  # the table reads a bare "A100" as the 40 GB part
-        ("GH200-480GB", "NVIDIA GH200 96GB"),  # token fallback still compares sizes
+        ("Quadro-Z9000-48GB", "NVIDIA Quadro Z9000 24GB"),  # token fallback still compares sizes
         ("A100-80GB", "NVIDIA A100-SXM4-40GB"),
         ("L4", "NVIDIA L40S"),
         ("H100-80GB", "NVIDIA H200"),
@@ -49,13 +50,13 @@ def test_same_gpu_in_different_spellings_matches(configured: str, reported: str)
     ],
 )
 def test_different_gpus_do_not_match(configured: str, reported: str) -> None:
-    assert not products_match(configured, reported)
+    assert not same_gpu(configured, reported)
 
 
 def test_fix_suggestions_use_names_the_stack_file_accepts() -> None:
-    assert stack_product_name("NVIDIA A100-SXM4-40GB") == "A100-40GB"
-    assert stack_product_name("NVIDIA-H100-80GB-HBM3-SHARED") == "H100-80GB"
-    assert stack_product_name("NVIDIA GH200 480GB") == "GH200-480GB"
+    assert stack_name("NVIDIA A100-SXM4-40GB") == "A100-40GB"
+    assert stack_name("NVIDIA-H100-80GB-HBM3-SHARED") == "H100-80GB"
+    assert stack_name("NVIDIA Quadro Z9000 48GB") == "QUADRO-Z9000-48GB"
 
 
 # ------------------------------------------------------------------ against Prometheus

@@ -45,15 +45,18 @@ class Cost(SettingsModel):
     output_per_token: float = Field(0.0, ge=0, description="USD per output token.")
 
 
-def parallelism_problem(nodes: int, gpus: int, tp: int, pp: int) -> str | None:
+def parallelism_problem(nodes: int, gpus: int, tp: int, pp: int, dp: int = 1) -> str | None:
     """The GPU arithmetic every profile obeys; the one place it is written down."""
     if gpus == 0:
-        if nodes != 1 or tp != 1 or pp != 1:
+        if nodes != 1 or tp != 1 or pp != 1 or dp != 1:
             return ("the CPU profile (gpusPerNode 0) runs on one node without parallelism; "
-                    "set nodeCount, tensorParallelSize and pipelineParallelSize to 1")
+                    "set nodeCount, tensorParallelSize, pipelineParallelSize and dataParallelSize to 1")
         return None
-    if tp * pp != nodes * gpus:
-        return (f"tensorParallelSize × pipelineParallelSize = {tp} × {pp} = {tp * pp}, but nodeCount × gpusPerNode "
+    if tp * pp * dp != nodes * gpus:
+        names, factors = "tensorParallelSize × pipelineParallelSize", f"{tp} × {pp}"
+        if dp > 1:
+            names, factors = f"{names} × dataParallelSize", f"{factors} × {dp}"
+        return (f"{names} = {factors} = {tp * pp * dp}, but nodeCount × gpusPerNode "
                 f"= {nodes} × {gpus} = {nodes * gpus}; they must be equal")
     if nodes > 1 and pp != nodes:
         return (f"multi-node serving uses pipeline parallelism across nodes: pipelineParallelSize ({pp}) must "
@@ -126,7 +129,7 @@ class ModelEntry(ServingSpec):
     @model_validator(mode="after")
     def _parallelism(self) -> ModelEntry:
         problem = parallelism_problem(self.node_count, self.gpus_per_node, self.tensor_parallel_size,
-                                      self.pipeline_parallel_size)
+                                      self.pipeline_parallel_size, self.data_parallel_size)
         if problem:
             raise ValueError(problem)
         derived = self.derived_topology
@@ -162,7 +165,8 @@ class ModelEntry(ServingSpec):
     @property
     def gpus_per_pod(self) -> int:
         """GPUs each pod requests: one pod per node, so TP × PP / nodes (0 for the CPU profile)."""
-        return 0 if self.is_cpu else self.tensor_parallel_size * self.pipeline_parallel_size // self.node_count
+        gpus = self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size
+        return 0 if self.is_cpu else gpus // self.node_count
 
     @property
     def gpus(self) -> int:

@@ -15,13 +15,14 @@ Adding a vLLM flag = one annotated field here plus its test.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from tkf_infra.config.base import SettingsModel
 from tkf_infra.names import SERVING_PORT
@@ -87,11 +88,18 @@ class Row:
     def text(self, value: Any) -> str:
         if self.flag.fmt is not None:
             return self.flag.fmt(value)
+        if isinstance(value, dict):  # vLLM's JSON-valued flags (--speculative-config)
+            return json.dumps(value, separators=(",", ":"), sort_keys=True)
         return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _ceil_gib(value: Any) -> str:
     return str(math.ceil(float(value)))
+
+
+#: Speculative methods the fit check sizes: MTP reuses the checkpoint's own MTP layers, EAGLE/EAGLE3
+#: add one draft decoder layer, ngram needs no GPU memory (vLLM's --speculative-config "method").
+SPECULATIVE_METHODS = ("mtp", "eagle", "eagle3", "ngram")
 
 
 class ServingSpec(SettingsModel):
@@ -108,6 +116,12 @@ class ServingSpec(SettingsModel):
     pipeline_parallel_size: Annotated[int, Flag("--pipeline-parallel-size", sized=True, applies=Applies.GPU,
                                                 kserve=KServe.SPEC_MULTI_NODE, aliases=("-pp",))] = Field(
         1, ge=1, le=64, description="Layer stages; equals nodeCount for multi-node serving.")
+    data_parallel_size: Annotated[int, Flag("--data-parallel-size", sized=True, applies=Applies.GPU,
+                                            aliases=("-dp",))] = Field(
+        1, ge=1, le=64, description="Engine replicas inside one deployment (MoE: attention replicated, experts "
+                                    "split across all TP x DP GPUs). Scale dense models with `replicas` instead.")
+    enable_expert_parallel: Annotated[bool, Flag("--enable-expert-parallel", sized=True, applies=Applies.GPU)] = Field(
+        False, description="MoE: whole experts per GPU instead of every expert split across the GPUs.")
     max_model_len: Annotated[int, Flag("--max-model-len", sized=True)] = Field(
         ge=16, le=10_485_760, description="Longest request (prompt + output tokens) the model must serve.")
     gpu_memory_utilization: Annotated[float, Flag("--gpu-memory-utilization", sized=True,
@@ -123,13 +137,17 @@ class ServingSpec(SettingsModel):
     max_num_batched_tokens: Annotated[int | None, Flag("--max-num-batched-tokens", sized=True)] = Field(
         None, ge=16, description="Tokens per scheduler step (vLLM's default when unset); sizes activation memory.")
     quantization: Annotated[Literal["awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "compressed-tensors",
-                                    "mxfp4", "bitsandbytes"] | None,
+                                    "mxfp4", "bitsandbytes", "gguf", "auto-round", "inc", "modelopt",
+                                    "modelopt_fp4"] | None,
                             Flag("--quantization", sized=True)] = Field(
         None, description="Weight quantization method (default: what the checkpoint declares).")
     block_size: Annotated[Literal[8, 16, 32, 64, 128] | None, Flag("--block-size", sized=True)] = Field(
         None, description="KV-cache block size in tokens (vLLM's default, 16, when unset).")
     enforce_eager: Annotated[bool, Flag("--enforce-eager", sized=True)] = Field(
         False, description="No CUDA graphs: less memory, slower decoding.")
+    speculative_config: Annotated[dict[str, Any] | None, Flag("--speculative-config", sized=True)] = Field(
+        None, description="Speculative decoding: {method: mtp|eagle|eagle3|ngram, num_speculative_tokens: N, "
+                          "model: draft repo (eagle)}. The draft layers and their KV cache are sized.")
     enable_auto_tool_choice: Annotated[bool, Flag("--enable-auto-tool-choice")] = Field(
         False, description="Let the model decide to call tools (needs toolCallParser).")
     tool_call_parser: Annotated[str | None, Flag("--tool-call-parser")] = Field(
@@ -137,6 +155,27 @@ class ServingSpec(SettingsModel):
     cpu_kv_cache_gib: Annotated[float, Flag(sized=True, applies=Applies.CPU, env="VLLM_CPU_KVCACHE_SPACE",
                                             fmt=_ceil_gib)] = Field(
         4.0, gt=0, le=1024, alias="cpuKvCacheGiB", description="KV cache space of the CPU profile (GiB).")
+
+    @field_validator("speculative_config")
+    @classmethod
+    def _spec_config(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        """vLLM's own keys only; the method must be one the fit check can size."""
+        if v is None:
+            return v
+        method = v.get("method")
+        if method not in SPECULATIVE_METHODS:
+            raise ValueError(f"speculativeConfig.method {method!r} is not one the fit check sizes; use one of "
+                             f"{', '.join(SPECULATIVE_METHODS)}")
+        n = v.get("num_speculative_tokens", 1)
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 16:
+            raise ValueError(f"speculativeConfig.num_speculative_tokens {n!r} must be an integer from 1 to 16")
+        unknown = sorted(set(v) - {"method", "num_speculative_tokens", "model"})
+        if unknown:
+            raise ValueError(f"speculativeConfig keys {unknown} are not supported; use method, num_speculative_tokens "
+                             "and (eagle, eagle3) model")
+        if method in ("eagle", "eagle3") and not v.get("model"):
+            raise ValueError(f"speculativeConfig.method {method} needs `model`, the draft checkpoint's repo")
+        return v
 
 
 def rows() -> Iterator[Row]:
@@ -165,8 +204,6 @@ PLATFORM_FLAGS: dict[str, str] = {
     "--host": "the platform binds vLLM to all interfaces inside the pod",
     "--api-key": "the runtime API key comes from the `apiKey` secret stack setting",
     "--download-dir": "weights come from the shared weight cache",
-    "--data-parallel-size": "scale with `replicas` instead",
-    "-dp": "scale with `replicas` instead",
     "--nnodes": "multi-node placement comes from `nodeCount`",
     "--node-rank": "multi-node placement comes from `nodeCount`",
     "--master-addr": "multi-node placement comes from `nodeCount`",
@@ -175,12 +212,10 @@ PLATFORM_FLAGS: dict[str, str] = {
     "--cpu-offload-gb": "offloading changes the weights on the GPU, which the fit check sizes",
     "--kv-cache-memory-bytes": "the KV-cache budget is what the fit check sizes",
     "--num-gpu-blocks-override": "the KV-cache budget is what the fit check sizes",
-    "--speculative-config": "a draft model takes GPU memory the fit check does not size",
     "--compilation-config": "CUDA-graph capture sizes are part of the fit check's overhead",
     "-O": "CUDA-graph capture sizes are part of the fit check's overhead",
     "--hf-overrides": "it changes the model config the fit check sizes from models.lock.json",
     "--enable-lora": "LoRA adapters take GPU memory the fit check does not size",
-    "--enable-expert-parallel": "expert parallelism changes the per-GPU weights the fit check sizes",
     "--limit-mm-per-prompt": "the multimodal encoder cache is part of what the fit check sizes",
     "--load-format": "weights are loaded from the weight cache in the format the fit check sized",
 }

@@ -82,6 +82,9 @@ class NodePool(SettingsModel):
     node_count: int = Field(1, ge=1, le=1000)
     gpu_memory_gib: float | None = Field(None, gt=0, alias="gpuMemoryGiB",
                                          description="Override the GPU table's memory (what CUDA reports).")
+    interconnect: Literal["nvlink", "pcie"] | None = Field(
+        None, description="How the node's GPUs talk (NVLink/NVSwitch or PCIe); overrides the GPU table's default "
+                          "(SXM/NVL parts NVLink, PCIe and consumer parts PCIe). Sizes non-torch memory at TP > 1.")
     labels: dict[str, str] = Field(default_factory=dict, description="Node selector labels.")
     taints: list[Taint] = Field(default_factory=list)
     nodes: list[str] = Field(default_factory=list, description="Node names to label/taint (kind existing).")

@@ -147,7 +147,7 @@ def _raw_parallelism_problems(raw: Mapping[str, Any], label: str) -> list[Proble
     Pydantic runs cross-field rules only on entries whose fields all parsed; a person fixing a bad
     revision should also learn, in the same run, that their parallelism does not add up.
     """
-    keys = ("nodeCount", "gpusPerNode", "tensorParallelSize", "pipelineParallelSize")
+    keys = ("nodeCount", "gpusPerNode", "tensorParallelSize", "pipelineParallelSize", "dataParallelSize")
     values = [raw.get(k, 1) for k in keys]
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
         return []

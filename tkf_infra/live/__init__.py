@@ -2,7 +2,6 @@
 
 Modules (each imports only those above it, plus config, sizing, hub.lock, ops.exit_codes):
 - prometheus: the one HTTP client (instant queries, failures a user can act on);
-- gpu_names: DCGM / GPU Operator / stack-file spellings of a GPU reduced to one identity;
 - vllm_metrics: vLLM's metric names per release and the KV cache each engine reports;
 - inventory: DCGM framebuffer per GPU, and the stack's pools checked against it (used at preview);
 - status, status_view: `python -m tkf_infra status` (capacity, and predicted vs. observed KV tokens);

@@ -17,9 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tkf_infra.config import Catalog, NodePool
-from tkf_infra.live.gpu_names import products_match, stack_product_name
 from tkf_infra.live.prometheus import PrometheusClient, PrometheusQueryError
-from tkf_infra.sizing.gpus import lookup_gpu
+from tkf_infra.sizing.gpus import lookup_gpu, same_gpu, stack_name
 
 MIB = 1024 * 1024
 GIB = 2**30
@@ -196,7 +195,7 @@ def confirm_pool(
         nodes = [(h, inventory.records_for(h)) for h in node_selector_hostnames]
         observed = [(h, recs) for h, recs in nodes if recs]
         wrong_product = [
-            (h, recs) for h, recs in observed if not all(products_match(configured_product, r.product) for r in recs)
+            (h, recs) for h, recs in observed if not all(same_gpu(configured_product, r.product) for r in recs)
         ]
         wrong_hosts = {h for h, _ in wrong_product}
         too_few = [
@@ -215,7 +214,7 @@ def confirm_pool(
     for r in inventory.gpus:
         by_host.setdefault(r.hostname, []).append(r)
     matching = {
-        h: recs for h, recs in by_host.items() if all(products_match(configured_product, r.product) for r in recs)
+        h: recs for h, recs in by_host.items() if all(same_gpu(configured_product, r.product) for r in recs)
     }
     if any(_gpu_count(recs) >= configured_gpus_per_node for recs in matching.values()):
         return []
@@ -229,9 +228,9 @@ def confirm_pool(
 
 def _fix_hint(pool_name: str, product: str, gpus_per_node: int, bad: Sequence[tuple[str, Sequence[GpuRecord]]]) -> str:
     """Name the stack keys (tkf_infra.config.NodePool aliases) a user edits to resolve the mismatch."""
-    reported = sorted({stack_product_name(r.product) for _, recs in bad for r in recs})
+    reported = sorted({stack_name(r.product) for _, recs in bad for r in recs})
     fewest = min(_gpu_count(recs) for _, recs in bad)
-    wrong_product = any(not products_match(product, p) for p in reported)
+    wrong_product = any(not same_gpu(product, p) for p in reported)
     changes: list[str] = []
     if wrong_product:
         changes.append(f"gpuProduct: {' or '.join(reported)}")
@@ -283,7 +282,7 @@ def _pool_hosts(pool: NodePool, inventory: InventoryResult) -> list[str]:
     if pool.nodes:
         return list(pool.nodes)
     return [h for h in inventory.hostnames()
-            if all(products_match(pool.gpu_product or "", r.product) for r in inventory.records_for(h))]
+            if all(same_gpu(pool.gpu_product or "", r.product) for r in inventory.records_for(h))]
 
 
 def check_against_inventory(catalog: Catalog, inventory: InventoryResult) -> LiveCheck:

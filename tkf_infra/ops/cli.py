@@ -178,6 +178,10 @@ def size(
     gpu: Annotated[str, typer.Option(help="GPU, e.g. H100-80GB or a GPU Operator product label.")] = "H100-80GB",
     tp: Annotated[int, typer.Option("--tp", help="tensorParallelSize")] = 1,
     pp: Annotated[int, typer.Option("--pp", help="pipelineParallelSize")] = 1,
+    dp: Annotated[int, typer.Option("--dp", help="dataParallelSize")] = 1,
+    expert_parallel: Annotated[bool, typer.Option(help="enableExpertParallel (MoE)")] = False,
+    enforce_eager: Annotated[bool, typer.Option(help="enforceEager (no CUDA graphs)")] = False,
+    speculative_config: Annotated[str | None, typer.Option(help="speculativeConfig as JSON")] = None,
     max_model_len: Annotated[int | None, typer.Option(help="maxModelLen (default: the model's)")] = None,
     gpu_memory_utilization: Annotated[float, typer.Option()] = 0.9,
     kv_cache_dtype: Annotated[str, typer.Option()] = "auto",
@@ -195,11 +199,17 @@ def size(
 
     try:
         params = SizingParams(
-            tensor_parallel_size=tp, pipeline_parallel_size=pp, max_model_len=max_model_len,
-            gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype, quantization=quantization,
+            tensor_parallel_size=tp, pipeline_parallel_size=pp, data_parallel_size=dp,
+            enable_expert_parallel=expert_parallel, enforce_eager=enforce_eager,
+            speculative_config=json.loads(speculative_config) if speculative_config else None,
+            max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
+            kv_cache_dtype=kv_cache_dtype, quantization=quantization,
             max_num_seqs=max_num_seqs, vllm_version=vllm_version or Serving().version)  # fmt: skip
     except ValidationError as err:
         raise _fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())) from None
+    except json.JSONDecodeError as err:
+        raise _fail(f"--speculative-config is not JSON ({err}); e.g. '{{\"method\": \"ngram\", "
+                    f"\"num_speculative_tokens\": 4}}'") from None
     text, code = size_command(model, gpu, params, as_json=as_json)
     print(text)
     raise typer.Exit(code)

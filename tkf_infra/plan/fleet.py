@@ -162,6 +162,14 @@ def _facts_problem(entry: ModelEntry, lock: Lock) -> tuple[ModelFacts | None, in
     return facts, weight_bytes, None, ""
 
 
+def _prefix_caching(extra_args: list[str]) -> bool | None:
+    """What extraArgs say about prefix caching (it changes hybrid models' state blocks); None: vLLM's default."""
+    said = [a.split("=", 1)[0].replace("_", "-") for a in extra_args]
+    if "--no-enable-prefix-caching" in said:
+        return False
+    return True if "--enable-prefix-caching" in said else None
+
+
 @dataclass(frozen=True)
 class _Context:
     """What planning one model needs besides the entry."""
@@ -191,7 +199,8 @@ def _plan_model(entry: ModelEntry, index: int, ctx: _Context) -> ModelPlan | Exc
     gpu = pool.gpu if pool is not None and not entry.is_cpu else None
     inputs = FitInputs(model=entry.name, repo=entry.repo, revision=entry.revision, facts=facts, gpu=gpu,
                        params=sizing_params(entry, ctx.vllm_version),
-                       max_tensor_parallel=(pool.gpus_per_node if pool else 0) or 8)
+                       max_tensor_parallel=(pool.gpus_per_node if pool else 0) or 8,
+                       prefix_caching=_prefix_caching(entry.extra_args))
     fit = evaluate(inputs)
     if not fit.fits:
         return Exclusion(entry.name, index, Stage.FIT, (fit.message or "does not fit",))
@@ -275,6 +284,7 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
     if previous:
         excluded = _keep_last_good(excluded, planned, previous, ctx)
 
+    warnings += [f"model {m.entry.name}: {w}" for m in planned for w in m.fit.warnings]
     errors += capacity_errors(planned, pools)
     return FleetPlan(catalog=catalog, pools=pools, models=tuple(planned),
                      excluded=tuple(sorted(excluded, key=lambda e: (e.index, e.name))),

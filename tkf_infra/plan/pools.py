@@ -15,7 +15,7 @@ from typing import Any
 
 from tkf_infra.config import NodePool
 from tkf_infra.sizing.ec2 import InstanceGpus
-from tkf_infra.sizing.gpus import GpuSpec, find_gpu, lookup_gpu, product_label
+from tkf_infra.sizing.gpus import GpuSpec, find_gpu, lookup_gpu, product_label, same_gpu
 
 GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -51,13 +51,15 @@ class PoolProblem(ValueError):
     """A pool setting that cannot work; the message names the pool, the field and the fix."""
 
 
-def _with_override(pool: NodePool, gpu: GpuSpec) -> GpuSpec:
+def _with_override(pool: NodePool, gpu: GpuSpec, shared: bool = False) -> GpuSpec:
     if pool.gpu_memory_gib:
-        return gpu.with_memory(pool.gpu_memory_gib, f"nodePools[{pool.name}].gpuMemoryGiB override")
-    return gpu
+        gpu = gpu.with_memory(pool.gpu_memory_gib, f"nodePools[{pool.name}].gpuMemoryGiB override")
+    if pool.interconnect:
+        gpu = gpu.with_interconnect(pool.interconnect)
+    return gpu.model_copy(update={"shared": True}) if shared else gpu
 
 
-def _eks_gpu(pool: NodePool, info: InstanceGpus | None) -> tuple[GpuSpec | None, int]:
+def _eks_gpu(pool: NodePool, info: InstanceGpus | None, shared: bool) -> tuple[GpuSpec | None, int]:
     """GPU spec and count of the pool's instance type, checked against what the pool declares."""
     itype = str(pool.instance_type)
     if info is None:
@@ -75,19 +77,21 @@ def _eks_gpu(pool: NodePool, info: InstanceGpus | None) -> tuple[GpuSpec | None,
     if pool.gpus_per_node != info.count:
         raise PoolProblem(f"node pool {pool.name}: gpusPerNode is {pool.gpus_per_node} but instanceType {itype} has "
                           f"{info.count} GPUs; set gpusPerNode: {info.count}")
-    if pool.gpu_product and find_gpu(pool.gpu_product) not in (None, info.gpu):
+    gpu = info.gpu
+    named = find_gpu(pool.gpu_product) if pool.gpu_product else None
+    if named is not None and not same_gpu(named.name, gpu.name):
         raise PoolProblem(f"node pool {pool.name}: gpuProduct {pool.gpu_product!r} but instanceType {itype} has "
-                          f"{info.gpu.name}; drop gpuProduct (it is read from EC2) or fix it")
-    return _with_override(pool, info.gpu), info.count
+                          f"{gpu.name}; drop gpuProduct (it is read from EC2) or fix it")
+    return _with_override(pool, gpu, shared), info.count
 
 
 def resolve_pool(pool: NodePool, ec2: Mapping[str, InstanceGpus], shared: bool) -> PoolFacts:
     """Pool facts from the settings (and EC2 for eks pools). Raises PoolProblem naming the fix."""
     if pool.kind == "eks":
-        gpu, per_node = _eks_gpu(pool, ec2.get(str(pool.instance_type)))
+        gpu, per_node = _eks_gpu(pool, ec2.get(str(pool.instance_type)), shared)
     else:
         per_node = pool.gpus_per_node
-        gpu = _with_override(pool, lookup_gpu(pool.gpu_product)) if per_node and pool.gpu_product else None
+        gpu = _with_override(pool, lookup_gpu(pool.gpu_product), shared) if per_node and pool.gpu_product else None
 
     # Labels we can put on nodes ourselves get our pool label too; on unmanaged nodes we can only
     # select on what is already there.

@@ -7,7 +7,7 @@ implicit; every later step (weights, KV cache, activation) reads one `Arch` inst
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tkf_infra.sizing.params import SizingError
@@ -16,20 +16,43 @@ VOCAB_PADDING = 64  # vLLM pads the vocabulary to a multiple of 64 before splitt
 
 _MLA_MODEL_TYPES = frozenset({
     "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_mtp", "kimi_k2", "kimi_linear",
-    "longcat_flash", "pangu_ultra_moe", "pangu_ultra_moe_mtp",
+    "longcat_flash", "pangu_ultra_moe", "pangu_ultra_moe_mtp", "kimi_vl",
 })  # fmt: skip
 # Models whose config leaves num_key_value_heads implicit use these aliases.
 _KV_HEAD_KEYS = ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num")
 _MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
                  "model_max_length", "max_target_positions", "max_sequence_length")  # fmt: skip
+_NON_GATED = frozenset({"phi", "mixformer-sequential", "gpt2", "gpt_neox", "falcon", "starcoder2", "gpt_bigcode",
+                        "opt", "bloom"})  # fmt: skip
 
 
 @dataclass(frozen=True)
 class LayerKind:
-    """Attention kind of one decoder layer: full, sliding (with window) or mla."""
+    """What one decoder layer keeps per request: full/sliding/chunked attention, MLA latent, or a
+    recurrent state (``linear``: gated delta net / mamba), which is constant in the sequence length."""
 
     kind: str
     window: int | None = None
+
+    @property
+    def attention(self) -> bool:
+        return self.kind in ("full", "sliding", "chunked", "mla")
+
+
+@dataclass(frozen=True)
+class Recurrent:
+    """Recurrent-state layers (Qwen3-Next/3.5 gated delta net, Mamba2): state shapes vLLM allocates."""
+
+    style: str  # "gdn" or "mamba2"
+    heads: int  # value heads (gdn) / SSM heads (mamba2)
+    head_dim: int
+    state_dim: int  # key head dim (gdn) / d_state (mamba2)
+    conv_dim: int
+    conv_kernel: int
+    k_heads: int = 0
+    groups: int = 0
+    intermediate: int = 0
+    ssm_dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -62,11 +85,23 @@ class Arch:
     torch_dtype: str | None
     quant: dict[str, Any] | None
     multimodal: bool
-    missing: tuple[str, ...] = ()
+    recurrent: Recurrent | None = None
+    rope_positions: int = 0
+    """Rows of every distinct rotary cos/sin cache the model builds (summed): what the buffers hold."""
+    mtp_layers: int = 0
+    """Multi-token-prediction layers shipped in the checkpoint (used only for MTP speculative decoding)."""
+    q_gate: bool = False
+    """The query projection also produces an output gate (Qwen3-Next/3.5): twice the query width."""
+    vision: dict[str, int] = field(default_factory=dict)
+    """Vision tower shape from ``vision_config`` (layers, hidden, intermediate, patch, out)."""
 
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def attention_layers(self) -> int:
+        return sum(1 for k in self.layer_kinds if k.attention)
 
 
 def _first(cfg: dict[str, Any], *keys: str) -> Any:
@@ -93,8 +128,80 @@ def derive_max_len(cfg: dict[str, Any]) -> int | None:
     return length
 
 
-def parse_arch(config: dict[str, Any]) -> Arch:
-    """Normalise a text config. Raises SizingError naming any field sizing cannot do without."""
+def _recurrent(cfg: dict[str, Any], hidden: int) -> Recurrent | None:
+    ssm_dtype = cfg.get("mamba_ssm_dtype")
+    if cfg.get("linear_num_value_heads"):
+        k_heads, v_heads = int(cfg["linear_num_key_heads"]), int(cfg["linear_num_value_heads"])
+        k_dim, v_dim = int(cfg["linear_key_head_dim"]), int(cfg["linear_value_head_dim"])
+        return Recurrent("gdn", v_heads, v_dim, k_dim, conv_dim=2 * k_heads * k_dim + v_heads * v_dim,
+                         conv_kernel=int(cfg.get("linear_conv_kernel_dim") or 4), k_heads=k_heads,
+                         ssm_dtype=str(ssm_dtype) if ssm_dtype else None)
+    if cfg.get("mamba_n_heads") or cfg.get("mamba_d_state"):
+        heads = int(cfg.get("mamba_n_heads") or 0)
+        head_dim = int(cfg.get("mamba_d_head") or cfg.get("mamba_head_dim") or 64)
+        inter = int(cfg.get("mamba_expand", 2) * hidden) if not heads else heads * head_dim
+        heads = heads or inter // head_dim
+        groups, d_state = int(cfg.get("mamba_n_groups") or 1), int(cfg.get("mamba_d_state") or 128)
+        return Recurrent("mamba2", heads, head_dim, d_state, conv_dim=inter + 2 * groups * d_state,
+                         conv_kernel=int(cfg.get("mamba_d_conv") or 4), groups=groups, intermediate=inter,
+                         ssm_dtype=str(ssm_dtype) if ssm_dtype else None)
+    return None
+
+
+def _layer_kinds(cfg: dict[str, Any], mt: str, layers: int, mla: bool, recurrent: Recurrent | None) -> list[LayerKind]:
+    window = cfg.get("sliding_window")
+    use_sw = cfg.get("use_sliding_window", True)
+    chunk = cfg.get("attention_chunk_size")
+    types = cfg.get("layer_types") or cfg.get("layers_block_type")
+    if mla:
+        return [LayerKind("mla")] * layers
+    if isinstance(types, list) and len(types) == layers:
+        out = []
+        for lt in (str(t).lower() for t in types):
+            if "linear" in lt or "mamba" in lt:
+                out.append(LayerKind("linear"))
+            elif ("sliding" in lt or "local" in lt) and window:
+                out.append(LayerKind("sliding", int(window)))
+            else:
+                out.append(LayerKind("full"))
+        return out
+    if recurrent is not None and cfg.get("full_attention_interval"):
+        every = int(cfg["full_attention_interval"])
+        return [LayerKind("full") if (i + 1) % every == 0 else LayerKind("linear") for i in range(layers)]
+    if chunk and mt.startswith("llama4"):
+        # Llama 4: every 4th layer (no RoPE) attends globally, the others in chunks.
+        step = int(cfg.get("no_rope_layer_interval") or 4)
+        return [LayerKind("full") if (i + 1) % step == 0 else LayerKind("chunked", int(chunk)) for i in range(layers)]
+    if window and use_sw is not False and mt in ("gemma2", "gemma3", "gemma3_text"):
+        pattern = int(cfg.get("sliding_window_pattern") or (6 if mt.startswith("gemma3") else 2))
+        return [LayerKind("full") if (i + 1) % pattern == 0 else LayerKind("sliding", int(window))
+                for i in range(layers)]  # fmt: skip
+    if (window and use_sw is not False and mt in ("mistral", "mixtral", "phi3", "starcoder2", "qwen2")
+            and (mt != "qwen2" or cfg.get("use_sliding_window"))):
+        # Qwen2 only slides when use_sliding_window is true; Mistral-style configs slide every layer.
+        return [LayerKind("sliding", int(window))] * layers
+    return [LayerKind("full")] * layers
+
+
+def _vision(config: dict[str, Any]) -> dict[str, int]:
+    vc = config.get("vision_config")
+    if not isinstance(vc, dict):
+        return {}
+    layers = _first(vc, "num_hidden_layers", "depth", "num_layers", "n_layers")
+    hidden = _first(vc, "hidden_size", "embed_dim", "width")
+    if not layers or not hidden:
+        return {}
+    inter = _first(vc, "intermediate_size", "mlp_dim") or 4 * int(hidden)
+    return {"layers": int(layers), "hidden": int(hidden), "intermediate": int(inter),
+            "patch": int(vc.get("patch_size") or 14), "channels": int(vc.get("num_channels") or 3),
+            "image": int(vc.get("image_size") or 0),
+            "out": int(_first(vc, "out_hidden_size", "projection_dim", "vision_output_dim") or 0)}
+
+
+def parse_arch(config: dict[str, Any], full_config: dict[str, Any] | None = None) -> Arch:
+    """Normalise a text config. Raises SizingError naming any field sizing cannot do without.
+
+    `full_config` is the checkpoint's whole config when `config` is its text part (vision tower)."""
     cfg = config
     mt = str(cfg.get("model_type") or "")
     missing: list[str] = []
@@ -127,38 +234,14 @@ def parse_arch(config: dict[str, Any]) -> Arch:
             "v_head_dim": int(cfg.get("v_head_dim") or 128),
             "q_lora_rank": int(cfg.get("q_lora_rank") or 0),
         }
-
-    # Attention pattern per layer.
-    window = cfg.get("sliding_window")
-    use_sw = cfg.get("use_sliding_window", True)
-    layer_types = cfg.get("layer_types")
-    kinds: list[LayerKind] = []
-    if mla:
-        kinds = [LayerKind("mla")] * layers
-    elif isinstance(layer_types, list) and len(layer_types) == layers:
-        for lt in layer_types:
-            sliding = "sliding" in str(lt) or "local" in str(lt)
-            kinds.append(LayerKind("sliding", int(window)) if sliding and window else LayerKind("full"))
-    elif window and use_sw is not False and mt in ("gemma2", "gemma3", "gemma3_text"):
-        pattern = int(cfg.get("sliding_window_pattern") or (6 if mt.startswith("gemma3") else 2))
-        kinds = [LayerKind("full") if (i + 1) % pattern == 0 else LayerKind("sliding", int(window))
-                 for i in range(layers)]  # fmt: skip
-    elif (
-        window
-        and use_sw is not False
-        and mt in ("mistral", "mixtral", "phi3", "starcoder2", "qwen2")
-        and (mt != "qwen2" or cfg.get("use_sliding_window"))
-    ):
-        # Qwen2 only slides when use_sliding_window is true; Mistral-style configs slide every layer.
-        kinds = [LayerKind("sliding", int(window))] * layers
-    if not kinds:
-        kinds = [LayerKind("full")] * layers
+    recurrent = _recurrent(cfg, hidden)
+    kinds = _layer_kinds(cfg, mt, layers, mla is not None, recurrent)
 
     # MoE.
     num_experts = int(_first(cfg, "num_experts", "n_routed_experts", "num_local_experts") or 0)
     topk = int(_first(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk") or 0)
-    moe_inter = _first(cfg, "moe_intermediate_size")
-    intermediate = _first(cfg, "intermediate_size", "ffn_hidden_size", "n_inner")
+    moe_inter = _first(cfg, "moe_intermediate_size", "intermediate_size_moe")
+    intermediate = _first(cfg, "intermediate_size", "ffn_hidden_size", "n_inner", "intermediate_size_mlp")
     if intermediate is None and "n_inner" in cfg and hidden:
         intermediate = 4 * hidden  # GPT-style configs: n_inner null means 4 x n_embd
     if num_experts and moe_inter is None:
@@ -166,24 +249,16 @@ def parse_arch(config: dict[str, Any]) -> Arch:
     shared = int(_first(cfg, "shared_expert_intermediate_size") or 0)
     if not shared and cfg.get("n_shared_experts") and moe_inter:
         shared = int(cfg["n_shared_experts"]) * int(moe_inter)
+    if not shared and num_experts and mt.startswith("llama4"):
+        shared = int(moe_inter or 0)  # every Llama 4 MoE layer adds one shared expert of the routed size
     moe_layers = [False] * layers
     if num_experts:
         first_dense = int(cfg.get("first_k_dense_replace") or 0)
-        step = int(cfg.get("decoder_sparse_step") or cfg.get("moe_layer_freq") or 1)
+        step = int(cfg.get("decoder_sparse_step") or cfg.get("moe_layer_freq") or cfg.get("interleave_moe_layer_step")
+                   or 1)
         only_mlp = set(cfg.get("mlp_only_layers") or [])
         moe_layers = [i >= first_dense and (i + 1) % step == 0 and i not in only_mlp for i in range(layers)]
 
-    non_gated = mt in (
-        "phi",
-        "mixformer-sequential",
-        "gpt2",
-        "gpt_neox",
-        "falcon",
-        "starcoder2",
-        "gpt_bigcode",
-        "opt",
-        "bloom",
-    )
     rotary_dim = head_dim
     if cfg.get("partial_rotary_factor"):
         rotary_dim = int(head_dim * float(cfg["partial_rotary_factor"]))
@@ -195,34 +270,58 @@ def parse_arch(config: dict[str, Any]) -> Arch:
     vocab = _first(cfg, "vocab_size", "padded_vocab_size")
     tied = bool(cfg.get("tie_word_embeddings", mt in ("gemma", "gemma2", "gemma3", "gemma3_text")))
     quant = cfg.get("quantization_config") if isinstance(cfg.get("quantization_config"), dict) else None
+    mtp = int(_first(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers") or 0)
     return Arch(
-        model_type=mt,
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        kv_heads=kv_heads,
-        head_dim=head_dim,
-        intermediate=int(intermediate) if intermediate else None,
-        vocab=int(vocab) if vocab else None,
-        tied=tied,
-        layer_kinds=tuple(kinds),
-        gated_mlp=not non_gated,
+        model_type=mt, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+        intermediate=int(intermediate) if intermediate else None, vocab=int(vocab) if vocab else None, tied=tied,
+        layer_kinds=tuple(kinds), gated_mlp=mt not in _NON_GATED,
         qkv_bias=bool(cfg.get("attention_bias") or mt in ("qwen2", "qwen2_moe", "gpt_oss")),
-        all_bias=non_gated,
+        all_bias=mt in _NON_GATED,
         norms_per_layer=4 if mt.startswith("gemma2") or mt.startswith("gemma3") else 2,
-        qk_norm=mt in ("qwen3", "qwen3_moe", "gemma3", "gemma3_text"),
-        num_experts=num_experts,
-        experts_per_tok=topk,
-        moe_intermediate=int(moe_inter) if moe_inter else None,
-        shared_intermediate=shared,
-        moe_layers=tuple(moe_layers),
-        mla=mla,
-        max_len=derive_max_len(cfg),
-        rotary_dim=rotary_dim,
-        torch_dtype=_first(cfg, "torch_dtype", "dtype"),
-        quant=quant,
-        multimodal=bool(cfg.get("_multimodal")),
-    )
+        qk_norm=mt.startswith(("qwen3", "gemma3")), num_experts=num_experts, experts_per_tok=topk,
+        moe_intermediate=int(moe_inter) if moe_inter else None, shared_intermediate=shared,
+        moe_layers=tuple(moe_layers), mla=mla, max_len=derive_max_len(cfg), rotary_dim=rotary_dim,
+        rope_positions=rope_positions(cfg, mt),
+        torch_dtype=_first(cfg, "torch_dtype", "dtype"), quant=quant, multimodal=bool(cfg.get("_multimodal")),
+        recurrent=recurrent, mtp_layers=mtp, q_gate=bool(cfg.get("attn_output_gate")),
+        vision=_vision(full_config or {}),
+    )  # fmt: skip
+
+
+def rope_positions(cfg: dict[str, Any], mt: str) -> int:
+    """Rows of the rotary cos/sin caches vLLM registers as buffers (counted in the weights).
+
+    get_rope shares one cache per distinct rope; its length is max_position_embeddings, times the
+    factor for linear/dynamic scaling, original_max_position x factor for YaRN, and long + short
+    rows for LongRoPE (vllm/model_executor/layers/rotary_embedding/__init__.py@v0.19.0:140-320,
+    linear_scaling_rope.py:85-92, yarn_scaling_rope.py:76-79). Gemma 3 adds a local rope without
+    scaling (models/gemma3.py@v0.19.0:166-185)."""
+    max_pos = int(cfg.get("max_position_embeddings") or 0)
+    params = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    ropes: list[dict[str, Any]] = []
+    if isinstance(params, dict) and params and all(isinstance(v, dict) for v in params.values()):
+        ropes = [dict(v) for v in params.values()]  # per layer type (transformers 5)
+    elif isinstance(params, dict):
+        ropes = [params]
+        if mt.startswith("gemma3") and cfg.get("rope_local_base_freq"):
+            ropes.append({"rope_type": "default", "rope_theta": cfg["rope_local_base_freq"]})
+    total, seen = 0, []
+    for rope in ropes:
+        if rope in seen:
+            continue
+        seen.append(rope)
+        kind = str(rope.get("rope_type") or rope.get("type") or "default")
+        factor = float(rope.get("factor") or 1.0)
+        original = int(rope.get("original_max_position_embeddings") or max_pos)
+        if kind in ("linear", "dynamic"):
+            total += int(max_pos * factor)
+        elif kind in ("yarn", "deepseek_yarn"):
+            total += int(original * factor)
+        elif kind in ("longrope", "su"):
+            total += max_pos + original
+        else:
+            total += max_pos
+    return total
 
 
 def parallelism_problems(arch: Arch, tp: int, pp: int) -> list[str]:
@@ -273,4 +372,3 @@ def pp_layer_ranges(layers: int, pp: int) -> list[range]:
         out.append(range(start, start + size))
         start += size
     return out
-

@@ -14,11 +14,12 @@ import re
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from tkf_infra.sizing.estimate import estimate
+from tkf_infra.sizing.estimate import Estimate, estimate
 from tkf_infra.sizing.facts import ModelFacts
 from tkf_infra.sizing.gpus import GpuSpec
 from tkf_infra.sizing.params import SizingError, SizingParams
-from tkf_infra.sizing.suggest import fit_message, suggest
+from tkf_infra.sizing.startup import Doubt
+from tkf_infra.sizing.suggest import doubt_text, fit_message, suggest
 
 #: Annotation key prefix of the published figures (`tkf.io/fit-kv-cache-tokens`, …).
 ANNOTATION_PREFIX = "tkf.io/fit-"
@@ -48,6 +49,9 @@ class FitInputs(_Wire):
     params: SizingParams
     max_tensor_parallel: int = 8
     """The pool's GPUs per node: the ceiling for a suggested tensorParallelSize."""
+    prefix_caching: bool | None = None
+    """Whether extraArgs turn prefix caching on/off (None: the release default; the bound assumes on).
+    It changes only hybrid models' recurrent state blocks per request."""
 
     def summary(self) -> dict[str, object]:
         """What the verdict was computed from, small enough for state and a readable preview diff.
@@ -58,12 +62,18 @@ class FitInputs(_Wire):
             "repo": self.repo, "revision": self.revision, "factsSha256": digest,
             "gpu": self.gpu.name if self.gpu else "cpu",
             "gpuMemoryGiB": self.gpu.memory_gib if self.gpu else None,
+            **({"interconnect": self.gpu.interconnect, "sharedGpu": self.gpu.shared} if self.gpu else {}),
+            **({"prefixCaching": self.prefix_caching} if self.prefix_caching is not None else {}),
             "params": self.params.model_dump(by_alias=False, exclude_none=True),
         }  # fmt: skip
 
 
 class FitFigures(_Wire):
-    """What a user sees per model before anything is applied: preview, outputs, pod annotations."""
+    """What a user sees per model before anything is applied: preview, outputs, pod annotations.
+
+    `kv_cache_tokens` is the estimate of what vLLM will print; the `_bound` figures are the
+    conservative floor the verdict is taken on, and `uncertainty` says what separates the two and
+    which input, pinned, would close the gap."""
 
     fits: bool
     weights_gib: float
@@ -71,30 +81,50 @@ class FitFigures(_Wire):
     kv_cache_tokens: int
     max_concurrency: float
     max_fitting_model_len: int | None = None
+    kv_cache_gib_bound: float = 0.0
+    kv_cache_tokens_bound: int = 0
+    max_concurrency_bound: float = 0.0
+    vllm_profile: str = ""
+    """The release row of tkf_infra/sizing/versions.py the estimate used."""
+    uncertainty: str | None = None
+    warnings: tuple[str, ...] = ()
 
     def published(self) -> dict[str, object]:
         """The figures under their camelCase keys (stack outputs' `fit`)."""
-        return {wire_name(k): getattr(self, k) for k in FitFigures.model_fields}
+        return {wire_name(k): _plain(getattr(self, k)) for k in FitFigures.model_fields}
 
     def annotations(self) -> dict[str, str]:
         """The figures as pod annotations, so `kubectl describe` shows what the check predicted."""
-        return {ANNOTATION_PREFIX + re.sub(r"_", "-", k): "" if (v := getattr(self, k)) is None else str(v)
-                for k in FitFigures.model_fields}
+        return {ANNOTATION_PREFIX + re.sub(r"_", "-", k): _text(getattr(self, k)) for k in FitFigures.model_fields}
+
+
+def _plain(value: object) -> object:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _text(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, tuple):
+        return "; ".join(str(v) for v in value)
+    return str(value)
 
 
 class FitResult(FitFigures):
-    """The verdict with its reasons: `message` is the refusal a user reads (numbers and the way out)."""
+    """The verdict with its reasons: `message` is the refusal a user reads (numbers, bound and the way out)."""
 
     activation_gib: float = 0.0
     problems: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()
+    doubts: tuple[Doubt, ...] = ()
+    """Each term between estimate and bound: GiB of KV memory it may cost and the input that pins it."""
     message: str | None = None
 
 
 def evaluate(inputs: FitInputs) -> FitResult:
     """Size the model and judge it: the one place the verdict is computed."""
     try:
-        est = estimate(inputs.facts, inputs.gpu, inputs.params, model=inputs.model)
+        est = estimate(inputs.facts, inputs.gpu, inputs.params, model=inputs.model,
+                       prefix_caching=inputs.prefix_caching)
     except (SizingError, KeyError, ValueError) as exc:
         return FitResult(fits=False, weights_gib=0.0, kv_cache_gib=0.0, kv_cache_tokens=0, max_concurrency=0.0,
                          problems=(str(exc),),
@@ -103,11 +133,20 @@ def evaluate(inputs: FitInputs) -> FitResult:
     if not est.fits:
         sugg = None
         if inputs.gpu is not None:
-            sugg = suggest(inputs.facts, inputs.gpu, inputs.params, max_tp=inputs.max_tensor_parallel, current=est)
+            sugg = suggest(inputs.facts, inputs.gpu, inputs.params, max_tp=inputs.max_tensor_parallel, current=est,
+                           prefix_caching=inputs.prefix_caching)
         message = fit_message(est, sugg)
+    return result_of(est, message)
+
+
+def result_of(est: Estimate, message: str | None = None) -> FitResult:
+    """The published figures and verdict of an estimate."""
     return FitResult(
         fits=est.fits, weights_gib=round(est.weights_gib, 2), kv_cache_gib=round(est.available_kv_gib, 2),
         kv_cache_tokens=est.kv_cache_tokens, max_concurrency=round(est.max_concurrency, 2),
-        max_fitting_model_len=est.max_fitting_model_len, activation_gib=round(est.activation_gib, 2),
-        problems=tuple(est.problems), warnings=tuple(est.warnings), message=message,
+        max_fitting_model_len=est.max_fitting_model_len, kv_cache_gib_bound=round(est.available_kv_gib_bound, 2),
+        kv_cache_tokens_bound=est.kv_cache_tokens_bound, max_concurrency_bound=round(est.max_concurrency_bound, 2),
+        vllm_profile=est.vllm_profile, uncertainty=doubt_text(est), warnings=tuple(est.warnings),
+        activation_gib=round(est.activation_gib, 2), problems=tuple(est.problems), doubts=tuple(est.doubts),
+        message=message,
     )  # fmt: skip

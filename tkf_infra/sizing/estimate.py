@@ -1,37 +1,63 @@
-"""Predict, per GPU rank, the memory figures vLLM prints at start-up, and decide fit / no fit.
+"""Predict, per GPU rank, the memory figures vLLM prints at start-up, with a conservative bound, and judge.
 
-Pure functions, no Pulumi and no I/O, so the same code runs in ``pulumi preview`` (the program and
-the dynamic provider), in the ``size`` command and in the accuracy bench. The accounting follows
-vLLM's own start-up profiling (``docs/sizing.md``)::
+Pure functions, no Pulumi and no I/O, so the same code runs in ``pulumi preview`` (the plan), in
+the ``size`` command and in the accuracy bench. The accounting follows vLLM's own start-up
+profiling (``docs/sizing.md``)::
 
     requested      R  = total x gpu_memory_utilization
     available_kv      = R - weights - activation_peak - non_torch   (- cuda_graphs where reserved)
     num_blocks        = floor(available_kv / bytes per block over the rank's layers/groups)
 
-Activation, non-torch and CUDA-graph terms depend on the vLLM release (``versions``); they are
-the approximate part.
+The central estimate is what vLLM should print. The bound subtracts every doubt the inputs leave
+(approximate terms, an unknown release, a derived GPU total, a shared GPU); the verdict is taken on
+the bound, so an estimate can only err towards refusing.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from tkf_infra.sizing.arch import Arch, parallelism_problems, parse_arch, pp_layer_ranges
-from tkf_infra.sizing.facts import ModelFacts
+from tkf_infra.sizing.arch import Arch, LayerKind, parallelism_problems, parse_arch, pp_layer_ranges
+from tkf_infra.sizing.cpu import estimate_cpu
+from tkf_infra.sizing.facts import ModelFacts, resolve_text_config
 from tkf_infra.sizing.gpus import GpuSpec
-from tkf_infra.sizing.kv import KvLayout, kv_elem_bytes, kv_layout, largest_fitting_len
+from tkf_infra.sizing.kv import (
+    KvLayout,
+    hybrid_block_size,
+    kv_elem_bytes,
+    kv_layout,
+    largest_fitting_len,
+    recurrent_blocks,
+)
+from tkf_infra.sizing.overheads import Activation, Batch, activation, graph_gib, non_torch_gib
 from tkf_infra.sizing.params import GIB, SizingError, SizingParams
-from tkf_infra.sizing.versions import VersionProfile, parse_vllm_version, version_profile
-from tkf_infra.sizing.weights import QuantScheme, checkpoint_bytes, quant_scheme, weights_bytes_per_rank
+from tkf_infra.sizing.quant import quant_problems, quant_scheme
+from tkf_infra.sizing.startup import Doubt, RowRun, budget_problems
+from tkf_infra.sizing.versions import VersionChoice, VersionRow, choose_version, engine_rows
+from tkf_infra.sizing.weights import (
+    Sharding,
+    checkpoint_bytes,
+    draft_bytes,
+    mla_absorbed_bytes,
+    vision_bytes,
+    weights_bytes_per_rank,
+)
 
 DEFAULT_BLOCK_SIZE = 16
+#: Kernel warm-up workspace MXFP4 MoE layers hold after the KV cache is allocated (kernel_warmup /
+#: autotune run before the sampler warm-up, vllm/v1/worker/gpu_worker.py@v0.19.0:580-590). Not in the
+#: profiled peak; gpt-oss-20b on one H100 ran out of memory with 4.48 GiB free where the sampler alone
+#: needs 2.77 GiB, while dense and FP8 models warmed up with 0.83 GiB to spare. Approximate.
+MXFP4_WARMUP_GIB = 2.0
+#: float32 serving: the one start-up in the case files (Llama-3.1-8B, dtype float32, vLLM 0.19 on an
+#: H100) profiled 2.21 GiB where 16-bit models of the same vocabulary take 1.89 GiB; a doubt, not a term.
+FP32_SAMPLER_EXTRA = 0.25
 
 
 class Estimate(BaseModel):
-    """Per-rank prediction in the units vLLM prints (GiB), plus the verdict and the way out."""
+    """Per-rank prediction in the units vLLM prints (GiB), plus the bound, the verdict and the way out."""
 
     model: str
     gpu: str
@@ -55,197 +81,281 @@ class Estimate(BaseModel):
     kv_cache_tokens: int
     need_per_request_gib: float
     max_concurrency: float
+    available_kv_gib_bound: float = 0.0
+    kv_cache_tokens_bound: int = 0
+    max_concurrency_bound: float = 0.0
+    doubts: list[Doubt] = Field(default_factory=list)
     fits: bool
     problems: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     max_fitting_model_len: int | None = None
     cpu: bool = False
 
-
-def _act_bytes(arch: Arch, params: SizingParams) -> float:
-    """vLLM's dtype resolution: fp32 checkpoints are downcast to bf16 under ``auto``."""
-    dtype = params.dtype.lower()
-    if dtype in ("float32", "fp32", "float"):
-        return 4.0
-    return 2.0
+    @property
+    def bound_gap_gib(self) -> float:
+        return max(self.available_kv_gib - self.available_kv_gib_bound, 0.0)
 
 
-def _defaults(gpu: GpuSpec | None, params: SizingParams, max_len: int) -> tuple[int, int]:
-    large = gpu.large_defaults if gpu else False
+def _act_bytes(params: SizingParams) -> float:
+    """vLLM's dtype resolution: fp32 checkpoints are downcast to 16 bits under ``auto``."""
+    return 4.0 if params.dtype.lower() in ("float32", "fp32", "float") else 2.0
+
+
+def _spec(params: SizingParams) -> tuple[str, int]:
+    sc = params.speculative_config or {}
+    method = str(sc.get("method") or ("draft_model" if sc.get("model") else "")).lower()
+    return method, int(sc.get("num_speculative_tokens") or (1 if method else 0))
+
+
+def batch_defaults(row: VersionRow, gpu: GpuSpec, params: SizingParams, max_len: int, arch: Arch) -> tuple[int, int]:
+    """vLLM's max_num_seqs / max_num_batched_tokens when the entry leaves them unset (API server)."""
+    if row.engine == "v0":
+        seqs = params.max_num_seqs or 256
+        chunked = (max_len > 32768 and arch.mla is None and not arch.multimodal and params.speculative_config is None
+                   and all(k.kind == "full" for k in arch.layer_kinds))
+        mnbt = params.max_num_batched_tokens or (2048 if chunked else max(max_len, 2048))
+        return seqs, mnbt
+    large = gpu.memory_gib >= 70 and not (row.defaults_exclude_a100 and gpu.name.startswith("A100"))
+    xl = row.defaults_xl_gib is not None and gpu.memory_gib >= row.defaults_xl_gib
     seqs = params.max_num_seqs or (1024 if large else 256)
-    mnbt = params.max_num_batched_tokens or (8192 if large else 2048)
+    mnbt = params.max_num_batched_tokens or (16384 if xl else 8192 if large else 2048)
     return seqs, max(mnbt, 1)
 
 
-def _activation_gib(arch: Arch, prof: VersionProfile, seqs: int, mnbt: int, tp: int,
-                    act_bytes: float, q: QuantScheme) -> float:  # fmt: skip
-    vocab = arch.vocab or 0
-    sampler = prof.sampler_bytes_per_element * min(seqs, mnbt) * vocab
-    moe = 0.0
-    if arch.is_moe and q.name != "mxfp4" and arch.moe_intermediate:
-        # Fused-MoE intermediate caches over one profiling batch (chunked at 32768 tokens).
-        m = min(mnbt, 32768) * arch.experts_per_tok
-        n = 2 * arch.moe_intermediate / tp
-        moe = m * (n + n / 2 + arch.hidden) * act_bytes
-    return prof.activation_base_gib + (sampler + moe) / GIB
+def _rank_kinds(arch: Arch, rng: range, extra_layers: int, last: bool) -> tuple[LayerKind, ...]:
+    kinds = tuple(arch.layer_kinds[i] for i in rng)
+    if last and extra_layers:
+        kinds += (LayerKind("mla" if arch.mla else "full"),) * extra_layers
+    return kinds
 
 
-def _graph_gib(arch: Arch, layers_rank: int, tp: int, enforce_eager: bool) -> float:
-    """CUDA-graph pool size; observed 0.65-1.8 GiB in v0.19 logs, growing with layers, higher for MoE."""
-    if enforce_eager:
-        return 0.0
-    g = 0.40 + 0.016 * layers_rank - (0.15 if tp == 2 else 0.24 if tp > 2 else 0.0)
-    if arch.is_moe:
-        g += 1.0
-    return max(g, 0.1)
+def _run(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max_len: int, weights: list[float],
+         weights_extra: float, weights_doubts: list[Doubt], spec: tuple[str, int],
+         prefix_caching: bool | None = None) -> RowRun:
+    """Everything one release row predicts; the limiting PP rank decides (vLLM takes the minimum)."""
+    sh = Sharding(params.tensor_parallel_size, params.pipeline_parallel_size, params.data_parallel_size,
+                  params.enable_expert_parallel)
+    act_bytes = _act_bytes(params)
+    kv_bytes = kv_elem_bytes(params.kv_cache_dtype, act_bytes)
+    q = quant_scheme(arch.quant, params.quantization, act_bytes)
+    seqs, mnbt = batch_defaults(row, gpu, params, max_len, arch)
+    method, k = spec
+    draft, draft_layers = draft_bytes(arch, method, sh, q)
+    block = params.block_size or DEFAULT_BLOCK_SIZE
+    if arch.recurrent is not None and row.engine == "v1":
+        block = hybrid_block_size(arch, sh.tp, kv_bytes, act_bytes, k, params.block_size)
+    batch = Batch(seqs, mnbt, k, arch.multimodal)
+    act = activation(arch, row, batch, sh, act_bytes, q)
+    non_torch, non_torch_doubt = non_torch_gib(row, gpu, sh)
+    total, u = gpu.memory_gib, params.gpu_memory_utilization
+    requested = total * u
+    multi = sh.tp * sh.pp * sh.dp > 1
+    context = row.context_multi_gib if multi else row.context_single_gib
+    ranges = pp_layer_ranges(arch.layers, sh.pp)
+    absorbed = mla_absorbed_bytes(arch, sh.tp, act_bytes) if row.mla_absorbed_weights else 0.0
+
+    def stage_layouts(pc: bool, all_mode: bool) -> list[KvLayout]:
+        blocks, per_len = recurrent_blocks(arch, k, pc, all_mode=all_mode, checkpoint_block=row.mamba2_checkpoint_block)
+        return [kv_layout(arch, _rank_kinds(arch, rng, draft_layers, i == len(ranges) - 1), sh.tp, kv_bytes, block,
+                          group_ratio=row.hybrid_group_ratio, v0=row.engine == "v0", recurrent_blocks=blocks,
+                          recurrent_per_len=per_len) for i, rng in enumerate(ranges)]
+
+    # Hybrid models: prefix caching (a release default, or --enable-prefix-caching in extraArgs) decides
+    # how many state blocks a request holds; the bound assumes it on unless the input says.
+    central = stage_layouts(row.hybrid_prefix_caching if prefix_caching is None else prefix_caching,
+                            row.mamba2_all_mode and bool(prefix_caching))
+    bounding = central if prefix_caching is not None else stage_layouts(True, False)
+    best: tuple[int, int, float, float, float] | None = None
+    for stage, rng in enumerate(ranges):
+        w = (weights[stage] + (draft if stage == len(ranges) - 1 else 0.0) + absorbed * len(rng)) / GIB
+        w += weights_extra if stage == 0 else 0.0
+        graphs = graph_gib(arch, len(rng), sh, batch, params.enforce_eager)
+        avail = requested - w - act.total - non_torch - (graphs if row.graphs_reserved else 0.0)
+        if row.reserve_includes_fragmentation:
+            avail -= 0.1 * act.total  # V0 <= 0.6 kept torch's cached blocks in the measured peak
+        blocks = central[stage].num_blocks(avail * GIB)
+        if best is None or blocks < best[0] or (blocks == best[0] and avail < best[2]):
+            best = (blocks, stage, avail, w, graphs)
+    assert best is not None
+    _, stage, avail, w_gib, graphs = best
+    layout, layout_low = central[stage], bounding[stage]
+    need = max(lay.need_per_request(max_len, mnbt) for lay in bounding)
+    per_token = layout.page_bytes * sum(1 for kind in _rank_kinds(arch, ranges[-1], draft_layers, True)
+                                        if kind.attention or kind.kind == "linear") / block
+    doubts = list(weights_doubts)
+    doubts.append(Doubt(term=f"activation peak ({row.name} profile)", gib=row.activation_uncertainty * act.total,
+                        pin="a start-up log of this model on this release (its 'Available KV cache memory' "
+                            "line) pins the activation term"))
+    if act_bytes == 4.0:  # one float32 start-up (0.19, H100): the sampler warm-up took 17.0 B per element, not 14.45
+        doubts.append(Doubt(term="float32 activations (sampler warm-up measured 18 % above 16-bit models once)",
+                            gib=FP32_SAMPLER_EXTRA * act.sampler, pin="dtype bfloat16 or float16"))
+    for term, gib in act.approximate.items():
+        doubts.append(Doubt(term=f"{term} (approximate)", gib=gib,
+                            pin="a start-up log of this model pins it"))
+    if non_torch_doubt:
+        pin = ("set nodePools[].interconnect if the GPUs talk over NVLink, or read a start-up log on this box"
+               if gpu.interconnect == "pcie" and sh.tp * sh.dp > 1 else "a start-up log on this release pins it")
+        where = f" at TP {sh.tp} over {gpu.interconnect}" if sh.tp * sh.dp > 1 else ""
+        doubts.append(Doubt(term=f"non-torch memory{where} ({row.name} profile)", gib=non_torch_doubt, pin=pin))
+    if row.graphs_reserved and graphs:
+        doubts.append(Doubt(term="CUDA-graph memory estimate (extrapolated by vLLM from two captures)", gib=graphs,
+                            pin="enforceEager: true removes the CUDA-graph term"))
+    problems = quant_problems(q, params.quantization, None, gpu.cc, gpu.name)
+    # After the cache is allocated vLLM warms the sampler on the same rows as in profiling.
+    warmup = max(act.sampler, act.spec) + (MXFP4_WARMUP_GIB if q.name == "mxfp4" and arch.is_moe else 0.0)
+    return RowRun(row=row.name, seqs=seqs, mnbt=mnbt, block=block, weights=w_gib, activation=act.total,
+                non_torch=non_torch, graphs=graphs, reserved=row.graphs_reserved, available=avail, layout=layout,
+                layout_low=layout_low,
+                need=need, per_token=per_token, doubts=doubts, problems=problems, context=context, warmup=warmup)
+
+
+def profile_activation(config: dict[str, Any], gpu: GpuSpec, params: SizingParams, row: VersionRow) -> Activation:
+    """The activation peak's parts one release row predicts (for calibration against printed logs)."""
+    full = config
+    text = resolve_text_config(config) if "text_config" in config else config
+    arch = parse_arch(text, full)
+    max_len = params.max_model_len or arch.max_len or 0
+    seqs, mnbt = batch_defaults(row, gpu, params, max_len, arch)
+    sh = Sharding(params.tensor_parallel_size, params.pipeline_parallel_size, params.data_parallel_size,
+                  params.enable_expert_parallel)
+    act_bytes = _act_bytes(params)
+    q = quant_scheme(arch.quant, params.quantization, act_bytes)
+    return activation(arch, row, Batch(seqs, mnbt, _spec(params)[1], arch.multimodal), sh, act_bytes, q)
+
+
+def _weights(facts: ModelFacts | dict[str, Any], arch: Arch, params: SizingParams
+             ) -> tuple[list[float], float, list[Doubt], list[str]]:
+    """Per-stage decoder weights, extra weights outside the decoder (vision tower), doubts, warnings."""
+    doubts: list[Doubt] = []
+    warnings: list[str] = []
+    act_bytes = _act_bytes(params)
+    tp, pp = params.tensor_parallel_size, params.pipeline_parallel_size
+    sh = Sharding(tp, pp, params.data_parallel_size, params.enable_expert_parallel)
+    q = quant_scheme(arch.quant, params.quantization, act_bytes)
+    if arch.vocab is None:
+        raise SizingError("config.json lacks vocab_size (needed for the embedding, lm_head and the sampler)")
+    try:
+        weights = weights_bytes_per_rank(arch, sh, q, act_bytes)
+    except SizingError:
+        if not isinstance(facts, ModelFacts) or not (facts.weight_bytes or facts.param_counts):
+            raise
+        # Config too thin for a tensor-by-tensor count: the checkpoint's own size, split evenly.
+        each = checkpoint_bytes(facts, act_bytes, params.quantization) / (tp * pp)
+        weights = [each] * pp
+        warnings.append("weights estimated from the checkpoint size split evenly (config.json incomplete)")
+        doubts.append(Doubt(term="weights from the checkpoint size (config.json incomplete)", gib=0.05 * each / GIB,
+                            pin="a lock entry with the full config.json"))
+    extra = 0.0
+    if arch.vision:
+        vb = vision_bytes(arch, act_bytes) / GIB
+        extra += vb / tp
+        doubts.append(Doubt(term="vision tower weights (approximate shape)", gib=0.3 * vb,
+                            pin="a start-up log (\"Model loading took\") pins the weights"))
+        if tp > 1:
+            doubts.append(Doubt(term="vision tower sharding across TP", gib=vb * (1 - 1 / tp),
+                                pin="a start-up log pins it"))
+    elif arch.multimodal:
+        warnings.append("multimodal model without a vision_config shape: the vision tower is not counted")
+        doubts.append(Doubt(term="vision tower weights (no vision_config)", gib=1.0,
+                            pin="a config.json with vision_config"))
+    if q.upper:
+        doubts.append(Doubt(term=f"quantized weight size ({q.note or q.name})", gib=max(weights) / GIB * q.upper,
+                            pin="a checkpoint whose quantization_config states its format exactly"))
+    return weights, extra, doubts, warnings
 
 
 def estimate(facts: ModelFacts | dict[str, Any], gpu: GpuSpec | None, params: SizingParams,
-             model: str = "") -> Estimate:  # fmt: skip
-    """Predict what vLLM prints for ``params`` on ``gpu`` (None = CPU profile) and judge the fit."""
-    config = facts.text_config() if isinstance(facts, ModelFacts) else facts
-    name = model or (
-        facts.repo if isinstance(facts, ModelFacts) else str(config.get("_name_or_path", "model"))
-    )
-    arch = parse_arch(config)
+             model: str = "", prefix_caching: bool | None = None) -> Estimate:  # fmt: skip
+    """Predict what vLLM prints for ``params`` on ``gpu`` (None = CPU profile) and judge the fit.
+
+    `prefix_caching`: whether the deployment turns prefix caching on (None: the release default, and
+    the bound assumes on); it only changes hybrid models' recurrent state blocks."""
+    if isinstance(facts, ModelFacts):
+        full, config = facts.config, facts.text_config()
+        name = model or facts.repo
+    else:
+        full, config = facts, resolve_text_config(facts) if "text_config" in facts else facts
+        name = model or str(config.get("_name_or_path", "model"))
+    arch = parse_arch(config, full)
     tp, pp = params.tensor_parallel_size, params.pipeline_parallel_size
-    version = parse_vllm_version(params.vllm_version)
-    prof = version_profile(version)
-    act_bytes = _act_bytes(arch, params)
-    kv_bytes = kv_elem_bytes(params.kv_cache_dtype, act_bytes)
-    block = params.block_size or DEFAULT_BLOCK_SIZE
+    choice = choose_version(params.vllm_version)
     derived_len = arch.max_len
     max_len = params.max_model_len or derived_len
     if not max_len:
         raise SizingError("maxModelLen is not set and config.json has no max_position_embeddings")
     problems = parallelism_problems(arch, tp, pp) if gpu is not None else []
-    warnings: list[str] = []
+    warnings: list[str] = [choice.warning] if choice.warning else []
     if derived_len and max_len > derived_len:
         problems.append(
             f"maxModelLen {max_len} is longer than the model's {derived_len} positions (vLLM refuses it "
             f"unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1); use maxModelLen <= {derived_len}"
         )
-    if arch.multimodal:
-        warnings.append("multimodal model: vision/audio tower memory and encoder profiling are not modelled")
-
     if gpu is None:
-        try:  # the weights still live in memory on CPU: report them, the fit is about KV space
-            scheme = quant_scheme(arch, params.quantization, act_bytes)
-            cpu_weights = sum(weights_bytes_per_rank(arch, 1, 1, scheme, act_bytes))
-        except SizingError:
-            cpu_weights = checkpoint_bytes(facts, act_bytes) if isinstance(facts, ModelFacts) else 0.0
-        return _estimate_cpu(arch, name, params, max_len, kv_bytes, block, problems, warnings, prof,
-                             cpu_weights / GIB)
+        return estimate_cpu(arch, facts, name, params, max_len, problems, warnings, choice)
+    return _estimate_gpu(facts, arch, gpu, params, name, max_len, problems, warnings, choice, prefix_caching)
 
-    q = quant_scheme(arch, params.quantization, act_bytes)
-    seqs, mnbt = _defaults(gpu, params, max_len)
-    total = gpu.memory_gib
-    u = params.gpu_memory_utilization
+
+def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, params: SizingParams, name: str,
+                  max_len: int, problems: list[str], warnings: list[str], choice: VersionChoice,
+                  prefix_caching: bool | None) -> Estimate:
+    weights, extra, w_doubts, w_warnings = _weights(facts, arch, params)
+    warnings += w_warnings
+    spec = _spec(params)
+    rows = engine_rows(choice, cc=gpu.cc, quantization=params.quantization, dtype=params.dtype,
+                       kv_cache_dtype=params.kv_cache_dtype)
+    runs = [_run(arch, row, gpu, params, max_len, weights, extra, w_doubts, spec, prefix_caching) for row in rows]
+    # The most conservative row when the release is unknown; rows that leave the same memory differ
+    # only in how vLLM reports it, and the newest convention is the likelier one.
+    least = min(r.available for r in runs)
+    run = [r for r in runs if r.available <= least + 0.01][-1]
+    row = next(r for r in rows if r.name == run.row)
+    problems += run.problems + quant_problems(quant_scheme(arch.quant, params.quantization, _act_bytes(params)),
+                                              params.quantization, choice.version, None, gpu.name)
+    doubts = list(run.doubts)
+    if len(runs) > 1:
+        spread = max(r.available for r in runs) - run.available
+        doubts.append(Doubt(term=f"unknown vLLM release (the most conservative of {len(runs)} profiles is used; "
+                                 f"they differ by {spread:.2f} GiB)", gib=0.0,
+                            pin="pin serving.vllmImage to a release tag"))
+    if not gpu.memory_measured:
+        doubts.append(Doubt(term=f"{gpu.name} total memory ({gpu.memory_source}; taken at its conservative value)",
+                            gib=0.0, pin=f"set nodePools[].gpuMemoryGiB to the total vLLM prints on a {gpu.name}"))
+    total, u = gpu.memory_gib, params.gpu_memory_utilization
     requested = total * u
-    try:
-        weights = weights_bytes_per_rank(arch, tp, pp, q, act_bytes)
-    except SizingError:
-        # Config too thin for a tensor-by-tensor count: fall back to the checkpoint's own size.
-        if not isinstance(facts, ModelFacts):
-            raise
-        total_bytes = checkpoint_bytes(facts, act_bytes)
-        weights = [total_bytes / (tp * pp)] * pp
-        warnings.append("weights estimated from the checkpoint size split evenly (config.json incomplete)")
-    activation = _activation_gib(arch, prof, seqs, mnbt, tp, act_bytes, q)
-    multi = tp * pp > 1
-    non_torch = prof.non_torch_multi_gib if tp > 1 else prof.non_torch_tp1_gib
-    context = prof.context_multi_gib if multi else prof.context_single_gib
-    ranges = pp_layer_ranges(arch.layers, pp)
-
-    # Every rank sizes its own KV; vLLM then uses the smallest block count of all ranks.
-    best: tuple[int, KvLayout, float, float, float] | None = None
-    for stage, rng in enumerate(ranges):
-        layout = kv_layout(arch, rng, tp, kv_bytes, block)
-        graphs = _graph_gib(arch, len(rng), tp, params.enforce_eager)
-        avail = requested - weights[stage] / GIB - activation - non_torch
-        if prof.graphs_reserved:
-            avail -= graphs
-        blocks = layout.num_blocks(avail * GIB)
-        if best is None or blocks < best[0] or (blocks == best[0] and avail < best[2]):
-            best = (blocks, layout, avail, weights[stage] / GIB, graphs)
-    assert best is not None
-    blocks, layout, avail, w_gib, graphs = best
-    need = max(layout.need_per_request(max_len, mnbt) for layout in
-               (kv_layout(arch, r, tp, kv_bytes, block) for r in ranges))  # fmt: skip
-    per_token = layout.page_bytes * len(layout.kinds) / block
-
-    if context > total - requested + 1e-9:
-        problems.append(
-            f"gpuMemoryUtilization {u:.2f} asks for {requested:.2f} GiB but only about "
-            f"{total - context:.2f} GiB of the {total:.2f} GiB is free when vLLM starts; "
-            "use gpuMemoryUtilization <= "
-            f"{math.floor((total - context) / total * 100) / 100:.2f}"
-        )
-    if avail <= 0:
-        problems.append(
-            f"no memory left for the KV cache: {w_gib:.1f} GiB of weights + {activation:.2f} GiB "
-            f"activation + {non_torch:.2f} GiB non-torch exceed the {requested:.1f} GiB budget "
-            f"({u:.2f} x {total:.2f} GiB)"
-        )
-    elif need > avail * GIB:
-        problems.append(
-            f"needs {need / GIB:.1f} GiB KV cache for maxModelLen {max_len} but {avail:.1f} GiB "
-            f"is left after {w_gib:.1f} GiB of weights on one {gpu.name} at utilization {u:.2f}"
-        )
-    # The sampler warm-up after KV allocation runs in what is left outside the KV cache.
-    if not problems:
-        headroom = (total - context - requested) + activation - (0.0 if prof.graphs_reserved else graphs)
-        warm = prof.warmup_bytes_per_element * min(seqs, mnbt) * (arch.vocab or 0) / GIB
-        if warm > headroom:
-            problems.append(
-                f"the sampler warm-up with {min(seqs, mnbt)} dummy requests needs about {warm:.2f} GiB "
-                f"but only {headroom:.2f} GiB stays free after weights, KV cache and CUDA graphs on one "
-                f"{gpu.name}; "
-                "vLLM would fail with 'CUDA out of memory occurred when warming up sampler' - lower "
-                "maxNumSeqs or gpuMemoryUtilization"
-            )
-
-    fit_len = (
-        largest_fitting_len(layout, avail * GIB, mnbt, block, derived_len or max_len) if avail > 0 else 0
-    )
+    if gpu.unified_memory:
+        doubts.append(Doubt(term="unified memory: the operating system's use of the same memory changes what vLLM "
+                                 "finds free at start-up", gib=0.05 * total,
+                            pin="measure free memory on the node and set gpuMemoryUtilization below it"))
+    if gpu.shared:
+        doubts.append(Doubt(term="GPU shared by time-slicing: other engines may allocate while this one profiles, "
+                                 "and vLLM counts the drop in free memory against this model",
+                            gib=max(total - requested - run.context, 0.0),
+                            pin="give the model whole GPUs (time-slicing off)"))
+    gap = sum(d.gib for d in doubts)
+    layout: KvLayout = run.layout
+    low: KvLayout = run.layout_low
+    if low.recurrent_blocks != layout.recurrent_blocks:
+        doubts.append(Doubt(term=f"prefix caching for the recurrent layers ({low.recurrent_blocks} state blocks per "
+                                 f"request in the bound, {layout.recurrent_blocks} in the estimate)", gib=0.0,
+                            pin="state --enable-prefix-caching or --no-enable-prefix-caching"))
+    avail, avail_low = run.available, run.available - gap
+    blocks, blocks_low = layout.num_blocks(avail * GIB), low.num_blocks(avail_low * GIB)
+    mnbt = run.mnbt
+    tokens_rule = row.tokens_from_concurrency
+    problems += budget_problems(run, gpu, params, avail, avail_low, max_len, requested)
+    fit_len = (largest_fitting_len(low, avail_low * GIB, mnbt, run.block, arch.max_len or max_len)
+               if avail_low > 0 else 0)
     return Estimate(
-        model=name, gpu=gpu.name, vllm_profile=prof.name, tensor_parallel_size=tp, pipeline_parallel_size=pp,
-        max_model_len=max_len, max_num_seqs=seqs, max_num_batched_tokens=mnbt, block_size=block,
-        total_gib=total, requested_gib=requested, weights_gib=w_gib, activation_gib=activation,
-        non_torch_gib=non_torch, cuda_graph_gib=graphs, cuda_graph_reserved=prof.graphs_reserved,
-        available_kv_gib=avail, kv_bytes_per_token=per_token, num_blocks=blocks,
-        kv_cache_tokens=layout.tokens(blocks), need_per_request_gib=need / GIB,
-        max_concurrency=layout.concurrency(blocks, max_len, mnbt), fits=not problems,
-        problems=problems, warnings=warnings, max_fitting_model_len=fit_len,
-    )  # fmt: skip
-
-
-def _estimate_cpu(arch: Arch, name: str, params: SizingParams, max_len: int, kv_bytes: float, block: int,
-                  problems: list[str], warnings: list[str], prof: VersionProfile,
-                  weights_gib: float) -> Estimate:  # fmt: skip
-    """CPU profile: no GPU fit; the KV space (``cpuKvCacheGiB``) must hold one max-length request."""
-    layout = kv_layout(arch, range(arch.layers), 1, kv_bytes, block)
-    mnbt = params.max_num_batched_tokens or max_len
-    space = (params.cpu_kv_cache_gib or 0.0) * GIB
-    blocks = layout.num_blocks(space)
-    need = layout.need_per_request(max_len, mnbt)
-    if params.cpu_kv_cache_gib is None:
-        problems.append("CPU serving needs cpuKvCacheGiB (VLLM_CPU_KVCACHE_SPACE) to be set")
-    elif need > space:
-        fit = largest_fitting_len(layout, space, mnbt, block, max_len)
-        problems.append(
-            f"needs {need / GIB:.2f} GiB KV cache for maxModelLen {max_len} but cpuKvCacheGiB is "
-            f"{params.cpu_kv_cache_gib:g}; raise cpuKvCacheGiB to {math.ceil(need / GIB * 100) / 100:g} "
-            f"or use maxModelLen <= {fit}"
-        )
-    return Estimate(
-        model=name, gpu="cpu", vllm_profile=prof.name, tensor_parallel_size=1, pipeline_parallel_size=1,
-        max_model_len=max_len, max_num_seqs=params.max_num_seqs or 256, max_num_batched_tokens=mnbt,
-        block_size=block, total_gib=0.0, requested_gib=0.0, weights_gib=weights_gib, activation_gib=0.0,
-        non_torch_gib=0.0, cuda_graph_gib=0.0, cuda_graph_reserved=False,
-        available_kv_gib=space / GIB, kv_bytes_per_token=layout.page_bytes * len(layout.kinds) / block,
-        num_blocks=blocks, kv_cache_tokens=layout.tokens(blocks), need_per_request_gib=need / GIB,
-        max_concurrency=layout.concurrency(blocks, max_len, mnbt), fits=not problems, problems=problems,
-        warnings=warnings, max_fitting_model_len=largest_fitting_len(layout, space, mnbt, block, max_len),
-        cpu=True,
+        model=name, gpu=gpu.name, vllm_profile=run.row, tensor_parallel_size=params.tensor_parallel_size,
+        pipeline_parallel_size=params.pipeline_parallel_size, max_model_len=max_len, max_num_seqs=run.seqs,
+        max_num_batched_tokens=mnbt, block_size=run.block, total_gib=total, requested_gib=requested,
+        weights_gib=run.weights, activation_gib=run.activation, non_torch_gib=run.non_torch,
+        cuda_graph_gib=run.graphs, cuda_graph_reserved=run.reserved, available_kv_gib=avail,
+        kv_bytes_per_token=run.per_token, num_blocks=blocks,
+        kv_cache_tokens=layout.tokens(blocks, max_len, mnbt, tokens_rule), need_per_request_gib=run.need / GIB,
+        max_concurrency=layout.concurrency(blocks, max_len, mnbt), available_kv_gib_bound=avail_low,
+        kv_cache_tokens_bound=low.tokens(blocks_low, max_len, mnbt, tokens_rule),
+        max_concurrency_bound=low.concurrency(blocks_low, max_len, mnbt),
+        doubts=[d for d in doubts if d.gib > 0.005 or d.gib == 0.0], fits=not problems, problems=problems,
+        warnings=warnings, max_fitting_model_len=fit_len,
     )  # fmt: skip

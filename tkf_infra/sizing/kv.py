@@ -1,7 +1,10 @@
 """The KV cache as vLLM's cache manager lays it out: pages per layer group, blocks, tokens, concurrency.
 
-Full, sliding-window and MLA layers differ in bytes per token and in how many blocks one request
-holds; hybrid models share one block table across groups of layers.
+Full, sliding-window, chunked and MLA layers differ in bytes per token and in how many blocks one
+request holds; recurrent layers (gated delta net, Mamba2) keep a fixed state per request, padded to
+the attention page, and raise the attention block size until a page holds it. Hybrid models share one
+block pool across groups of layers (vllm/v1/core/kv_cache_utils.py; group sizes per release in
+`versions`). The V0 engine had none of this: one block spans every layer at full length.
 """
 
 from __future__ import annotations
@@ -10,6 +13,9 @@ from dataclasses import dataclass
 
 from tkf_infra.sizing.arch import Arch, LayerKind
 from tkf_infra.sizing.params import SizingError
+
+#: vllm/model_executor/models/config.py@v0.16.0:429 — FlashAttention block sizes are multiples of 16.
+KERNEL_BLOCK_ALIGNMENT = 16
 
 
 def kv_elem_bytes(kv_cache_dtype: str, act_bytes: float) -> float:
@@ -20,73 +26,145 @@ def kv_elem_bytes(kv_cache_dtype: str, act_bytes: float) -> float:
     raise SizingError(f"kvCacheDtype {kv_cache_dtype!r} is not known: use auto, fp8, fp8_e4m3 or fp8_e5m2")
 
 
+def recurrent_state_bytes(arch: Arch, tp: int, act_bytes: float, spec_tokens: int) -> float:
+    """Bytes of one request's state in one recurrent layer (conv state + SSM/temporal state).
+
+    vllm/model_executor/layers/mamba/mamba_utils.py@v0.16.0:174-197 (gated delta net); the SSM
+    state's dtype follows the config's mamba_ssm_dtype (vllm/model_executor/models/config.py@v0.17.0:630-645)."""
+    r = arch.recurrent
+    if r is None:
+        return 0.0
+    ssm_bytes = 4.0 if (r.ssm_dtype or "").lower() in ("float32", "fp32") else act_bytes
+    conv = (r.conv_kernel - 1 + spec_tokens) * r.conv_dim / tp * act_bytes
+    ssm = r.heads / tp * r.head_dim * r.state_dim * ssm_bytes
+    return conv + ssm
+
+
 @dataclass(frozen=True)
 class KvLayout:
     """KV layout of one PP rank: per-layer page bytes grouped as vLLM's KV cache manager does."""
 
     block_size: int
-    page_bytes: float  # bytes of one block of one layer
-    kinds: tuple[LayerKind, ...]
+    page_bytes: float  # bytes of one block of one layer (recurrent pages padded to this)
+    groups: tuple[LayerKind, ...]  # one kind per group (hybrid) / one per layer (uniform)
     group_size: int  # layers sharing one tensor (hybrid) or 1 for uniform
-    groups: tuple[LayerKind, ...]  # one entry per group (hybrid) / per layer (uniform)
     hybrid: bool
+    v0: bool = False
+    recurrent_blocks: int = 1
+    """Blocks one request holds in a recurrent group (1 + speculative tokens; +1 with prefix caching)."""
+    recurrent_per_len: bool = False
+    """Mamba 'all' cache mode: a state per block of the sequence, plus the speculative blocks."""
 
     @property
-    def bytes_per_block_all_layers(self) -> float:
-        return self.page_bytes * self.group_size * len(self.groups)
+    def bytes_per_block(self) -> float:
+        """What one block id costs across the rank's layers (the divisor of the KV budget)."""
+        if self.hybrid:
+            return self.page_bytes * self.group_size
+        return self.page_bytes * len(self.groups)
 
     def blocks_for(self, kind: LayerKind, max_len: int, mnbt: int) -> int:
+        if self.v0:
+            return -(-max_len // self.block_size)
+        if kind.kind == "linear":
+            if self.recurrent_per_len:
+                return -(-max_len // self.block_size) + self.recurrent_blocks - 1
+            return self.recurrent_blocks
         if kind.kind == "sliding" and kind.window:
             tokens = min(kind.window - 1 + mnbt, max_len)
             return -(-tokens // self.block_size) + 1
+        if kind.kind == "chunked" and kind.window:
+            return -(-min(kind.window + mnbt, max_len) // self.block_size)
         return -(-max_len // self.block_size)
+
+    def blocks_per_request(self, max_len: int, mnbt: int) -> int:
+        if self.hybrid:
+            return sum(self.blocks_for(k, max_len, mnbt) for k in self.groups)
+        return self.blocks_for(self.groups[0], max_len, mnbt) if self.groups else 0
 
     def need_per_request(self, max_len: int, mnbt: int) -> float:
         """Bytes one max-length request needs on this rank (vLLM's start-up check)."""
-        return sum(self.blocks_for(k, max_len, mnbt) for k in self.groups) * self.page_bytes * self.group_size
+        if self.hybrid:
+            return self.blocks_per_request(max_len, mnbt) * self.page_bytes * self.group_size
+        return sum(self.blocks_for(k, max_len, mnbt) for k in self.groups) * self.page_bytes
 
     def num_blocks(self, available: float) -> int:
-        if available <= 0:
+        if available <= 0 or not self.groups:
             return 0
-        return int(
-            available // (self.page_bytes * self.group_size * (len(self.groups) if not self.hybrid else 1))
-        )
+        return int(available // self.bytes_per_block)
 
-    def tokens(self, num_blocks: int) -> int:
+    def tokens(self, num_blocks: int, max_len: int, mnbt: int, from_concurrency: bool) -> int:
+        """vLLM's "GPU KV cache size: N tokens" for `num_blocks` blocks."""
+        if from_concurrency and not self.v0:
+            return int(self.concurrency(num_blocks, max_len, mnbt) * max_len)
         if self.hybrid:
             return (num_blocks // len(self.groups)) * self.block_size
         return num_blocks * self.block_size
 
     def concurrency(self, num_blocks: int, max_len: int, mnbt: int) -> float:
-        if self.hybrid:
-            per_req = sum(self.blocks_for(k, max_len, mnbt) for k in self.groups)
-        else:
-            per_req = self.blocks_for(self.groups[0], max_len, mnbt) if self.groups else 0
+        if self.v0:
+            return num_blocks * self.block_size / max_len if max_len else 0.0
+        per_req = self.blocks_per_request(max_len, mnbt)
         return num_blocks / per_req if per_req else 0.0
 
 
-def kv_layout(arch: Arch, layer_range: range, tp: int, kv_bytes: float, block_size: int) -> KvLayout:
-    kinds = tuple(arch.layer_kinds[i] for i in layer_range)
+def attention_page(arch: Arch, tp: int, kv_bytes: float, block_size: int) -> float:
+    """Bytes of one block of one attention layer on one rank."""
     if arch.mla:
         m = arch.mla
-        page = (
-            block_size * (m["kv_lora_rank"] + m["qk_rope_head_dim"]) * kv_bytes
-        )  # latent, no x2, replicated
-    else:
-        page = 2 * block_size * max(1, arch.kv_heads // tp) * arch.head_dim * kv_bytes
+        return block_size * (m["kv_lora_rank"] + m["qk_rope_head_dim"]) * kv_bytes  # latent, no x2, replicated
+    return 2 * block_size * max(1, arch.kv_heads // tp) * arch.head_dim * kv_bytes
+
+
+def hybrid_block_size(arch: Arch, tp: int, kv_bytes: float, act_bytes: float, spec_tokens: int,
+                      requested: int | None) -> int:
+    """The attention block size vLLM sets so one attention page holds a recurrent state.
+
+    vllm/model_executor/models/config.py@v0.16.0:383-503 (HybridAttentionMambaModelConfig): the
+    smallest multiple of 16 tokens whose page is at least the state; a larger user value is kept."""
+    state = recurrent_state_bytes(arch, tp, act_bytes, spec_tokens)
+    per_token = attention_page(arch, tp, kv_bytes, 1)
+    block = KERNEL_BLOCK_ALIGNMENT * -(-int(state) // int(KERNEL_BLOCK_ALIGNMENT * per_token))
+    return max(block, requested or 0)
+
+
+def recurrent_blocks(arch: Arch, spec_tokens: int, prefix_caching: bool, *, all_mode: bool,
+                     checkpoint_block: bool) -> tuple[int, bool]:
+    """Blocks one request holds per recurrent layer group, and whether they grow with its length.
+
+    vllm/v1/kv_cache_interface.py (MambaSpec.max_memory_usage_bytes): mode 'none' (no prefix caching)
+    1 + speculative; 'align' 2 + speculative (+1 prefill checkpoint for Mamba2 from 0.32); 'all'
+    (Mamba2 with prefix caching in 0.16-0.25) one per block of the sequence + speculative."""
+    if not prefix_caching:
+        return 1 + spec_tokens, False
+    mamba2 = arch.recurrent is not None and arch.recurrent.style == "mamba2"
+    if all_mode and mamba2:
+        return 1 + spec_tokens, True
+    return 2 + spec_tokens + (1 if checkpoint_block and mamba2 else 0), False
+
+
+def kv_layout(arch: Arch, kinds: tuple[LayerKind, ...], tp: int, kv_bytes: float, block_size: int, *,
+              group_ratio: float, v0: bool = False, recurrent_blocks: int = 1,
+              recurrent_per_len: bool = False) -> KvLayout:
+    """Group the rank's layers the way the release does (`group_ratio`: see VersionRow)."""
+    page = attention_page(arch, tp, kv_bytes, block_size)
+    attn = tuple(k for k in kinds if k.attention or k.kind == "linear")
+    if v0:
+        full = tuple(LayerKind("mla" if arch.mla else "full") for k in attn if k.attention)
+        return KvLayout(block_size, page, full, 1, hybrid=False, v0=True)
     types: dict[LayerKind, int] = {}
-    for k in kinds:
+    for k in attn:
         types[k] = types.get(k, 0) + 1
     if len(types) <= 1:
-        return KvLayout(block_size, page, kinds, 1, kinds, hybrid=False)
+        return KvLayout(block_size, page, attn, 1, hybrid=False)
     counts = list(types.values())
     g = min(counts)
-    if max(counts) < 1.5 * min(counts):
+    if group_ratio > 1.0 and max(counts) < group_ratio * min(counts):
         g = max(counts)
     groups: list[LayerKind] = []
     for kind, count in types.items():
         groups.extend([kind] * -(-count // g))
-    return KvLayout(block_size, page, kinds, g, tuple(groups), hybrid=True)
+    return KvLayout(block_size, page, tuple(groups), g, hybrid=True, recurrent_blocks=recurrent_blocks,
+                    recurrent_per_len=recurrent_per_len)
 
 
 def largest_fitting_len(layout: KvLayout, available: float, mnbt: int, block: int, limit: int) -> int:

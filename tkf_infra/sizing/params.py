@@ -12,6 +12,8 @@ Pydantic in lax mode also undoes the Pulumi wire's habit of turning integers int
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
 GIB = 2**30
@@ -29,6 +31,10 @@ class SizingParams(BaseModel):
 
     tensor_parallel_size: int = Field(1, ge=1)
     pipeline_parallel_size: int = Field(1, ge=1)
+    data_parallel_size: int = Field(1, ge=1)
+    """Engine replicas inside one deployment; with expert parallelism they share the experts."""
+    enable_expert_parallel: bool = False
+    """MoE experts are split across the TP x DP ranks instead of each expert being TP-sharded."""
     max_model_len: int | None = None
     gpu_memory_utilization: float = 0.9
     max_num_seqs: int | None = None
@@ -38,6 +44,8 @@ class SizingParams(BaseModel):
     kv_cache_dtype: str = "auto"
     block_size: int | None = None
     enforce_eager: bool = False
+    speculative_config: dict[str, Any] | None = None
+    """vLLM's --speculative-config: method (mtp, eagle, eagle3, ngram, draft_model), num_speculative_tokens."""
     cpu_kv_cache_gib: float | None = None
     """KV space of the CPU profile (VLLM_CPU_KVCACHE_SPACE); None on GPUs."""
     vllm_version: str

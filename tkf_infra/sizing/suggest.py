@@ -1,4 +1,5 @@
-"""The way out of a no-fit: the smallest tensor parallelism that fits, the longest context that fits.
+"""The way out of a no-fit: the smallest tensor parallelism that fits, the longest context that fits,
+and, when only the doubt refuses a model, the input that would remove the doubt.
 
 A refusal a user cannot act on is only half a check; every message ends with what would fit.
 """
@@ -8,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tkf_infra.sizing.estimate import Estimate, estimate
+from tkf_infra.sizing.estimate import Estimate
+from tkf_infra.sizing.estimate import estimate as _estimate
 from tkf_infra.sizing.facts import ModelFacts
 from tkf_infra.sizing.gpus import GpuSpec
 from tkf_infra.sizing.params import SizingError, SizingParams
@@ -33,8 +35,12 @@ class Suggestion:
 
 
 def suggest(facts: ModelFacts | dict[str, Any], gpu: GpuSpec, params: SizingParams, max_tp: int = 8,
-            current: Estimate | None = None) -> Suggestion:  # fmt: skip
-    """Smallest power-of-two-or-divisor TP (<= max_tp) that fits, and the largest fitting maxModelLen."""
+            current: Estimate | None = None, prefix_caching: bool | None = None) -> Suggestion:  # fmt: skip
+    """Smallest TP (<= max_tp) that fits, and the largest fitting maxModelLen (both judged on the bound)."""
+
+    def estimate(f: ModelFacts | dict[str, Any], g: GpuSpec, p: SizingParams) -> Estimate:
+        return _estimate(f, g, p, prefix_caching=prefix_caching)
+
     cur = current or estimate(facts, gpu, params)
     best_tp: int | None = None
     for tp in range(1, max_tp + 1):
@@ -58,8 +64,32 @@ def suggest(facts: ModelFacts | dict[str, Any], gpu: GpuSpec, params: SizingPara
     return Suggestion(best_tp, fit_len)
 
 
+def doubt_text(est: Estimate) -> str | None:
+    """What separates estimate and bound, largest first, and which input would remove the largest doubt."""
+    if est.cpu:
+        return None
+    ranked = sorted(est.doubts, key=lambda d: -d.gib)
+    sized = [d for d in ranked if d.gib > 0]
+    notes = [d for d in ranked if d.gib == 0]
+    if not sized and not notes:
+        return None
+    parts = [f"{d.term} {d.gib:.2f} GiB" for d in sized[:4]]
+    head = (f"bound {est.kv_cache_tokens_bound:,} tokens ({est.available_kv_gib_bound:.2f} GiB) vs estimate "
+            f"{est.kv_cache_tokens:,} ({est.available_kv_gib:.2f} GiB)")
+    text = head + (": " + "; ".join(parts) if parts else "")
+    if notes:
+        text += "; also " + "; ".join(d.term for d in notes)
+    pins = [d.pin for d in (sized[:1] + notes)]
+    return text + "; to remove the doubt: " + "; ".join(dict.fromkeys(pins))
+
+
 def fit_message(est: Estimate, sugg: Suggestion | None) -> str:
-    """One line a user can act on: model, numbers, and the way out."""
+    """One line a user can act on: model, numbers (estimate and bound), the doubt and the way out."""
     reasons = "; ".join(est.problems)
     way = f"; {sugg.text()}" if sugg else ""
-    return f"model {est.model}: {reasons}{way}"
+    doubt = ""
+    if est.available_kv_gib > 0 and est.bound_gap_gib > 0.005 and est.doubts:
+        top = max(est.doubts, key=lambda d: d.gib)
+        doubt = (f" (the estimate leaves {est.available_kv_gib:.2f} GiB / {est.kv_cache_tokens:,} tokens; the bound "
+                 f"{est.available_kv_gib_bound:.2f} GiB mostly because of {top.term}: {top.pin})")
+    return f"model {est.model}: {reasons}{doubt}{way}"

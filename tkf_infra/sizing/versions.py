@@ -1,85 +1,309 @@
-"""Which vLLM release runs, and the overhead constants that change between releases.
+"""Which vLLM release runs, and how that release budgets GPU memory at start-up: one table.
 
-Activation peak, non-torch memory and CUDA-graph memory are how vLLM's own start-up profiling
-budgets memory; each release does it a little differently, so the constants are per release range.
+Each row is a range of releases that profile memory the same way, read from vLLM's own source at
+the release tags (wheels from PyPI, `vllm/...` paths; line numbers are at the named tag). The image
+tag selects the row. A version we cannot read, or one outside every row, selects the row that leaves
+the least KV cache for the model at hand, and the estimate says so (`VersionChoice.warning`).
+
+What differs between rows (see docs/sizing.md for the whole accounting):
+- the engine (V0 `worker.py` vs V1 `gpu_worker.py`) and how the KV budget is measured;
+- the sampler warm-up inside the profile run, which sets most of the activation peak;
+- whether the CUDA-graph memory estimate is taken out of the KV budget (default since 0.20);
+- how hybrid layers are grouped and how "GPU KV cache size: N tokens" is computed;
+- the batch defaults (max_num_seqs, max_num_batched_tokens) by GPU size.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from tkf_infra.sizing.params import SizingError
-
-
-def parse_vllm_version(text: str) -> tuple[int, int, int]:
-    """Accept ``0.11.0``, ``v0.11.0`` or an image ref such as ``vllm/vllm-openai:v0.11.0``."""
-    tag = text.rsplit(":", 1)[-1] if ":" in text else text
-    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", tag)
-    if not match:
-        raise SizingError(
-            f"cannot read a vLLM version from {text!r}: pin the image to a release tag such as "
-            "vllm/vllm-openai:v0.19.0 (a floating tag like 'latest' cannot be sized)"
-        )
-    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+Version = tuple[int, int, int]
 
 
 @dataclass(frozen=True)
-class VersionProfile:
-    """Constants that change between vLLM releases.
-
-    ``sampler_bytes_per_element`` x max_num_seqs x vocab is the sampler's share of the profiled
-    activation peak; ``warmup_bytes_per_element`` is what the sampler warm-up after KV allocation
-    needs (fp32 logits + sorted values + int64 indices + probabilities + noise = 24 B).
-    """
+class VersionRow:
+    """How one range of vLLM releases sizes its KV cache. Memory figures are GiB per GPU rank."""
 
     name: str
-    sampler_bytes_per_element: float
-    activation_base_gib: float
-    non_torch_tp1_gib: float
-    non_torch_multi_gib: float
-    context_single_gib: float
-    context_multi_gib: float
-    graphs_reserved: bool
-    warmup_bytes_per_element: float = 24.0
-    source: str = ""
+    first: Version
+    last: Version
+    """Inclusive: the last release of the range (patch 99 covers every patch release)."""
+    engine: str
+    """"v0" (`vllm/worker/worker.py`) or "v1" (`vllm/v1/worker/gpu_worker.py`)."""
+    sources: tuple[str, ...]
+    """The source lines this row follows, as path@tag:lines."""
+    sampler_sort_bytes: float
+    """Profiled bytes per logits element when the sampler warm-up sorts (PyTorch top-k/top-p)."""
+    sampler_fast_bytes: float | None = None
+    """Bytes per element on the sort-free path (Triton top-k/top-p), when this release has it."""
+    sampler_fast_min_rows: int = 8
+    activation_base_gib: float = 0.123
+    sampler_all_ranks: bool = True
+    """V1 samples on every rank of the last PP stage; V0 only on the driver (TP rank 0)."""
+    non_torch_tp1_gib: float = 0.25
+    non_torch_multi_gib: float = 2.15
+    """Non-torch growth at TP > 1 on NVLink boards (NCCL/NVLS, custom all-reduce buffers)."""
+    non_torch_multi_pcie_gib: float = 0.6
+    """The same on PCIe boards: no NVLS and no NVLink all-reduce buffers (not measured: see bound)."""
+    context_single_gib: float = 0.51
+    context_multi_gib: float = 1.55
+    """Memory in use before vLLM's start-up snapshot (CUDA context, NCCL): must fit outside the budget."""
+    graphs_reserved: bool = False
+    """The CUDA-graph memory estimate is subtracted from the KV budget."""
+    reserve_includes_fragmentation: bool = False
+    """V0 <= 0.6 measured the drop in free memory without emptying torch's cache after profiling."""
+    hybrid_group_ratio: float = 1.5
+    """Layer groups take the largest type's count when max < ratio x min (1.0: always the smallest)."""
+    tokens_from_concurrency: bool = False
+    """"GPU KV cache size" = int(concurrency x max_model_len) instead of blocks // groups x block."""
+    hybrid_prefix_caching: bool = False
+    """Prefix caching is on by default for hybrid (recurrent) models, so their state is cached in
+    mamba 'align' mode: 2 + speculative blocks per request and recurrent layer instead of 1 + speculative."""
+    mamba2_checkpoint_block: bool = False
+    """Mamba2 layers hold one more block per request in 'align' mode (prefill checkpoint)."""
+    mla_absorbed_weights: bool = False
+    """V0 MLA keeps absorbed copies of the attention matrices beside the weights (0.7.x)."""
+    mamba2_all_mode: bool = False
+    """Prefix caching puts Mamba2 layers in 'all' mode: one state per block of the sequence
+    (vllm/model_executor/models/config.py@v0.19.0:436-445; from 0.26 'align' for every model)."""
+    defaults_xl_gib: float | None = None
+    """GPUs with at least this much memory get 16384 batched tokens by default."""
+    defaults_exclude_a100: bool = True
+    v0_fallback: tuple[str, ...] = ()
+    """Conditions under which these releases run the V0 engine instead (`_is_v1_supported_oracle`)."""
+    calibration: str = ""
+    activation_uncertainty: float = 0.25
+    """Relative uncertainty of the activation peak outside the calibrated range."""
+    non_torch_uncertainty_gib: float = 0.3
 
 
-# v0.19: fitted on the 29 H100 start-ups in tests/data/calibration (activation = 0.123 GiB +
-# 14.45 B x seqs x vocab; non-torch 0.24-0.27 GiB at TP1, 2.06-2.21 GiB at TP>1; memory in use
-# before vLLM's snapshot 0.51 GiB single-GPU, 1.43-1.55 GiB multi-GPU).
-_V019 = VersionProfile(
-    "v0.19-calibrated",
-    14.45,
-    0.123,
-    0.25,
-    2.15,
-    0.51,
-    1.55,
-    False,
-    source="fitted on vLLM 0.19.0 H100 start-up logs (llm-d-planner PR 205)",
+_V0_SRC = "vllm/worker/worker.py@v{t}:{a}-{b} (determine_num_available_blocks)"
+
+ROWS: tuple[VersionRow, ...] = (
+    VersionRow(
+        "v0.5-0.6 (V0, free-memory drop)", (0, 5, 0), (0, 6, 99), "v0",
+        sources=(_V0_SRC.format(t="0.6.3", a=205, b=255),
+                 "vllm/worker/model_runner.py@v0.6.3:1203 (profile_run: max_num_seqs prompts, mnbt tokens)",
+                 "vllm/engine/arg_utils.py@v0.6.3:115 (max_num_seqs 256)"),
+        sampler_sort_bytes=40.0, activation_base_gib=0.05, sampler_all_ranks=False,
+        non_torch_tp1_gib=0.05, non_torch_multi_gib=2.1, non_torch_multi_pcie_gib=0.6,
+        reserve_includes_fragmentation=True, hybrid_group_ratio=1.0, defaults_exclude_a100=False,
+        calibration="not calibrated (no 0.5/0.6 start-up in the case files): V0 sampler as measured for 0.7-0.10",
+        activation_uncertainty=0.4, non_torch_uncertainty_gib=0.5),
+    VersionRow(
+        "v0.7 (V0, memory_profiling, MLA absorption)", (0, 7, 0), (0, 7, 99), "v0",
+        sources=(_V0_SRC.format(t="0.7.1", a=204, b=271),
+                 "vllm/attention/backends/mla/utils.py@v0.7.1:313-395 (absorbed MLA matrices, default on)",
+                 "vllm/envs.py@v0.7.3:546-547 (VLLM_MLA_PERFORM_MATRIX_ABSORPTION default 1)",
+                 "vllm/utils.py@v0.7.1:2011-2060 (memory_profiling: weights + torch peak + non-torch)",
+                 "vllm/worker/worker.py@v0.7.1:141-166 (baseline snapshot before NCCL init)",
+                 "vllm/worker/model_runner.py@v0.8.5:1233-1333 (profile_run / _dummy_run)",
+                 "vllm/config.py@v0.8.5:1967-1984 (mnbt = max(max_model_len, 2048) without chunked prefill)",
+                 "vllm/engine/arg_utils.py@v0.8.5:1504-1563 (chunked prefill above 32K; max_num_seqs 256)"),
+        sampler_sort_bytes=40.0, activation_base_gib=0.05, sampler_all_ranks=False,
+        non_torch_tp1_gib=0.05, non_torch_multi_gib=2.1, non_torch_multi_pcie_gib=0.6, hybrid_group_ratio=1.0,
+        defaults_exclude_a100=False, mla_absorbed_weights=True,
+        calibration="8x A100 40GB TP8 start-up (0.7.1, MLA): non-torch 2.10 GiB at TP8; weights within 0.3 % with "
+                    "the absorbed copies",
+        activation_uncertainty=0.3),
+    VersionRow(
+        "v0.8-0.10 (V0, memory_profiling)", (0, 8, 0), (0, 10, 99), "v0",
+        sources=(_V0_SRC.format(t="0.8.5", a=225, b=292),
+                 "vllm/utils.py@v0.8.5:2176-2252 (memory_profiling: weights + torch peak + non-torch)",
+                 "vllm/worker/worker.py@v0.8.5:162-185 (baseline snapshot before NCCL init)",
+                 "vllm/worker/model_runner.py@v0.8.5:1233-1333 (profile_run / _dummy_run)",
+                 "vllm/config.py@v0.8.5:1967-1984 (mnbt = max(max_model_len, 2048) without chunked prefill)",
+                 "vllm/engine/arg_utils.py@v0.8.5:1504-1563 (chunked prefill above 32K; max_num_seqs 256)"),
+        sampler_sort_bytes=40.0, activation_base_gib=0.05, sampler_all_ranks=False,
+        non_torch_tp1_gib=0.05, non_torch_multi_gib=2.1, non_torch_multi_pcie_gib=0.6, hybrid_group_ratio=1.0,
+        defaults_exclude_a100=False,
+        calibration="V0 start-ups (0.8.x) on RTX 2060 12GB, RTX 4070 Laptop (GGUF), RTX 3090 (w4a16 MoE): activation "
+                    "within 0.1 GiB, non-torch 0.02-0.06 GiB",
+        activation_uncertainty=0.3),
+    VersionRow(
+        "v0.8-0.10 (V1)", (0, 8, 0), (0, 10, 99), "v1",
+        sources=("vllm/v1/worker/gpu_worker.py@v0.9.1:183-232 (determine_available_memory)",
+                 "vllm/utils.py@v0.9.1:2342-2415 (memory_profiling)",
+                 "vllm/v1/worker/gpu_worker.py@v0.9.1:135-153 (snapshot taken before NCCL init)",
+                 "vllm/v1/worker/gpu_model_runner.py@v0.9.1:1866,1942 (_dummy_sampler_run, profile_run)",
+                 "vllm/v1/sample/ops/topk_topp_sampler.py@v0.9.1:20-60 (FlashInfer sampler by default)",
+                 "vllm/engine/arg_utils.py@v0.8.5:1292-1400 (V0 fallback: cc < 8.0, gguf, fp32, fp8 KV)",
+                 "vllm/engine/arg_utils.py@v0.9.1:1551-1566 (1024 seqs / 8192 tokens on >= 70 GiB, not A100)"),
+        sampler_sort_bytes=32.0, non_torch_tp1_gib=0.15, non_torch_multi_gib=2.1, hybrid_group_ratio=1.0,
+        v0_fallback=("cc<8.0", "gguf", "float32", "fp8-kv-pre-hopper"),
+        calibration="one V1 start-up (0.9.1 dev, H100, EAGLE): available KV within 1%",
+        activation_uncertainty=0.3),
+    VersionRow(
+        "v0.11-0.16", (0, 11, 0), (0, 16, 99), "v1",
+        sources=("vllm/v1/worker/gpu_worker.py@v0.11.0:222-303 (determine_available_memory)",
+                 "vllm/utils/__init__.py@v0.11.0:2783-2859 (memory_profiling)",
+                 "vllm/v1/worker/gpu_worker.py@v0.11.0:169-182 (snapshot after NCCL init)",
+                 "vllm/v1/sample/ops/topk_topp_sampler.py@v0.16.0:243-283 (sort-based top-k/top-p)",
+                 "vllm/v1/core/kv_cache_utils.py@v0.13.0:1015-1023 (group size: max when max < 1.25 x min)",
+                 "vllm/engine/arg_utils.py@v0.16.0:1874-1895 (batch defaults)"),
+        sampler_sort_bytes=38.6, activation_base_gib=0.0, non_torch_tp1_gib=0.13, non_torch_multi_gib=0.55,
+        non_torch_multi_pcie_gib=0.55, hybrid_group_ratio=1.25,
+        mamba2_all_mode=True,
+        calibration="llm-d H100 runs on 0.11 (activation 38.4-38.9 B per logits element, non-torch 0.13/0.55 GiB) "
+                    "and an L40S 0.11 start-up (KV tokens within 1%)",
+        activation_uncertainty=0.2),
+    VersionRow(
+        "v0.17-0.19", (0, 17, 0), (0, 19, 99), "v1",
+        sources=("vllm/v1/worker/gpu_worker.py@v0.19.0:332-483 (determine_available_memory; graph estimate "
+                 "computed, not applied)",
+                 "vllm/envs.py@v0.19.0:1654-1655 (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 0)",
+                 "vllm/utils/mem_utils.py@v0.19.0:197-279 (memory_profiling)",
+                 "vllm/v1/sample/ops/topk_topp_sampler.py@v0.17.0:245-256 (Triton top-k/top-p for >= 8 rows)",
+                 "vllm/v1/core/kv_cache_utils.py@v0.19.0:1040-1050 (group size: max when max < 1.5 x min)",
+                 "vllm/v1/core/kv_cache_utils.py@v0.19.0:1290-1310 (tokens = blocks // groups x block)"),
+        sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, hybrid_group_ratio=1.5,
+        mamba2_all_mode=True,
+        calibration="29 H100 start-ups of 0.19.0 (llm-d-planner PR 205): KV tokens median 0.02%",
+        activation_uncertainty=0.08, non_torch_uncertainty_gib=0.1),
+    VersionRow(
+        "v0.20", (0, 20, 0), (0, 20, 99), "v1",
+        sources=("vllm/envs.py@v0.20.0:1724-1725 (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 1)",
+                 "vllm/v1/worker/gpu_worker.py@v0.20.0:379-424 (available = requested - non-KV - graph estimate)",
+                 "vllm/utils/mem_utils.py@v0.20.0:191-273 (memory_profiling)"),
+        sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, graphs_reserved=True,
+        mamba2_all_mode=True,
+        calibration="accounting as 0.19 plus the graph estimate (no 0.20 start-up in the case files)"),
+    VersionRow(
+        "v0.21-0.25", (0, 21, 0), (0, 25, 99), "v1",
+        sources=("vllm/v1/worker/gpu_worker.py@v0.24.0:400-553 (determine_available_memory)",
+                 "vllm/v1/core/kv_cache_utils.py@v0.21.0:1700-1712 (tokens = int(concurrency x max_model_len))",
+                 "vllm/v1/worker/gpu_model_runner.py@v0.21.0:5702 (sampler warmed twice; same peak)",
+                 "vllm/utils/mem_utils.py@v0.24.0:229-311 (memory_profiling)",
+                 "vllm/config/model.py@v0.25.0:1883-1888 (no prefix caching by default for hybrid models)",
+                 "vllm/v1/kv_cache_interface.py@v0.22.0:582-591 (mamba state blocks: align 2 + spec, none 1 + spec)"),
+        sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, graphs_reserved=True, tokens_from_concurrency=True,
+        mamba2_all_mode=True,
+        calibration="accounting as 0.20 (one 0.22 start-up without its memory lines: RTX 3090 TP2 hybrid MTP)"),
+    VersionRow(
+        "v0.26", (0, 26, 0), (0, 26, 99), "v1",
+        sources=("vllm/v1/worker/gpu_worker.py@v0.26.0:448-608 (determine_available_memory)",
+                 "vllm/config/model.py@v0.26.0:1895-1897 (hybrid models: prefix caching on by default)",
+                 "vllm/v1/kv_cache_interface.py@v0.26.0:710-720 (align mode: 2 + spec state blocks per request)"),
+        sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, graphs_reserved=True, tokens_from_concurrency=True,
+        hybrid_prefix_caching=True,
+        calibration="accounting as 0.21 (no 0.26 start-up in the case files)"),
+    VersionRow(
+        "v0.27-0.29", (0, 27, 0), (0, 29, 99), "v1",
+        sources=("vllm/utils/mem_utils.py@v0.27.0:234-326 (non-KV = drop in free memory + transient peak)",
+                 "vllm/v1/worker/gpu_worker.py@v0.27.0:460-612 (determine_available_memory)",
+                 "vllm/engine/arg_utils.py@v0.28.0:2582-2590 (16384 batched tokens on >= 160 GiB)"),
+        sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, graphs_reserved=True, tokens_from_concurrency=True,
+        defaults_xl_gib=160.0, hybrid_prefix_caching=True,
+        calibration="accounting as 0.21 with the mem_get_info form (no pinned 0.27-0.29 start-up in the files)"),
+    VersionRow(
+        "v0.30-0.31", (0, 30, 0), (0, 31, 99), "v1",
+        sources=("vllm/v1/worker/gpu_worker.py@v0.30.0:528-689 (determine_available_memory)",
+                 "vllm/v1/sample/ops/topk_topp_sampler.py@v0.30.0:368-375 (Triton top-k/top-p at any batch)",
+                 "vllm/v1/kv_cache_interface.py@v0.30.0:1034-1044 (align mode: 2 + spec state blocks per request)"),
+        sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, sampler_fast_min_rows=0, graphs_reserved=True,
+        tokens_from_concurrency=True, defaults_xl_gib=160.0, hybrid_prefix_caching=True,
+        calibration="accounting as 0.32 (no 0.30/0.31 start-up in the case files)"),
+    VersionRow(
+        "v0.32", (0, 32, 0), (0, 32, 99), "v1",
+        sources=("vllm/v1/worker/gpu_worker.py@v0.32.0:634-808 (determine_available_memory)",
+                 "vllm/utils/mem_utils.py@v0.32.0:230-321 (non-KV = total consumed + transient peak headroom)",
+                 "vllm/v1/worker/gpu_worker.py@v0.32.0:700-744 (graph estimate applied by default)",
+                 "vllm/v1/worker/gpu_model_runner.py@v0.32.0:6133 (profile_run), 5927-5990 (_dummy_sampler_run)",
+                 "vllm/v1/sample/ops/topk_topp_sampler.py@v0.32.0:460-470 (Triton top-k/top-p at any batch)",
+                 "vllm/v1/core/kv_cache_utils.py@v0.32.0:1195-1228,2300-2309 (concurrency and token capacity)",
+                 "vllm/engine/arg_utils.py@v0.32.0:2920-2951 (batch defaults: 160 GiB / 70 GiB tiers)",
+                 "vllm/config/model.py@v0.32.0:2259-2261 (hybrid models: prefix caching on by default)",
+                 "vllm/v1/kv_cache_interface.py@v0.32.0:1076-1082 (align: 2 + spec + prefill-checkpoint blocks)",
+                 "vllm/model_executor/layers/mamba/mamba_mixer2.py@v0.32.0:1098-1108 (Mamba2: one checkpoint block)"),
+        sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, sampler_fast_min_rows=0, graphs_reserved=True,
+        tokens_from_concurrency=True, defaults_xl_gib=160.0, hybrid_prefix_caching=True, mamba2_checkpoint_block=True,
+        calibration="accounting read from 0.32.0; constants as 0.19 (no pinned 0.30-0.32 start-up in the files)"),
 )
-# v0.11: sampler-dominated activation of ~39 B per element and non-torch 0.13 / 0.55 GiB, as
-# reported by llm-d's H100 measurements (sizing reference, table b). Used for every release before
-# 0.19 because it is the larger (safer) of the two measured profiles.
-_V011 = VersionProfile(
-    "v0.11-reference",
-    39.0,
-    0.0,
-    0.13,
-    0.55,
-    0.51,
-    1.55,
-    False,
-    source="llm-d empirical results for vLLM 0.11 (sizing reference table b)",
-)
 
 
-def version_profile(version: tuple[int, int, int]) -> VersionProfile:
-    if version < (0, 19, 0):
-        return _V011
-    if version >= (0, 21, 0):
-        # CUDA-graph memory is reserved out of the KV budget by default since v0.21.
-        return replace(_V019, name="v0.21+-graphs-reserved", graphs_reserved=True)
-    return _V019
+@dataclass(frozen=True)
+class VersionChoice:
+    """The release to size for: one row, or every candidate row when the version is unknown."""
 
+    text: str
+    version: Version | None
+    rows: tuple[VersionRow, ...]
+    warning: str | None = None
+    engine: str | None = None
+    """An engine the deployment forces (VLLM_USE_V1=0/1 on 0.8-0.10), written as a `-v0`/`-v1` suffix."""
+
+
+
+_UNKNOWN_ENGINE = re.compile(r"^unknown(?:[-_ ](v0|v1))?$", re.IGNORECASE)
+_FORCED_ENGINE = re.compile(r"^(.+)[-_ ](v0|v1)$", re.IGNORECASE)
+
+
+def parse_vllm_version(text: str) -> Version | None:
+    """``0.11.0``, ``v0.11.0`` or an image ref such as ``vllm/vllm-openai:v0.11.0``; None if unreadable."""
+    tag = text.rsplit(":", 1)[-1] if ":" in text else text
+    match = re.search(r"(?<![\d.])v?(\d+)\.(\d+)(?:\.(\d+))?", tag)
+    if not match:
+        return None
+    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+
+
+def rows_for_version(version: Version) -> tuple[VersionRow, ...]:
+    return tuple(r for r in ROWS if r.first <= version <= r.last)
+
+
+def choose_version(text: str) -> VersionChoice:
+    """The rows that describe `text`. Unknown or unsupported versions get every candidate row."""
+    hint = _UNKNOWN_ENGINE.match(text.strip())
+    if hint:
+        engine = (hint.group(1) or "").lower()
+        rows = tuple(r for r in ROWS if not engine or r.engine == engine)
+        what = f"an unknown {engine.upper()} release" if engine else "an unknown release"
+        return VersionChoice(text, None, rows, _warn(what))
+    forced = _FORCED_ENGINE.match(text.strip())
+    engine = forced.group(2).lower() if forced else None
+    version = parse_vllm_version(forced.group(1) if forced else text)
+    if version is None:
+        return VersionChoice(text, None, ROWS, _warn(f"{text!r}, which names no release"))
+    rows = tuple(r for r in rows_for_version(version) if engine is None or r.engine == engine)
+    if not rows and engine:  # the release has no such engine: the suffix does not apply
+        rows, engine = rows_for_version(version), None
+    if not rows:
+        newest = max(r.last for r in ROWS)
+        where = "newer than" if version > newest else "older than"
+        return VersionChoice(text, version, ROWS, _warn(f"vLLM {'.'.join(map(str, version))}, {where} every "
+                                                        "release the table describes"))
+    return VersionChoice(text, version, rows, engine=engine)
+
+
+def _warn(what: str) -> str:
+    return (f"vLLM version: the image runs {what}, so the estimate uses the most conservative release profile "
+            "for this model; pin serving.vllmImage to a release tag (e.g. vllm/vllm-openai:v0.32.0) for an exact "
+            "profile")
+
+
+def engine_rows(choice: VersionChoice, *, cc: tuple[int, int] | None, quantization: str | None,
+                dtype: str, kv_cache_dtype: str) -> tuple[VersionRow, ...]:
+    """The rows that can run this deployment: 0.8-0.10 pick V0 or V1 by the V1 oracle's conditions."""
+    if choice.engine:
+        return choice.rows
+    reasons = set()
+    if cc is not None and cc < (8, 0):
+        reasons.add("cc<8.0")
+    if (quantization or "").lower() == "gguf":
+        reasons.add("gguf")
+    if dtype.lower() in ("float32", "fp32", "float"):
+        reasons.add("float32")
+    if kv_cache_dtype.startswith("fp8") and cc is not None and cc < (9, 0):
+        reasons.add("fp8-kv-pre-hopper")
+    v1_rows = [r for r in choice.rows if r.engine == "v1" and r.v0_fallback]
+    falls_back = any(reasons & set(r.v0_fallback) for r in v1_rows)
+    keep = []
+    for r in choice.rows:
+        if r.engine == "v1" and r.v0_fallback and reasons & set(r.v0_fallback):
+            continue  # this release would start the V0 engine instead
+        if (r.engine == "v0" and v1_rows and not falls_back and choice.version is not None
+                and any(v.first <= choice.version <= v.last for v in v1_rows)):
+            continue  # a V1 release that does not fall back
+        keep.append(r)
+    return tuple(keep) or choice.rows

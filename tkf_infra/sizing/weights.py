@@ -2,7 +2,10 @@
 
 Counted tensor by tensor from ``config.json`` with vLLM's sharding rules: TP splits linears and the
 (padded) vocabulary, KV projections are replicated when there are fewer KV heads than ranks,
-norms and routers are replicated, PP gives each rank its slice of layers.
+norms and routers are replicated, PP gives each rank its slice of layers. MoE experts are split
+across TP x DP ranks — TP-sharded without expert parallelism, whole experts per rank with it
+(vllm/model_executor/layers/fused_moe/config.py@v0.32.0:1128-1240). Vision towers and speculative
+draft layers are added where the deployment loads them.
 """
 
 from __future__ import annotations
@@ -12,60 +15,27 @@ from dataclasses import dataclass
 from tkf_infra.sizing.arch import VOCAB_PADDING, Arch, parse_arch, pp_layer_ranges, round_up
 from tkf_infra.sizing.facts import ModelFacts, bytes_of_counts
 from tkf_infra.sizing.params import SizingError
+from tkf_infra.sizing.quant import QuantScheme, quant_scheme
 
 
 @dataclass(frozen=True)
-class QuantScheme:
-    """Bytes per element for each tensor class once vLLM has loaded the model."""
+class Sharding:
+    """How the ranks split the model: TP within a replica, PP stages, DP replicas, expert parallelism."""
 
-    name: str
-    linear: float  # attention/MLP projections
-    expert: float  # MoE experts
-    other: float  # embeddings, lm_head, norms, routers (kept in the activation dtype)
-    expert_pad: int = 1  # experts' intermediate size per rank is padded to this multiple
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: bool = False
 
-
-def quant_scheme(arch: Arch, quantization: str | None, act_bytes: float) -> QuantScheme:
-    """Pick per-class bytes from ``--quantization`` and the checkpoint's quantization_config."""
-    qc = arch.quant or {}
-    method = str(quantization or qc.get("quant_method") or "").lower()
-    method = method.replace("_marlin", "").replace("-marlin", "")
-    if not method or method in ("none", "null"):
-        return QuantScheme("none", act_bytes, act_bytes, act_bytes)
-    bits = int(qc.get("bits") or qc.get("w_bit") or 4)
-    group = int(qc.get("group_size") or qc.get("q_group_size") or 128)
-    if method == "compressed-tensors":
-        groups = qc.get("config_groups") or {}
-        weights = next((g.get("weights") for g in groups.values() if isinstance(g, dict)), None) or {}
-        nbits = int(weights.get("num_bits") or 8)
-        if weights.get("type") == "float" or (nbits == 8 and weights.get("type") != "int"):
-            return QuantScheme("compressed-tensors-fp8", 1.0, 1.0, act_bytes)
-        bits, group = nbits, int(weights.get("group_size") or 128)
-        method = "gptq"
-    if method in ("fp8", "fbgemm_fp8", "modelopt", "ptpc_fp8"):
-        return QuantScheme(method, 1.0, 1.0, act_bytes)
-    if method in ("awq", "gptq", "awq_marlin", "gptq_marlin", "gptq_bitblas"):
-        g = group if group > 0 else 4096
-        per = bits / 8 + 2 / g + (bits / 8 / g)  # packed weights + fp16 scales + packed zeros
-        return QuantScheme(method, per, per, act_bytes)
-    if method == "mxfp4":
-        # 4-bit values + one E8M0 scale per 32; attention stays in the activation dtype. The
-        # expert intermediate size is padded to a multiple of 256 for the kernels.
-        return QuantScheme("mxfp4", act_bytes, 0.5 + 1 / 32, act_bytes, expert_pad=256)
-    if method in ("bitsandbytes", "bnb"):
-        return QuantScheme("bitsandbytes", 0.5 + 1 / 64, 0.5 + 1 / 64, act_bytes)
-    if method in ("nvfp4", "modelopt_fp4"):
-        return QuantScheme(method, 0.5625, 0.5625, act_bytes)
-    raise SizingError(
-        f"quantization {method!r} is not modelled: use one of awq, gptq, fp8, compressed-tensors, "
-        "mxfp4, bitsandbytes, nvfp4 (or none)"
-    )
+    @property
+    def moe_ranks(self) -> int:
+        return self.tp * self.dp
 
 
-def _layer_bytes(arch: Arch, idx: int, tp: int, q: QuantScheme) -> float:
+def _attention_bytes(arch: Arch, tp: int, q: QuantScheme) -> tuple[float, float]:
+    """(quantizable linear elements, other elements) of one attention block on one rank."""
     h, hd = arch.hidden, arch.head_dim
-    lin = 0.0  # quantizable linear elements on this rank
-    other = float(arch.norms_per_layer * h)
+    lin, other = 0.0, 0.0
     if arch.mla:
         m = arch.mla
         qk = m["qk_nope_head_dim"] + m["qk_rope_head_dim"]
@@ -78,51 +48,105 @@ def _layer_bytes(arch: Arch, idx: int, tp: int, q: QuantScheme) -> float:
         lin += m["kv_lora_rank"] * arch.heads * (m["qk_nope_head_dim"] + m["v_head_dim"]) / tp
         lin += arch.heads * m["v_head_dim"] * h / tp
         other += m["kv_lora_rank"]
-    else:
-        kv_rank = max(1, arch.kv_heads // tp)  # replicated when there are fewer KV heads than ranks
-        q_out = arch.heads * hd / tp
-        lin += h * q_out + 2 * h * kv_rank * hd + q_out * h
-        if arch.qkv_bias or arch.all_bias:
-            other += q_out + 2 * kv_rank * hd
-        if arch.all_bias:
-            other += h
-        if arch.qk_norm:
-            other += 2 * hd
-        if arch.model_type == "gpt_oss":
-            other += arch.heads / tp  # attention sinks
-    expert_elems = 0.0
+        return lin, other
+    kv_rank = max(1, arch.kv_heads // tp)  # replicated when there are fewer KV heads than ranks
+    q_out = arch.heads * hd / tp
+    lin += h * q_out * (2 if arch.q_gate else 1) + 2 * h * kv_rank * hd + q_out * h
+    if arch.qkv_bias or arch.all_bias:
+        other += q_out + 2 * kv_rank * hd
+    if arch.all_bias:
+        other += h
+    if arch.qk_norm:
+        other += 2 * hd
+    if arch.model_type == "gpt_oss":
+        other += arch.heads / tp  # attention sinks
+    return lin, other
+
+
+def mla_absorbed_bytes(arch: Arch, tp: int, act_bytes: float) -> float:
+    """Per-layer copies vLLM 0.7's V0 MLA backend builds after loading (matrix absorption, on by default).
+
+    vllm/attention/backends/mla/utils.py@v0.7.1:313-395: W_Q_UK (q_in x heads*kv_lora), W_UV_O
+    (heads*kv_lora x hidden) and W_QR (q_in x heads*rope) are new tensors in the activation dtype;
+    W_UK/W_UV are views of kv_b_proj. They count in "Loading model weights took"."""
+    m = arch.mla
+    if m is None:
+        return 0.0
+    heads = arch.heads / tp
+    q_in = m["q_lora_rank"] or arch.hidden
+    per_layer = q_in * heads * m["kv_lora_rank"] + heads * m["kv_lora_rank"] * arch.hidden
+    per_layer += q_in * heads * m["qk_rope_head_dim"]
+    return per_layer * act_bytes
+
+
+def _recurrent_bytes(arch: Arch, tp: int) -> tuple[float, float]:
+    """(linear, other) elements of one gated-delta-net / Mamba2 mixer on one rank."""
+    r = arch.recurrent
+    assert r is not None
+    h = arch.hidden
+    if r.style == "gdn":
+        value = r.heads * r.head_dim
+        lin = h * (r.conv_dim + value + 2 * r.heads) / tp + value * h / tp  # in_proj qkv, z, b, a; out_proj
+        other = (r.conv_dim * r.conv_kernel + 2 * r.heads) / tp + r.head_dim  # conv1d, A_log, dt_bias, norm
+        return lin, other
+    inter = r.intermediate
+    lin = h * (2 * inter + 2 * r.groups * r.state_dim + r.heads) / tp + inter * h / tp
+    other = (r.conv_dim * r.conv_kernel + 3 * r.heads + inter) / tp
+    return lin, other
+
+
+def _mlp_bytes(arch: Arch, idx: int, sh: Sharding, q: QuantScheme) -> float:
+    h = arch.hidden
+    mlp_q = q.mlp if q.mlp is not None else q.linear
     if arch.is_moe and arch.moe_layers[idx]:
         inter = arch.moe_intermediate or 0
-        inter_rank = round_up(inter // tp, q.expert_pad)
-        expert_elems = arch.num_experts * (3 if arch.gated_mlp else 2) * h * inter_rank
+        mats = 3 if arch.gated_mlp else 2
+        if sh.ep:
+            experts_rank = -(-arch.num_experts // sh.moe_ranks)
+            expert_elems = experts_rank * mats * h * inter
+            inter_rank = inter
+        else:
+            inter_rank = round_up(inter // sh.moe_ranks, q.expert_pad)
+            expert_elems = arch.num_experts * mats * h * inter_rank
+            experts_rank = arch.num_experts
+        other = h * arch.num_experts  # router, replicated
         if arch.model_type == "gpt_oss":  # expert biases, kept in fp32
-            other += arch.num_experts * (2 * inter_rank + h) * 2
-        other += h * arch.num_experts  # router, replicated
-        if arch.shared_intermediate:
-            lin += 3 * h * arch.shared_intermediate / tp
-            if arch.model_type in ("qwen2_moe",):
-                other += h
-    elif arch.intermediate:
+            other += experts_rank * (2 * inter_rank + h) * 2
+        shared = 3 * h * arch.shared_intermediate / sh.tp * mlp_q if arch.shared_intermediate else 0.0
+        if arch.shared_intermediate and arch.model_type in ("qwen2_moe",):
+            other += h
+        return expert_elems * q.expert + shared + other * q.other
+    if arch.intermediate:
         n_mats = 3 if arch.gated_mlp else 2
-        lin += n_mats * h * arch.intermediate / tp
-        if arch.all_bias:
-            other += arch.intermediate / tp + h
-    return lin * q.linear + expert_elems * q.expert + other * q.other
+        extra = (arch.intermediate / sh.tp + h) * q.other if arch.all_bias else 0.0
+        return n_mats * h * arch.intermediate / sh.tp * mlp_q + extra
+    return 0.0
 
 
-def weights_bytes_per_rank(arch: Arch, tp: int, pp: int, q: QuantScheme, act_bytes: float) -> list[float]:
+def layer_bytes(arch: Arch, idx: int, sh: Sharding, q: QuantScheme) -> float:
+    """Bytes of decoder layer `idx` on one rank."""
+    kind = arch.layer_kinds[idx] if idx < len(arch.layer_kinds) else None
+    if kind is not None and kind.kind == "linear" and arch.recurrent is not None:
+        lin, other = _recurrent_bytes(arch, sh.tp)
+    else:
+        lin, other = _attention_bytes(arch, sh.tp, q)
+    other += arch.norms_per_layer * arch.hidden
+    return lin * q.linear + other * q.other + _mlp_bytes(arch, idx, sh, q)
+
+
+def weights_bytes_per_rank(arch: Arch, sh: Sharding, q: QuantScheme, act_bytes: float) -> list[float]:
     """Bytes each PP stage's rank holds after loading (one entry per PP rank)."""
     if arch.vocab is None:
         raise SizingError("config.json lacks vocab_size (needed for the embedding and lm_head)")
     if not arch.is_moe and arch.intermediate is None:
         raise SizingError("config.json lacks intermediate_size")
-    vocab_rank = round_up(arch.vocab, VOCAB_PADDING) / tp
-    emb = vocab_rank * arch.hidden * q.other
-    rotary = (arch.max_len or 0) * arch.rotary_dim * act_bytes  # cos/sin cache buffer
+    vocab_rank = round_up(arch.vocab, VOCAB_PADDING) / sh.tp
+    emb = vocab_rank * arch.hidden * (q.embed if q.embed is not None else q.other)
+    rotary = (arch.rope_positions or arch.max_len or 0) * arch.rotary_dim * act_bytes  # cos/sin cache buffers
     out: list[float] = []
-    ranges = pp_layer_ranges(arch.layers, pp)
+    ranges = pp_layer_ranges(arch.layers, sh.pp)
     for stage, rng in enumerate(ranges):
-        total = sum(_layer_bytes(arch, i, tp, q) for i in rng) + rotary
+        total = sum(layer_bytes(arch, i, sh, q) for i in rng) + rotary
         first, last = stage == 0, stage == len(ranges) - 1
         if first:
             total += emb
@@ -132,6 +156,42 @@ def weights_bytes_per_rank(arch: Arch, tp: int, pp: int, q: QuantScheme, act_byt
                 total += emb  # lm_head (a tied head is materialised on the last rank under PP)
         out.append(total)
     return out
+
+
+def vision_bytes(arch: Arch, act_bytes: float) -> float:
+    """A ViT tower and its projector from ``vision_config`` (kept in the activation dtype, unsharded).
+
+    Approximate: layer count, width and MLP size are read; patch/position embeddings and the
+    projector are the usual shapes (the bound carries +30 %)."""
+    v = arch.vision
+    if not v:
+        return 0.0
+    h, inter, layers = v["hidden"], v["intermediate"], v["layers"]
+    per_layer = 4 * h * h + 4 * h + 2 * h * inter + inter + h + 4 * h
+    patch = v["channels"] * v["patch"] ** 2 * h * 2
+    out = v["out"] or arch.hidden
+    projector = 4 * h * 4 * h + 4 * h * out if v["out"] else h * out
+    return (layers * per_layer + patch + projector) * act_bytes
+
+
+def draft_bytes(arch: Arch, method: str, sh: Sharding, q: QuantScheme) -> tuple[float, int]:
+    """(bytes, extra attention layers) a speculative-decoding drafter adds on one rank.
+
+    MTP reuses the checkpoint's MTP layers (one decoder layer each, plus the hidden-state projection;
+    embedding and LM head are shared). EAGLE/EAGLE3 drafts are one decoder layer of the target's
+    shape plus their input projection; ngram needs no GPU memory."""
+    if method in ("ngram", "suffix", "") or not method:
+        return 0.0, 0
+    h = arch.hidden
+    last = arch.layers - 1
+    if method in ("mtp", "deepseek_mtp", "qwen3_next_mtp", "ernie_mtp"):
+        n = max(arch.mtp_layers, 1)
+        return n * (layer_bytes(arch, last, sh, q) + 2 * h * h / sh.tp * q.linear + 4 * h * q.other), n
+    if method in ("eagle", "eagle3", "eagle-3", "medusa"):
+        fc = (3 if method.startswith("eagle3") or method == "eagle-3" else 2) * h * h * q.other
+        return layer_bytes(arch, 0, Sharding(sh.tp, 1, 1, False), q) + fc, 1
+    raise SizingError(f"speculative method {method!r} loads a separate draft model the lock does not describe: "
+                      "use method mtp (checkpoint's own MTP layers), eagle, eagle3 or ngram")
 
 
 def checkpoint_bytes(facts: ModelFacts, act_bytes: float = 2.0, quantization: str | None = None) -> int:
@@ -149,4 +209,5 @@ def checkpoint_bytes(facts: ModelFacts, act_bytes: float = 2.0, quantization: st
     if facts.parameter_count:
         return int(facts.parameter_count * act_bytes)
     arch = parse_arch(facts.text_config())
-    return int(sum(weights_bytes_per_rank(arch, 1, 1, quant_scheme(arch, quantization, act_bytes), act_bytes)))
+    scheme = quant_scheme(arch.quant, quantization, act_bytes)
+    return int(sum(weights_bytes_per_rank(arch, Sharding(), scheme, act_bytes)))

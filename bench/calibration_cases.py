@@ -1,0 +1,201 @@
+"""A calibration case (what vLLM printed, in /work/shared/calibration's format) as product inputs.
+
+Why here and not in the product: the case format is a research artefact. Translating a case means
+choosing the same inputs a user would give the product — the GPU by name through `find_gpu`, the
+model's config.json, the serving flags — and nothing the log printed as a result.
+
+Config sources, in order: the case's `config_file` (relative to the case file), a config library
+(`INDEX.json` beside this repo's calibration configs, mapping a model id to a sourced config),
+`--lock` entries, then the inline `model_facts`. A case none of them can size is skipped with the
+field that is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tkf_infra.sizing.facts import resolve_text_config
+from tkf_infra.sizing.gpus import GpuSpec, find_gpu
+from tkf_infra.sizing.params import SizingError, SizingParams
+
+ROOT = Path(__file__).resolve().parent.parent
+LIBRARY = ROOT / "tests" / "data" / "calibration" / "configs"
+
+_INLINE_KEYS = (
+    "model_type", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "hidden_size", "intermediate_size", "moe_intermediate_size", "vocab_size", "sliding_window",
+    "max_position_embeddings", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
+    "q_lora_rank", "n_routed_experts", "num_experts", "num_local_experts", "num_experts_per_tok",
+    "n_shared_experts", "first_k_dense_replace", "tie_word_embeddings", "torch_dtype",
+)  # fmt: skip
+_GGUF_TYPE = re.compile(r"(?<![A-Za-z0-9])(I?Q\d_[A-Z0-9]+(?:_[SML])?|Q\d_\d|F16|BF16|F32)(?![A-Za-z0-9])",
+                        re.IGNORECASE)
+
+
+class CaseSkipped(Exception):
+    """The case lacks an input the product needs; the message names it."""
+
+
+@dataclass(frozen=True)
+class CaseInputs:
+    config: dict[str, Any]
+    config_source: str
+    gpu: GpuSpec
+    params: SizingParams
+    co_resident: bool
+    prefix_caching: bool | None = None
+
+
+def _library() -> dict[str, dict[str, Any]]:
+    index = LIBRARY / "INDEX.json"
+    if not index.exists():
+        return {}
+    data: dict[str, dict[str, Any]] = json.loads(index.read_text())
+    return data
+
+
+def lock_configs(path: Path | None) -> dict[str, dict[str, Any]]:
+    if path is None or not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    out: dict[str, dict[str, Any]] = {}
+    for entry in data.get("models", []):
+        if entry.get("config") and "config" not in entry.get("unknown_fields", []):
+            out.setdefault(str(entry["repo"]), entry["config"])
+    return out
+
+
+def case_config(case: dict[str, Any], folder: Path, lock: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], str]:
+    """The checkpoint's full config.json (multimodal configs keep their vision part) and its source."""
+    facts = case.get("model_facts") or {}
+    model = str(case.get("model") or "")
+    library = _library()
+    own = facts.get("config_file") and (folder / facts["config_file"]).exists()
+    direct = str(facts.get("facts_match") or "").startswith("direct")
+    entry = library.get(model)
+    if entry is not None and not (own and direct):
+        # The library holds this exact checkpoint; the case's own file is a sibling's.
+        return json.loads((LIBRARY / entry["file"]).read_text()), f"library: {entry['match']}"
+    if own:
+        return json.loads((folder / facts["config_file"]).read_text()), "config_file"
+    if model in lock:
+        return lock[model], "lock"
+    cfg = {k: facts[k] for k in _INLINE_KEYS if facts.get(k) is not None}
+    if facts.get("text_model_type"):
+        cfg["model_type"] = facts["text_model_type"]
+    if "kv_lora_rank" in cfg and "model_type" not in cfg:
+        cfg["model_type"] = "deepseek_v2"
+    return cfg, "inline model_facts"
+
+
+def case_gpu(case: dict[str, Any]) -> GpuSpec:
+    """The product's own GPU resolution; a printed CUDA total replaces the table's figure."""
+    label = str(case.get("gpu") or "")
+    gpu = find_gpu(label)
+    printed = case.get("gpu_total_memory_gib_printed")
+    if gpu is None:
+        raise CaseSkipped(f"GPU {label!r} is not in the GPU table (tkf_infra/sizing/gpus.py)")
+    if printed is not None:
+        gpu = gpu.with_memory(float(printed), "printed in the case")
+    if (case.get("other_printed") or {}).get("co_resident"):
+        gpu = gpu.model_copy(update={"shared": True})
+    return gpu
+
+
+#: Where each release logs its start-up lines ("file.py:line" -> releases), read from the PyPI wheels'
+#: sources (tests/data/calibration/README.md). A log quoted without its version still names the release.
+LOG_LINES = ROOT / "tests" / "data" / "calibration" / "vllm_log_lines.json"
+
+
+def release_from_log(quotes: list[str]) -> str | None:
+    """The release whose source lines the quoted log lines come from, when they agree on one row."""
+    from tkf_infra.sizing.versions import parse_vllm_version, rows_for_version
+
+    table: dict[str, list[str]] = json.loads(LOG_LINES.read_text())
+    candidates: set[str] | None = None
+    for quote in quotes:
+        for file, line in re.findall(r"\[([a-z_]+\.py):(\d+)\]", quote):
+            releases = table.get(f"{file}:{line}")
+            if releases:
+                candidates = set(releases) if candidates is None else candidates & set(releases)
+    if not candidates:
+        return None
+    rows = {tuple(r.name for r in rows_for_version(parse_vllm_version(v) or (0, 0, 0))) for v in candidates}
+    return min(candidates, key=lambda v: parse_vllm_version(v) or (0, 0, 0)) if len(rows) == 1 else None
+
+
+def _version(case: dict[str, Any]) -> str:
+    """The release (from the case, else from its log lines) and the engine the case ran (VLLM_USE_V1)."""
+    engine = str(case.get("engine") or "").lower()
+    release = case.get("vllm_version") or release_from_log([str(q) for q in case.get("log_quote") or []])
+    if release:
+        return f"{release}-{engine}" if engine in ("v0", "v1") else str(release)
+    return f"unknown-{engine}" if engine in ("v0", "v1") else "unknown"
+
+
+def _prefix_caching(case: dict[str, Any]) -> bool | None:
+    """The case's --enable-prefix-caching / --no-enable-prefix-caching, when its log shows it."""
+    printed = case.get("other_printed") or {}
+    for where in (printed, printed.get("non_default_args") or {}):
+        if isinstance(where.get("enable_prefix_caching"), bool):
+            return bool(where["enable_prefix_caching"])
+    if "prefix caching on" in str(printed.get("mamba_cache_mode") or ""):
+        return True
+    return None
+
+
+def case_params(case: dict[str, Any], config: dict[str, Any]) -> tuple[SizingParams, dict[str, Any]]:
+    """Serving flags as the case passed them; GGUF file types are read from the served file's name."""
+    quant = case.get("quantization")
+    if quant == "gguf":
+        match = _GGUF_TYPE.search(str(case.get("model") or ""))
+        if not match:
+            raise CaseSkipped("GGUF case without the .gguf file's type (Q8_0, Q4_K_M, ...) in its model name")
+        text = resolve_text_config(config) if "text_config" in config else dict(config)
+        config = {**config, **({} if "text_config" in config else text),
+                  "quantization_config": {"quant_method": "gguf", "ggml_type": match.group(1).upper()}}
+    spec = (case.get("other_printed") or {}).get("speculative_config")
+    params = SizingParams(
+        tensor_parallel_size=int(case.get("tensor_parallel_size") or 1),
+        pipeline_parallel_size=int(case.get("pipeline_parallel_size") or 1),
+        max_model_len=case.get("max_model_len"),
+        gpu_memory_utilization=float(case.get("gpu_memory_utilization") or 0.9),
+        max_num_seqs=case.get("max_num_seqs"),
+        max_num_batched_tokens=case.get("max_num_batched_tokens"),
+        dtype=str(case.get("dtype") or "auto"),
+        quantization=quant,
+        kv_cache_dtype=str(case.get("kv_cache_dtype") or "auto"),
+        enforce_eager=bool(case.get("enforce_eager")),
+        block_size=case.get("block_size") if not _hybrid_block(case) else None,
+        speculative_config=spec if isinstance(spec, dict) else None,
+        vllm_version=_version(case),
+    )
+    return params, config
+
+
+def _hybrid_block(case: dict[str, Any]) -> bool:
+    """A block size the case records as vLLM's own choice for a hybrid model is not a user input."""
+    return any("block_size" in str(x) and "not a user flag" in str(x) for x in case.get("inferred_fields") or [])
+
+
+def case_inputs(case: dict[str, Any], folder: Path, lock: dict[str, dict[str, Any]]) -> CaseInputs:
+    config, source = case_config(case, folder, lock)
+    gpu = case_gpu(case)
+    try:
+        params, config = case_params(case, config)
+    except SizingError as exc:
+        raise CaseSkipped(str(exc)) from exc
+    co = bool((case.get("other_printed") or {}).get("co_resident"))
+    return CaseInputs(config, source, gpu, params, co, _prefix_caching(case))
+
+
+def family(case: dict[str, Any]) -> str:
+    """Model family for leave-one-family-out: the first word of the model name (llama, qwen, gemma…)."""
+    name = str(case.get("model") or "").split("/")[-1].lower()
+    name = re.sub(r"^meta-(?=llama)", "", name)  # Meta-Llama-3.1 is the llama family
+    match = re.match(r"[a-z]+", name)
+    return match.group(0) if match else name or "?"

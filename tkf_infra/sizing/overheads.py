@@ -1,0 +1,169 @@
+"""What vLLM's start-up profile charges besides weights: activation peak, non-torch memory, CUDA graphs.
+
+The profile run (`profile_run` in the V1 model runner, `_dummy_run` in V0) pushes one batch of
+`max_num_batched_tokens` tokens split over `min(max_num_seqs, tokens)` requests through the model,
+after the multimodal encoder has run on a dummy batch, and then warms the sampler up on one logits
+row per request. The torch peak of that run is the activation term (`memory_profiling` in
+vllm/utils/mem_utils.py). Each part below names what it follows; the constants that cannot be read
+from source are calibrated per release row (`versions`) and carry an uncertainty.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tkf_infra.sizing.arch import Arch
+from tkf_infra.sizing.gpus import GpuSpec
+from tkf_infra.sizing.params import GIB
+from tkf_infra.sizing.quant import QuantScheme
+from tkf_infra.sizing.versions import VersionRow
+from tkf_infra.sizing.weights import Sharding
+
+#: Fused-MoE intermediate caches are sized for at most this many tokens per chunk
+#: (VLLM_FUSED_MOE_CHUNK_SIZE default, vllm/envs.py@v0.19.0).
+MOE_CHUNK_TOKENS = 32768
+#: Dynamic-resolution vision encoders (Qwen-VL family) profile one image at the processor's largest
+#: size: 16384 merged tokens = 65536 patches (max_pixels 12845056 / 28^2 in Qwen2-VL's processor).
+DYNAMIC_ENCODER_PATCHES = 65536
+#: Bytes per logits element of the speculative rejection-sampler warm-up, which runs after the sampler's
+#: (random logits for draft + bonus tokens, vllm/v1/worker/gpu_model_runner.py@v0.19.0:5609-5635): approximate.
+SPEC_SAMPLER_BYTES = 10.0
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The profile run's shape and the deployment features that change it."""
+
+    seqs: int
+    tokens: int
+    spec_tokens: int = 0
+    multimodal: bool = False
+
+
+@dataclass
+class Activation:
+    """The activation peak and its parts (GiB), with the approximate share the bound widens."""
+
+    base: float
+    sampler: float
+    forward: float
+    moe: float
+    encoder: float
+    encoder_cache: float
+    spec: float
+    total: float
+    sampler_elements: float = 0.0
+    """Logits elements the warm-up samples (rows x vocabulary), for calibration."""
+    sampler_fast: bool = False
+    approximate: dict[str, float] = field(default_factory=dict)
+
+
+def sampler_bytes(row: VersionRow, rows: int) -> float:
+    if row.sampler_fast_bytes is not None and rows >= row.sampler_fast_min_rows:
+        return row.sampler_fast_bytes
+    return row.sampler_sort_bytes
+
+
+def forward_bytes(arch: Arch, tokens: int, sh: Sharding, act_bytes: float) -> float:
+    """Peak live activations of one decoder layer for `tokens` tokens (dense part)."""
+    h = arch.hidden
+    inter = (arch.intermediate or 0) / sh.tp
+    if arch.is_moe and arch.shared_intermediate:
+        inter = arch.shared_intermediate / sh.tp
+    elif arch.is_moe:
+        inter = 0
+    mlp = (3 * inter if arch.gated_mlp else 2 * inter) + 2 * h
+    q = arch.heads * arch.head_dim / sh.tp
+    kv = 2 * max(1, arch.kv_heads // sh.tp) * arch.head_dim
+    attn = q * (2 if arch.q_gate else 1) + kv + q + 2 * h
+    rec = 0.0
+    if arch.recurrent is not None:
+        r = arch.recurrent
+        rec = (r.conv_dim + r.heads * r.head_dim) / sh.tp + 2 * h
+        rec += r.heads / sh.tp * r.head_dim * r.state_dim * 4 / 64 * 2 / act_bytes  # chunk states, fp32
+    return tokens * max(mlp, attn, rec) * act_bytes
+
+
+def moe_bytes(arch: Arch, tokens: int, sh: Sharding, act_bytes: float, q: QuantScheme) -> float:
+    """Fused-MoE workspaces (intermediate caches 1-3), kept across the profile run."""
+    if not arch.is_moe or not arch.moe_intermediate or q.name == "mxfp4":
+        return 0.0
+    m = min(tokens, MOE_CHUNK_TOKENS) * arch.experts_per_tok
+    n = 2 * arch.moe_intermediate / (1 if sh.ep else sh.moe_ranks)
+    return m * (n + n / 2 + arch.hidden) * act_bytes
+
+
+def encoder_bytes(arch: Arch, batch: Batch, act_bytes: float) -> tuple[float, float]:
+    """(encoder profile peak, encoder-cache bytes) of the multimodal dummy batch.
+
+    The profile run encodes the modality with the most tokens at its largest size and keeps the
+    outputs in the encoder cache while the decoder runs (gpu_model_runner.py@v0.11.0:3326-3388)."""
+    v = arch.vision
+    if not batch.multimodal or not v:
+        return 0.0, 0.0
+    patches = DYNAMIC_ENCODER_PATCHES
+    tokens_per_item = patches // 4
+    if v.get("image") and v.get("patch"):
+        patches = (v["image"] // v["patch"]) ** 2
+        tokens_per_item = 256
+    budget = max(batch.tokens, tokens_per_item)
+    per_patch = (4 * v["hidden"] + v["intermediate"] + v["hidden"]) * act_bytes
+    cache = budget * arch.hidden * act_bytes
+    return patches * per_patch, cache
+
+
+def activation(arch: Arch, row: VersionRow, batch: Batch, sh: Sharding, act_bytes: float, q: QuantScheme,
+               sampling_rank: bool = True) -> Activation:
+    """The torch peak of the profile run on one rank (GiB)."""
+    rows = min(batch.seqs, batch.tokens)
+    vocab = arch.vocab or 0
+    sampler = sampler_bytes(row, rows) * rows * vocab / GIB if sampling_rank else 0.0
+    spec = SPEC_SAMPLER_BYTES * 2 * rows * vocab / GIB if batch.spec_tokens and sampling_rank else 0.0
+    forward = forward_bytes(arch, batch.tokens, sh, act_bytes) / GIB
+    moe = moe_bytes(arch, batch.tokens, sh, act_bytes, q) / GIB
+    enc, cache = (x / GIB for x in encoder_bytes(arch, batch, act_bytes))
+    # Peaks do not stack: the encoder runs first, then the decoder, then the sampler, then (with
+    # speculative decoding) the rejection sampler on fresh random logits; the encoder cache and the
+    # MoE workspaces stay allocated across all of them (gpu_model_runner.py@v0.9.1:1866-1940).
+    peak = max(forward, sampler, spec, enc) + cache + moe
+    total = row.activation_base_gib + peak
+    approx = {"encoder profile": 0.5 * (enc + cache), "speculative sampler": 0.5 * spec}
+    fast = row.sampler_fast_bytes is not None and rows >= row.sampler_fast_min_rows
+    return Activation(row.activation_base_gib, sampler, forward, moe, enc, cache, spec, total,
+                      rows * vocab if sampling_rank else 0.0, fast, {k: v for k, v in approx.items() if v > 0})
+
+
+def non_torch_gib(row: VersionRow, gpu: GpuSpec, sh: Sharding) -> tuple[float, float]:
+    """(central, extra for the bound): NCCL/all-reduce buffers and library workspaces."""
+    if sh.tp * sh.dp == 1:
+        return row.non_torch_tp1_gib, row.non_torch_uncertainty_gib
+    nvlink = row.non_torch_multi_gib
+    if gpu.interconnect == "nvlink":
+        return nvlink, row.non_torch_uncertainty_gib
+    pcie = row.non_torch_multi_pcie_gib
+    # No PCIe start-up shows this figure: the bound takes the NVLink one.
+    return pcie, max(nvlink - pcie, 0.0) + row.non_torch_uncertainty_gib
+
+
+def capture_sizes(seqs: int, tokens: int, spec_tokens: int) -> int:
+    """How many CUDA graphs vLLM captures: [1, 2, 4] + 8..248 step 8 + 256..max step 16.
+
+    vllm/config/vllm.py@v0.19.0:1349-1353: max = min(max_num_seqs x (1 + spec) x 2, 512, batched tokens)."""
+    top = min(seqs * (1 + spec_tokens) * 2, 512, tokens)
+    return sum(1 for s in [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)] if s <= top)
+
+
+def graph_gib(arch: Arch, layers_rank: int, sh: Sharding, batch: Batch, enforce_eager: bool) -> float:
+    """CUDA-graph pool: 0.65-1.84 GiB in the 0.19 H100 logs (51 graphs), growing with layers, more for MoE.
+
+    Fitted on those logs (0.40 + 0.016 GiB per layer, less at TP > 1 where each graph is smaller,
+    +1.0 GiB for MoE) and scaled down for fewer captured sizes; approximate."""
+    if enforce_eager:
+        return 0.0
+    g = 0.40 + 0.016 * layers_rank - (0.15 if sh.tp == 2 else 0.24 if sh.tp > 2 else 0.0)
+    if arch.is_moe:
+        g += 1.0
+    if arch.recurrent is not None:
+        g *= 1.5  # FULL_AND_PIECEWISE: two graph sets for hybrid recurrent models
+    share = capture_sizes(batch.seqs, batch.tokens, batch.spec_tokens) / 51
+    return max(g * (0.35 + 0.65 * share), 0.05)

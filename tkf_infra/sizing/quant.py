@@ -1,0 +1,210 @@
+"""Quantization: bytes per weight element once vLLM has loaded (and repacked) a checkpoint.
+
+Why per tensor class: quantized checkpoints keep embeddings, the LM head, norms and routers in 16
+bits, and mixed schemes quantize attention and MLP differently (compressed-tensors config groups,
+modelopt mixed precision). Marlin repacking (GPTQ/AWQ/compressed-tensors WNA16 on any GPU, FP8 and
+MXFP4 weight-only on pre-Hopper parts) changes the layout, not the size: the repacked tensors replace
+the loaded ones and the kernel's workspace is one int32 per thread block
+(vllm/model_executor/layers/quantization/utils/marlin_utils.py@v0.32.0:408-415), so it costs nothing here.
+
+Which `--quantization` names a release accepts, and the compute capability each method needs, are
+read from vLLM's source (`vllm/model_executor/layers/quantization/__init__.py` and each method's
+`get_min_capability`, at the tags below).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from tkf_infra.sizing.params import SizingError
+
+# Releases whose QuantizationMethods list names each method (read at every tag from 0.7.1 to 0.32.0;
+# vllm/model_executor/layers/quantization/__init__.py). Methods accepted throughout are not listed.
+ACCEPTED_BY: dict[str, tuple[tuple[int, int], tuple[int, int], str]] = {
+    "gguf": ((0, 5), (0, 23), "later releases dropped the GGUF loader"),
+    # From 0.15 the INC method's override rewrites the flag to `inc` for AutoRound-format checkpoints
+    # (vllm/config/model.py@v0.22.0:1046-1066, quantization/inc.py@v0.22.0:510-517).
+    "auto-round": ((0, 9), (0, 99), ""),
+    "inc": ((0, 10), (0, 99), ""),
+    "bitsandbytes": ((0, 5), (0, 27), "later releases dropped bitsandbytes"),
+    "mxfp4": ((0, 10), (0, 99), "gpt-oss MXFP4 arrived in 0.10"),
+    "modelopt_fp4": ((0, 9), (0, 99), ""),
+    "auto_gptq": ((0, 22), (0, 99), ""),
+    "auto_awq": ((0, 24), (0, 99), ""),
+}
+# get_min_capability at v0.32.0 (mxfp4.py:71-72 80, fp8.py 75, modelopt.py 80, fbgemm_fp8.py 80).
+MIN_CAPABILITY: dict[str, tuple[int, int]] = {
+    "mxfp4": (8, 0), "fp8": (7, 5), "modelopt": (8, 0), "modelopt_fp4": (8, 0), "nvfp4": (8, 0),
+    "fbgemm_fp8": (8, 0), "compressed-tensors-fp8": (7, 5), "awq": (7, 5), "gptq": (6, 0),
+}  # fmt: skip
+
+# ggml block layouts (ggml-common.h): bytes per block / weights per block.
+GGML_BITS: dict[str, float] = {
+    "F32": 32, "F16": 16, "BF16": 16, "Q8_0": 8.5, "Q8_1": 9.0, "Q6_K": 6.5625, "Q5_0": 5.5, "Q5_1": 6.0,
+    "Q5_K": 5.5, "Q4_0": 4.5, "Q4_1": 5.0, "Q4_K": 4.5, "Q3_K": 3.4375, "Q2_K": 2.625, "IQ4_XS": 4.25,
+    "IQ4_NL": 4.5, "IQ3_S": 3.4375, "IQ3_XXS": 3.0625, "IQ2_XS": 2.3125, "IQ2_XXS": 2.0625, "IQ1_S": 1.5625,
+}  # fmt: skip
+# llama.cpp file types that mix block types: the larger type's bits are used for the whole file
+# (the mix keeps some tensors, e.g. attn_v/ffn_down, at the larger type), which never undercounts.
+GGML_MIX_UPPER = {"Q4_K_M": "Q6_K", "Q4_K_S": "Q5_K", "Q5_K_M": "Q6_K", "Q5_K_S": "Q6_K", "Q3_K_M": "Q5_K",
+                  "Q3_K_L": "Q5_K", "Q3_K_S": "Q4_K", "Q2_K_S": "Q4_K", "Q6_K_L": "Q8_0", "Q4_K_L": "Q8_0"}
+GGML_MIX_BASE = {"Q4_K_M": "Q4_K", "Q4_K_S": "Q4_K", "Q5_K_M": "Q5_K", "Q5_K_S": "Q5_K", "Q3_K_M": "Q3_K",
+                 "Q3_K_L": "Q3_K", "Q3_K_S": "Q3_K", "Q2_K_S": "Q2_K", "Q6_K_L": "Q6_K", "Q4_K_L": "Q4_K"}
+
+
+@dataclass(frozen=True)
+class QuantScheme:
+    """Bytes per element for each tensor class once vLLM has loaded the model."""
+
+    name: str
+    linear: float  # attention projections (and dense MLP unless `mlp` says otherwise)
+    expert: float  # MoE experts
+    other: float  # embeddings, lm_head, norms, routers (kept in the activation dtype)
+    expert_pad: int = 1  # experts' intermediate size per rank is padded to this multiple
+    mlp: float | None = None  # dense MLP when a mixed scheme quantizes it differently
+    embed: float | None = None  # embeddings/lm_head when the method quantizes them (GGUF)
+    upper: float = 0.0
+    """Relative extra a conservative reading allows (mixed GGUF files, assumed bit widths)."""
+    note: str = ""
+
+
+def _bits_group(qc: dict[str, Any]) -> tuple[int, int, bool]:
+    bits = int(qc.get("bits") or qc.get("w_bit") or qc.get("num_bits") or 4)
+    group = int(qc.get("group_size") or qc.get("q_group_size") or 128)
+    sym = bool(qc.get("sym", not qc.get("zero_point", False)))
+    return bits, group, sym
+
+
+def _int_bytes(bits: int, group: int, sym: bool) -> float:
+    """Packed integers + one fp16 scale per group (+ packed zero points when asymmetric)."""
+    g = group if group > 0 else 4096
+    return bits / 8 + 2 / g + (0.0 if sym else bits / 8 / g)
+
+
+def _ct_weights(w: dict[str, Any], act_bytes: float) -> float:
+    nbits = int(w.get("num_bits") or 8)
+    kind = str(w.get("type") or "int")
+    group = int(w.get("group_size") or 0)
+    if kind == "float" and nbits == 4:
+        return 0.5 + 1 / (group or 16)  # NVFP4: fp4 values + one fp8 scale per 16 (+ a global scale)
+    if kind == "float":
+        return 1.0  # FP8 (per-tensor/channel scales are negligible)
+    if nbits >= 16:
+        return act_bytes
+    if group <= 0:  # channel-wise: one scale per output row
+        return nbits / 8
+    return _int_bytes(nbits, group, bool(w.get("symmetric", True)))
+
+
+def _compressed_tensors(qc: dict[str, Any], act_bytes: float) -> QuantScheme:
+    """compressed-tensors: the scheme lives in config_groups (w4a16, w8a8 int/fp8, fp8 dynamic, nvfp4)."""
+    groups = [g for g in (qc.get("config_groups") or {}).values() if isinstance(g, dict) and g.get("weights")]
+    if not groups:
+        raise SizingError("compressed-tensors checkpoint without config_groups[].weights in quantization_config: "
+                          "the weight scheme (w4a16, w8a8, fp8) cannot be read")
+    attn, mlp = None, None
+    for g in groups:
+        per = _ct_weights(g["weights"], act_bytes)
+        targets = " ".join(str(t) for t in g.get("targets") or ["Linear"])
+        if re.search(r"mlp|expert|ffn", targets):
+            mlp = per if mlp is None else max(mlp, per)
+        if re.search(r"attn|Linear", targets) or not re.search(r"mlp|expert|ffn", targets):
+            attn = per if attn is None else max(attn, per)
+    linear = attn if attn is not None else mlp
+    assert linear is not None
+    names = [f"w{g['weights'].get('num_bits')}{'f' if g['weights'].get('type') == 'float' else ''}" for g in groups]
+    return QuantScheme("compressed-tensors " + "+".join(names), linear, mlp if mlp is not None else linear,
+                       act_bytes, mlp=mlp)
+
+
+def _gguf(qc: dict[str, Any], act_bytes: float) -> QuantScheme:
+    ftype = str(qc.get("ggml_type") or qc.get("file_type") or "").upper()
+    if not ftype:
+        raise SizingError("GGUF checkpoint without its file type (Q8_0, Q4_K_M, ...): name the .gguf file so "
+                          "its type can be read")
+    base = GGML_MIX_BASE.get(ftype, ftype)
+    if base not in GGML_BITS:
+        raise SizingError(f"GGUF file type {ftype!r} is not known: use one of {', '.join(sorted(GGML_BITS))} or a "
+                          f"llama.cpp mix ({', '.join(sorted(GGML_MIX_BASE))})")
+    per = GGML_BITS[base] / 8
+    upper = GGML_BITS[GGML_MIX_UPPER[ftype]] / GGML_BITS[base] - 1 if ftype in GGML_MIX_UPPER else 0.0
+    return QuantScheme(f"gguf {ftype}", per, per, act_bytes, embed=per, upper=upper,
+                       note=f"GGUF {ftype} mixes block types; counted at {base}, up to "
+                            f"{GGML_MIX_UPPER[ftype]} in the bound" if upper else "")
+
+
+def _modelopt(qc: dict[str, Any], act_bytes: float) -> QuantScheme:
+    algo = str(qc.get("quant_algo") or (qc.get("quantization") or {}).get("quant_algo") or "").upper()
+    if "FP4" in algo or "NVFP4" in algo:
+        return QuantScheme("modelopt nvfp4", 0.5625, 0.5625, act_bytes)
+    if "MIXED" in algo:
+        # Per-layer algorithms: attention FP8 and MLP NVFP4 is the common split (Qwen3.6 NVFP4).
+        layers = qc.get("quantized_layers") or {}
+        algos = {str(v.get("quant_algo", "")).upper() for v in layers.values() if isinstance(v, dict)}
+        mlp = 0.5625 if any("FP4" in a for a in algos) else 1.0
+        return QuantScheme("modelopt mixed", 1.0, mlp, act_bytes, mlp=mlp)
+    return QuantScheme("modelopt fp8", 1.0, 1.0, act_bytes)
+
+
+def quant_scheme(quant: dict[str, Any] | None, quantization: str | None, act_bytes: float) -> QuantScheme:
+    """Per-class bytes from ``--quantization`` and the checkpoint's quantization_config."""
+    qc = dict(quant or {})
+    declared = str(qc.get("quant_method") or "").lower()
+    method = str(quantization or declared or "").lower().replace("_marlin", "").replace("-marlin", "")
+    if method in ("auto_round", "intel/auto-round", "inc", "auto-round") or declared in ("auto-round", "auto_round"):
+        method = "auto-round"
+    if not method or method in ("none", "null"):
+        return QuantScheme("none", act_bytes, act_bytes, act_bytes)
+    if method == "compressed-tensors":
+        return _compressed_tensors(qc, act_bytes)
+    if method == "gguf":
+        return _gguf(qc, act_bytes)
+    if method in ("modelopt", "modelopt_fp4", "nvfp4", "modelopt_mixed"):
+        return _modelopt(qc, act_bytes) if declared == "modelopt" else QuantScheme(method, 0.5625, 0.5625, act_bytes)
+    if method in ("fp8", "fbgemm_fp8", "ptpc_fp8", "fp8_per_tensor", "fp8_per_block", "fp8_per_channel"):
+        return QuantScheme(method, 1.0, 1.0, act_bytes)
+    if method in ("awq", "gptq", "gptq_bitblas", "auto_gptq", "auto_awq", "auto-round", "moe_wna16"):
+        if declared in ("compressed-tensors",):
+            return _compressed_tensors(qc, act_bytes)
+        bits, group, sym = _bits_group(qc)
+        assumed = not (qc.get("bits") or qc.get("w_bit"))
+        per = _int_bytes(bits, group, sym)
+        return QuantScheme(method, per, per, act_bytes, upper=0.1 if assumed else 0.0,
+                           note="bit width not in quantization_config: 4-bit assumed" if assumed else "")
+    if method in ("mxfp4", "gpt_oss_mxfp4"):
+        # 4-bit values + one E8M0 scale per 32; attention stays in the activation dtype. The
+        # expert intermediate size is padded to a multiple of 256 for the kernels.
+        return QuantScheme("mxfp4", act_bytes, 0.5 + 1 / 32, act_bytes, expert_pad=256)
+    if method in ("bitsandbytes", "bnb"):
+        bits = 8 if qc.get("load_in_8bit") else 4
+        per = 1.0 + 4 / 64 if bits == 8 else 0.5 + 1 / 64
+        return QuantScheme("bitsandbytes", per, per, act_bytes)
+    if method in ("experts_int8",):
+        return QuantScheme(method, act_bytes, 1.0, act_bytes)
+    raise SizingError(
+        f"quantization {method!r} is not modelled: use one of awq, gptq, fp8, compressed-tensors, gguf, auto-round, "
+        "inc, modelopt, mxfp4, bitsandbytes (or none)"
+    )
+
+
+def quant_problems(scheme: QuantScheme, quantization: str | None, version: tuple[int, int, int] | None,
+                   cc: tuple[int, int] | None, gpu_name: str) -> list[str]:
+    """Release and GPU rules vLLM enforces for the method (accepted name, minimum compute capability)."""
+    problems = []
+    name = (quantization or "").lower()
+    if name in ACCEPTED_BY and version is not None:
+        first, last, why = ACCEPTED_BY[name]
+        if not first <= version[:2] <= last:
+            span = f"{first[0]}.{first[1]}-{last[0]}.{last[1]}"
+            problems.append(f"quantization {name!r} is not accepted by vLLM {'.'.join(map(str, version))} (accepted "
+                            f"by {span}{'; ' + why if why else ''}); pick a method this release accepts or pin a "
+                            "release that accepts it")
+    key = scheme.name.split()[0] if not scheme.name.startswith("compressed-tensors") else (
+        "compressed-tensors-fp8" if "f" in scheme.name.split()[-1] else "compressed-tensors")
+    need = MIN_CAPABILITY.get(key)
+    if need is not None and cc is not None and cc < need:
+        problems.append(f"quantization {scheme.name} needs compute capability {need[0]}.{need[1]} but {gpu_name} is "
+                        f"{cc[0]}.{cc[1]}: vLLM refuses it on this GPU; use an unquantized or GPTQ/AWQ checkpoint")
+    return problems
