@@ -25,5 +25,6 @@ bash scripts/bootstrap.sh
 if [ $dev = 1 ]; then
   bash scripts/install_prometheus.sh
   if [ -f scripts/build_kube_apiserver.sh ]; then bash scripts/build_kube_apiserver.sh; fi
+  bash scripts/install_vllm.sh  # real vLLM (CPU) for tests/vllm, in its own shared virtualenv
 fi
 log "ready"

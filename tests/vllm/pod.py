@@ -1,0 +1,243 @@
+"""What a rendered serving pod runs: its container's command, args and env, read from the YAML the
+program wrote, resolved the way Kubernetes (and, for the ``kserve`` backend, KServe) would.
+
+Nothing here knows our flags: the test takes whatever the program rendered and only substitutes the
+model path and the port, so a renamed flag, a wrong env var or a bad secret reference shows up as a
+vLLM that refuses to start or answers differently.
+
+- ``vllm`` backend: the Deployment's container ``main`` as is.
+- ``kserve`` backend: KServe v0.20.0 runs its ``kserve-config-llm-template`` preset's container
+  ``main`` (command: a bash script that ends in ``exec vllm serve /mnt/models ... $@``) with our
+  ``LLMInferenceService`` ``spec.template`` merged over it (strategic merge by container name, env
+  by variable name; our ``args`` follow the preset's command). The preset's command is a Go template
+  that KServe executes over the JSON of the preset (``ReplaceVariables`` in
+  ``pkg/controller/v1alpha2/llmisvc/config_merge.go``); :func:`render_go_template` evaluates exactly
+  the expressions it uses and fails on any other, so a changed preset cannot be half-understood.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+# Where KServe puts the model and the vllm backend mounts the weight cache: the one path replaced.
+from components.vllm_args import MODEL_MOUNT
+
+DATA = Path(__file__).parent / "data"
+#: The vendored preset file (see data/SOURCES.md) and the preset KServe uses for a single-node service.
+KSERVE_PRESETS = DATA / "kserve-config-llm-template.yaml"
+KSERVE_TEMPLATE_PRESET = "kserve-config-llm-template"
+#: KServe's ``enableLLMInferenceServiceTLS`` ingress setting: unset (false) in the v0.20.0 chart.
+KSERVE_ENABLE_TLS = False
+
+Manifests = dict[tuple[str, str], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class PodCommand:
+    """A container's process as the kubelet starts it: argv (command + args) and the env."""
+
+    argv: list[str]
+    env: dict[str, str]
+    mounts: dict[str, str]  # mountPath -> volume kind ("emptyDir", "persistentVolumeClaim", ...)
+    probes: dict[str, dict[str, Any]]  # startupProbe / livenessProbe / readinessProbe -> httpGet
+
+    @property
+    def port(self) -> int:
+        """The port the cluster talks to: every probe's, which must agree."""
+        ports = {int(p["port"]) for p in self.probes.values()}
+        assert len(ports) == 1, f"probes disagree on the port: {self.probes}"
+        return ports.pop()
+
+
+def load_manifests(render_dir: Path) -> Manifests:
+    out: Manifests = {}
+    for path in sorted(render_dir.rglob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                out[(doc["kind"], doc["metadata"]["name"])] = doc
+    return out
+
+
+def _main_container(pod_spec: Mapping[str, Any]) -> dict[str, Any]:
+    (main,) = [c for c in pod_spec["containers"] if c["name"] == "main"]
+    return dict(main)
+
+
+def resolve_env(env: list[Mapping[str, Any]], manifests: Manifests) -> dict[str, str]:
+    """Values as the kubelet sets them; ``secretKeyRef`` read from the rendered Secret."""
+    out: dict[str, str] = {}
+    for var in env:
+        if "valueFrom" not in var:
+            out[var["name"]] = str(var.get("value", ""))
+            continue
+        ref = var["valueFrom"]["secretKeyRef"]  # the only kind of reference the program renders
+        secret = manifests[("Secret", ref["name"])]
+        if ref["key"] in secret.get("stringData", {}):
+            out[var["name"]] = secret["stringData"][ref["key"]]
+        else:
+            out[var["name"]] = base64.b64decode(secret["data"][ref["key"]]).decode()
+    return out
+
+
+def _mounts(container: Mapping[str, Any], pod_spec: Mapping[str, Any]) -> dict[str, str]:
+    kinds = {v["name"]: next(k for k in v if k != "name") for v in pod_spec.get("volumes", [])}
+    return {m["mountPath"]: kinds[m["name"]] for m in container.get("volumeMounts", [])}
+
+
+def _probes(*containers: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """httpGet of each probe; a later container's probe wins (our template over KServe's preset)."""
+    out: dict[str, dict[str, Any]] = {}
+    for c in containers:
+        out.update({k: dict(c[k]["httpGet"]) for k in ("startupProbe", "livenessProbe", "readinessProbe") if k in c})
+    return out
+
+
+def deployment_command(manifests: Manifests, workload: str) -> PodCommand:
+    """The ``vllm`` backend: the Deployment's container, command + args, env resolved."""
+    spec = manifests[("Deployment", workload)]["spec"]["template"]["spec"]
+    main = _main_container(spec)
+    return PodCommand([*main["command"], *main.get("args", [])], resolve_env(main.get("env", []), manifests),
+                      _mounts(main, spec), _probes(main))  # fmt: skip
+
+
+def localize(cmd: PodCommand, *, model_dir: Path, port: int, scratch: Path) -> tuple[list[str], dict[str, str]]:
+    """argv and env to run the pod's process on this host. The only substitutions are the model
+    path and the port (each must occur exactly once, as a ``vllm serve`` argument); the pod's emptyDir
+    mounts become fresh directories under ``scratch`` (env values pointing into them follow, and
+    ``TMPDIR`` stands for the ``/tmp`` mount, which a host process cannot get otherwise)."""
+    serve_model = re.compile(rf"(?<=\bserve ){re.escape(MODEL_MOUNT)}(?=[\s\\]|$)")
+    port_flag = re.compile(rf"(?<=--port[ =]){cmd.port}\b")
+    argv, hits = [], {"model": 0, "port": 0}
+    for i, arg in enumerate(cmd.argv):
+        if arg == MODEL_MOUNT and cmd.argv[i - 1] == "serve" or arg == str(cmd.port) and cmd.argv[i - 1] == "--port":
+            hits["model" if arg == MODEL_MOUNT else "port"] += 1
+            argv.append(str(model_dir) if arg == MODEL_MOUNT else str(port))
+            continue
+        arg, n_model = serve_model.subn(str(model_dir), arg)
+        arg, n_port = port_flag.subn(str(port), arg)
+        hits["model"] += n_model
+        hits["port"] += n_port
+        argv.append(arg)
+    assert hits == {"model": 1, "port": 1}, f"expected one model path and one --port {cmd.port} in {cmd.argv}"
+    dirs = {mount: scratch / mount.strip("/").replace("/", "_") for mount, kind in cmd.mounts.items()
+            if kind == "emptyDir" and mount != "/dev/shm"}  # fmt: skip
+    assert "/tmp" in dirs, f"the pod's /tmp is not an emptyDir: {cmd.mounts}"
+    for d in dirs.values():
+        d.mkdir(parents=True, exist_ok=True)
+    env = {}
+    for name, value in cmd.env.items():
+        for mount, d in dirs.items():
+            if value == mount or value.startswith(mount + "/"):
+                value = str(d) + value[len(mount):]
+        env[name] = value
+    env["TMPDIR"] = str(dirs["/tmp"])
+    return argv, env
+
+
+# --------------------------------------------------------------------------------------------
+# KServe
+# --------------------------------------------------------------------------------------------
+
+
+def kserve_preset(name: str = KSERVE_TEMPLATE_PRESET) -> dict[str, Any]:
+    docs = [d for d in yaml.safe_load_all(KSERVE_PRESETS.read_text()) if d and d["metadata"]["name"] == name]
+    (doc,) = docs
+    return dict(doc)
+
+
+def _shutdown_timeout(template: Mapping[str, Any], pre_stop: int) -> int:
+    """KServe's ``shutdownTimeout``: max(0, tgps - preStop - min(5, tgps)), tgps defaulting to 60."""
+    tgps = int(template.get("terminationGracePeriodSeconds", 60))
+    return max(0, tgps - pre_stop - min(5, tgps))
+
+
+def template_functions(llmisvc: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, bool]]:
+    """Values and conditions of the expressions the v0.20.0 preset uses, for one LLMInferenceService."""
+    spec, meta = llmisvc["spec"], llmisvc["metadata"]
+    parallelism = spec.get("parallelism") or {}
+    values = {
+        ".Spec.Model.Name": spec["model"]["name"],
+        ".ObjectMeta.Namespace": meta["namespace"],
+        ".Spec.Parallelism.Tensor": str(parallelism.get("tensor", "")),
+        "shutdownTimeout .Spec.Template 15": str(_shutdown_timeout(spec.get("template", {}), 15)),
+        # No KV-cache offloading in our spec: KServe's kvTransferConfig returns "" for a nil spec.
+        "kvTransferConfig .Spec.KVCacheOffloading": "" if "kvCacheOffloading" not in spec else "<unsupported>",
+        "ChildName .ObjectMeta.Name `-kserve-self-signed-certs`": f"{meta['name']}-kserve-self-signed-certs",
+    }
+    conditions = {
+        "and .Spec.Parallelism .Spec.Parallelism.Tensor": bool(parallelism.get("tensor")),
+        ".GlobalConfig.EnableTLS": KSERVE_ENABLE_TLS,
+    }
+    if values["kvTransferConfig .Spec.KVCacheOffloading"] == "<unsupported>":
+        raise NotImplementedError("spec.kvCacheOffloading is rendered; teach template_functions its flag")
+    return values, conditions
+
+
+_ACTION = re.compile(r"\{\{(-?)\s*(.*?)\s*(-?)\}\}", re.S)
+
+
+def render_go_template(text: str, values: Mapping[str, str], conditions: Mapping[str, bool]) -> str:
+    """Go ``text/template`` for the subset the preset uses: ``{{ expr }}``, ``{{ if cond }}...{{ end }}``
+    (not nested) and the ``{{-`` / ``-}}`` whitespace trims. Unknown expressions raise KeyError."""
+    out: list[str] = []
+    pos, skipping, trim_next = 0, False, False
+    for m in _ACTION.finditer(text):
+        chunk = text[pos : m.start()]
+        if trim_next:
+            chunk = chunk.lstrip()
+        if m.group(1):
+            chunk = chunk.rstrip()
+        if not skipping:
+            out.append(chunk)
+        expr = m.group(2)
+        if expr.startswith("if "):
+            skipping = not conditions[expr[3:].strip()]
+        elif expr in ("end", "else"):
+            skipping = (not skipping) if expr == "else" else False
+        elif not skipping:
+            out.append(values[expr])
+        pos, trim_next = m.end(), bool(m.group(3))
+    tail = text[pos:]
+    out.append(tail.lstrip() if trim_next else tail)
+    return "".join(out)
+
+
+def kserve_command(manifests: Manifests, workload: str, render: Callable[..., str] = render_go_template) -> PodCommand:
+    """The ``kserve`` backend: the preset's container with our template merged over it, as KServe does.
+
+    KServe templates the preset as JSON text (``json.Marshal`` then ``text/template``), so whitespace
+    trims see ``\\n`` escapes, not newlines; the same is done here.
+    """
+    llmisvc = manifests[("LLMInferenceService", workload)]
+    preset = kserve_preset()
+    values, conditions = template_functions(llmisvc)
+    rendered = json.loads(render(json.dumps(preset["spec"]), values, conditions))
+    base, ours = _main_container(rendered["template"]), _main_container(llmisvc["spec"]["template"])
+    command = ours.get("command") or base["command"]
+    args = ours.get("args") if "args" in ours else base.get("args", [])
+    env = _merge_by_name(base.get("env", []), ours.get("env", []))
+    pod = {"volumes": _merge_by_name(rendered["template"].get("volumes", []),
+                                     llmisvc["spec"]["template"].get("volumes", []))}  # fmt: skip
+    container = {"volumeMounts": _merge_mounts(base.get("volumeMounts", []), ours.get("volumeMounts", []))}
+    return PodCommand([*command, *args], resolve_env(env, manifests), _mounts(container, pod), _probes(base, ours))
+
+
+def _merge_by_name(base: list[dict[str, Any]], ours: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Strategic merge of a list keyed by ``name`` (env, volumes): ours replaces, order kept."""
+    merged = {v["name"]: v for v in base}
+    merged.update({v["name"]: v for v in ours})
+    return list(merged.values())
+
+
+def _merge_mounts(base: list[dict[str, Any]], ours: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    merged = {m["mountPath"]: m for m in base}
+    merged.update({m["mountPath"]: m for m in ours})
+    return list(merged.values())

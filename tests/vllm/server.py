@@ -1,0 +1,143 @@
+"""Start a real server process (vLLM from a pod's argv + env, the LiteLLM proxy) and stop it leaving
+nothing behind.
+
+The process gets what a container would: its own process group (SIGTERM to the group is what the
+kubelet's stop does to the container's processes), a free port on 127.0.0.1, and fresh directories
+for the pod's emptyDir mounts (``HOME`` → ``/home``, ``TMPDIR`` → ``/tmp``): vLLM's compile caches,
+ZMQ sockets and torch's inductor files land there, never in the user's home or the shared /tmp.
+``vllm`` is found on ``PATH`` (the vLLM virtualenv first), as in the image.
+
+Teardown checks what a user would notice: every process of the group gone after SIGTERM (SIGKILL
+is a failure, not a fallback), the port free again, and no new POSIX shared-memory objects.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+START_TIMEOUT_S = 600  # cold compile on a busy 2-core CI machine; ~100 s measured idle
+STOP_TIMEOUT_S = 60
+
+# Not in the pod spec, set for every test server: the test host is not a pod. Usage statistics
+# would try to reach the internet; the directories replace the pod's emptyDirs (see module doc).
+HOST_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def group_members(pgid: int) -> list[str]:
+    """Processes still in a process group: ``pid cmdline`` of each, read from /proc."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # fields after "(comm)": state, ppid, pgrp, ...
+            out.append(f"{stat.parent.name} {cmdline.strip()[:160]}")
+    return out
+
+
+def shm_objects() -> set[str]:
+    return {p.name for p in Path("/dev/shm").iterdir()} if Path("/dev/shm").is_dir() else set()
+
+
+@dataclass
+class Service:
+    """A running server: its base URL, the API key it was given (None = open), its log."""
+
+    name: str
+    url: str
+    port: int
+    api_key: str | None
+    process: subprocess.Popen[bytes]
+    log: Path
+    started_in_s: float
+    shm_before: set[str]
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def log_tail(self, chars: int = 4000) -> str:
+        return self.log.read_text(errors="replace")[-chars:]
+
+    def stop(self) -> None:
+        """SIGTERM to the process group; fail loudly on anything left behind."""
+        pgid = self.process.pid  # start_new_session: the leader's pid is the group id
+        if self.process.poll() is None:
+            os.killpg(pgid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(pgid, signal.SIGKILL)
+            self.process.wait()
+            raise AssertionError(f"{self.name} did not exit within {STOP_TIMEOUT_S} s of SIGTERM:\n{self.log_tail()}") from None
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while (left := group_members(pgid)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if left:
+            os.killpg(pgid, signal.SIGKILL)
+            raise AssertionError(f"processes of {self.name}'s group outlived it after SIGTERM: {left}")
+        assert port_is_free(self.port), f"port {self.port} still bound after {self.name} exited"
+        leaked = shm_objects() - self.shm_before
+        assert not leaked, f"{self.name} left shared-memory objects in /dev/shm: {sorted(leaked)}"
+
+
+def start_service(name: str, argv: list[str], env: Mapping[str, str], *, port: int, health_path: str,
+                  workdir: Path, api_key: str | None = None, path: str = "/usr/local/bin:/usr/bin:/bin") -> Service:
+    """Start ``argv`` in its own process group with exactly ``env`` (plus PATH) and wait for ``health_path``."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    log = workdir / f"{name}.log"
+    full_env = {"PATH": path, "LANG": "C.UTF-8", **env}
+    shm_before = shm_objects()
+    started = time.monotonic()
+    with log.open("wb") as out:
+        process = subprocess.Popen(argv, env=full_env, cwd=workdir, stdout=out, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    server = Service(name, f"http://127.0.0.1:{port}", port, api_key, process, log, 0.0, shm_before)
+    deadline = started + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            server.stop()
+            raise AssertionError(f"{name} exited with {process.returncode} before {health_path} answered:\n"
+                                 f"{server.log_tail()}")  # fmt: skip
+        try:
+            if httpx.get(f"{server.url}{health_path}", timeout=2).status_code == 200:
+                server.started_in_s = time.monotonic() - started
+                return server
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    server.stop()
+    raise AssertionError(f"{name} did not answer {health_path} within {START_TIMEOUT_S} s:\n{server.log_tail()}")
+
+
+def start_vllm(argv: list[str], env: Mapping[str, str], *, port: int, api_key: str | None, venv: Path,
+               workdir: Path) -> Service:  # fmt: skip
+    """A pod's command + args (already localized), ``vllm`` found in the vLLM virtualenv as in the image."""
+    return start_service("vllm", argv, {**HOST_ENV, **env}, port=port, health_path="/health", workdir=workdir,
+                         api_key=api_key, path=f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin")  # fmt: skip

@@ -1,0 +1,83 @@
+"""The dev stack rendered through the real engine and CLI, once per serving backend, for the vLLM tier.
+
+Exactly what a user runs (``python -m tkf_infra up --stack dev``, then ``outputs`` and
+``gateway-config``) on a private copy of the project, with the dev catalog changed in two ways
+only: non-zero prices (so the gateway's cost arithmetic is checked, not 0 == 0) and the backend.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.engine_fixtures import copy_project, dev_config
+
+#: A model served in embedding mode (same weights as the dev chat model): the dev catalog has none.
+EMBEDDING_MODEL = "qwen-embed-0-5b"
+#: USD per token, distinct per model and per direction so a swapped price cannot pass.
+PRICES = {
+    "qwen-0-5b": {"inputPerToken": 0.000001, "outputPerToken": 0.000003},
+    "qwen-coder-0-5b": {"inputPerToken": 0.000002, "outputPerToken": 0.000005},
+    EMBEDDING_MODEL: {"inputPerToken": 0.0000007, "outputPerToken": 0.0},
+}
+
+
+@dataclass
+class RenderedStack:
+    backend: str
+    root: Path
+    render_dir: Path
+    env: dict[str, str]
+    summary: dict[str, Any]
+    outputs: dict[str, Any]
+    gateway_config: Path
+
+    def cli(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        return run_cli(self.root, self.env, *args, timeout=timeout)
+
+    def endpoint(self, model: str) -> dict[str, Any]:
+        (ep,) = [e for e in self.outputs["endpoints"].values() if e["name"] == model]
+        return dict(ep)
+
+
+def run_cli(root: Path, env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(root / ".venv" / "bin" / "python"), "-m", "tkf_infra", *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+def priced_catalog() -> list[dict[str, Any]]:
+    """The dev catalog with prices, plus an embedding-mode entry."""
+    models: list[dict[str, Any]] = dev_config()["config"]["tkf-infra:models"]
+    chat = models[0]
+    embed = {"name": EMBEDDING_MODEL, "repo": chat["repo"], "revision": chat["revision"],
+             "servedName": "qwen2.5-0.5b-embed", "mode": "embedding"}  # fmt: skip
+    return [dict(m, cost=PRICES[m["name"]]) for m in [*models, embed]]
+
+
+def render_stack(backend: str, workdir: Path) -> RenderedStack:
+    """``up`` the dev stack (render mode) with ``serving.backend`` set; read outputs and gateway config."""
+    root = copy_project(workdir / "project")
+    doc = dev_config()
+    config = doc["config"]
+    config["tkf-infra:cluster"]["renderDir"] = str(workdir / "rendered")
+    config["tkf-infra:serving"]["backend"] = backend
+    config["tkf-infra:models"] = priced_catalog()
+    (root / "Pulumi.dev.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    (workdir / "state").mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PULUMI_CONFIG_PASSPHRASE")}
+    env["PULUMI_BACKEND_URL"] = f"file://{workdir / 'state'}"
+    up = run_cli(root, env, "up", "--stack", "dev", "--json")
+    assert up.returncode == 0, f"`up` of the dev stack ({backend} backend) failed:\n{up.stdout}\n{up.stderr}"
+    outs = run_cli(root, env, "outputs", "--stack", "dev")
+    assert outs.returncode == 0, outs.stderr
+    gateway = workdir / "litellm.yaml"
+    gw = run_cli(root, env, "gateway-config", "--stack", "dev", "--format", "litellm", "-o", str(gateway))
+    assert gw.returncode == 0, gw.stderr
+    return RenderedStack(backend, root, workdir / "rendered", env, json.loads(up.stdout), json.loads(outs.stdout),
+                         gateway)  # fmt: skip
