@@ -20,7 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,9 +31,8 @@ import yaml
 from components.vllm_args import MODEL_MOUNT
 
 DATA = Path(__file__).parent / "data"
-#: The vendored preset file (see data/SOURCES.md) and the preset KServe uses for a single-node service.
+#: The preset KServe uses for a single-node service, vendored (see data/SOURCES.md).
 KSERVE_PRESETS = DATA / "kserve-config-llm-template.yaml"
-KSERVE_TEMPLATE_PRESET = "kserve-config-llm-template"
 #: KServe's ``enableLLMInferenceServiceTLS`` ingress setting: unset (false) in the v0.20.0 chart.
 KSERVE_ENABLE_TLS = False
 
@@ -71,7 +70,7 @@ def _main_container(pod_spec: Mapping[str, Any]) -> dict[str, Any]:
     return dict(main)
 
 
-def resolve_env(env: list[Mapping[str, Any]], manifests: Manifests) -> dict[str, str]:
+def resolve_env(env: Sequence[Mapping[str, Any]], manifests: Manifests) -> dict[str, str]:
     """Values as the kubelet sets them; ``secretKeyRef`` read from the rendered Secret."""
     out: dict[str, str] = {}
     for var in env:
@@ -117,7 +116,8 @@ def localize(cmd: PodCommand, *, model_dir: Path, port: int, scratch: Path) -> t
     port_flag = re.compile(rf"(?<=--port[ =]){cmd.port}\b")
     argv, hits = [], {"model": 0, "port": 0}
     for i, arg in enumerate(cmd.argv):
-        if arg == MODEL_MOUNT and cmd.argv[i - 1] == "serve" or arg == str(cmd.port) and cmd.argv[i - 1] == "--port":
+        previous = cmd.argv[i - 1]
+        if (arg == MODEL_MOUNT and previous == "serve") or (arg == str(cmd.port) and previous == "--port"):
             hits["model" if arg == MODEL_MOUNT else "port"] += 1
             argv.append(str(model_dir) if arg == MODEL_MOUNT else str(port))
             continue
@@ -147,9 +147,8 @@ def localize(cmd: PodCommand, *, model_dir: Path, port: int, scratch: Path) -> t
 # --------------------------------------------------------------------------------------------
 
 
-def kserve_preset(name: str = KSERVE_TEMPLATE_PRESET) -> dict[str, Any]:
-    docs = [d for d in yaml.safe_load_all(KSERVE_PRESETS.read_text()) if d and d["metadata"]["name"] == name]
-    (doc,) = docs
+def kserve_preset(path: Path = KSERVE_PRESETS) -> dict[str, Any]:
+    (doc,) = [d for d in yaml.safe_load_all(path.read_text()) if d]
     return dict(doc)
 
 
@@ -167,6 +166,9 @@ def template_functions(llmisvc: Mapping[str, Any]) -> tuple[dict[str, str], dict
         ".Spec.Model.Name": spec["model"]["name"],
         ".ObjectMeta.Namespace": meta["namespace"],
         ".Spec.Parallelism.Tensor": str(parallelism.get("tensor", "")),
+        # Our pipeline-parallel preset (components/data/pipeline-parallel-preset.yaml) uses these two.
+        "or .Spec.Parallelism.Tensor 1": str(parallelism.get("tensor") or 1),
+        "or .Spec.Parallelism.Pipeline 1": str(parallelism.get("pipeline") or 1),
         "shutdownTimeout .Spec.Template 15": str(_shutdown_timeout(spec.get("template", {}), 15)),
         # No KV-cache offloading in our spec: KServe's kvTransferConfig returns "" for a nil spec.
         "kvTransferConfig .Spec.KVCacheOffloading": "" if "kvCacheOffloading" not in spec else "<unsupported>",
@@ -210,19 +212,20 @@ def render_go_template(text: str, values: Mapping[str, str], conditions: Mapping
     return "".join(out)
 
 
-def kserve_command(manifests: Manifests, workload: str, render: Callable[..., str] = render_go_template) -> PodCommand:
-    """The ``kserve`` backend: the preset's container with our template merged over it, as KServe does.
+def kserve_command(manifests: Manifests, workload: str, preset: Mapping[str, Any] | None = None) -> PodCommand:
+    """The ``kserve`` backend: the preset's container with our template merged over it, as KServe does
+    (default preset: the single-node ``kserve-config-llm-template``).
 
     KServe templates the preset as JSON text (``json.Marshal`` then ``text/template``), so whitespace
     trims see ``\\n`` escapes, not newlines; the same is done here.
     """
     llmisvc = manifests[("LLMInferenceService", workload)]
-    preset = kserve_preset()
+    preset = preset or kserve_preset()
     values, conditions = template_functions(llmisvc)
-    rendered = json.loads(render(json.dumps(preset["spec"]), values, conditions))
+    rendered = json.loads(render_go_template(json.dumps(preset["spec"]), values, conditions))
     base, ours = _main_container(rendered["template"]), _main_container(llmisvc["spec"]["template"])
     command = ours.get("command") or base["command"]
-    args = ours.get("args") if "args" in ours else base.get("args", [])
+    args: list[str] = ours["args"] if "args" in ours else base.get("args", [])
     env = _merge_by_name(base.get("env", []), ours.get("env", []))
     pod = {"volumes": _merge_by_name(rendered["template"].get("volumes", []),
                                      llmisvc["spec"]["template"].get("volumes", []))}  # fmt: skip

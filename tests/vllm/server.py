@@ -95,7 +95,8 @@ class Service:
         except subprocess.TimeoutExpired:
             os.killpg(pgid, signal.SIGKILL)
             self.process.wait()
-            raise AssertionError(f"{self.name} did not exit within {STOP_TIMEOUT_S} s of SIGTERM:\n{self.log_tail()}") from None
+            raise AssertionError(f"{self.name} did not exit within {STOP_TIMEOUT_S} s of SIGTERM:\n"
+                                 f"{self.log_tail()}") from None
         deadline = time.monotonic() + STOP_TIMEOUT_S
         while (left := group_members(pgid)) and time.monotonic() < deadline:
             time.sleep(0.5)

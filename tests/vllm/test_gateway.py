@@ -83,17 +83,19 @@ def _vllm_tokens(pod: RunningPod) -> tuple[float, float]:
             sample(metrics, "vllm:generation_tokens_total", model_name=served))  # fmt: skip
 
 
-def test_chat_through_the_gateway_reaches_vllm_and_costs_the_catalog_price(gateway: Gateway, vllm_pod: RunningPod) -> None:
+def test_chat_through_the_gateway_reaches_vllm_and_costs_the_catalog_price(gateway: Gateway,
+                                                                           vllm_pod: RunningPod) -> None:
     served = vllm_pod.endpoint["servedName"]
     prompt_before, generated_before = _vllm_tokens(vllm_pod)
-    response = gateway.post("/v1/chat/completions", {"model": served, "max_tokens": 12,
-                                                      "messages": [{"role": "user", "content": "Hello there"}]})  # fmt: skip
+    messages = [{"role": "user", "content": "Hello there"}]
+    response = gateway.post("/v1/chat/completions", {"model": served, "max_tokens": 12, "messages": messages})
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["model"] == served and body["choices"][0]["message"]["role"] == "assistant"
     usage = body["usage"]
     # vLLM counted exactly the tokens LiteLLM billed: the request went to this server, once.
-    assert _vllm_tokens(vllm_pod) == (prompt_before + usage["prompt_tokens"], generated_before + usage["completion_tokens"])
+    want = (prompt_before + usage["prompt_tokens"], generated_before + usage["completion_tokens"])
+    assert _vllm_tokens(vllm_pod) == want
     cost = float(response.headers["x-litellm-response-cost"])
     assert cost == pytest.approx(_cost(vllm_pod.model, usage), rel=1e-9)
     assert cost > 0

