@@ -69,7 +69,7 @@ def tier_dir() -> Iterator[Path]:
 def tiny_model(vllm_venv: Path, tier_dir: Path) -> Path:
     out = tier_dir / "tiny-qwen2"
     started = time.monotonic()
-    env = {"HOME": str(tier_dir / "build-home"), "PATH": "/usr/bin:/bin"}
+    env = {"HOME": str(tier_dir / "build-home"), "TMPDIR": str(tier_dir), "PATH": "/usr/bin:/bin"}
     subprocess.run([str(vllm_venv / "bin" / "python"), str(HERE / "tiny_model.py"), str(out)], check=True,
                    capture_output=True, env=env)  # fmt: skip
     _TIMINGS.append(f"tiny model built in {time.monotonic() - started:.1f} s")

@@ -39,13 +39,14 @@ def free_port() -> int:
         return port
 
 
-def port_is_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
+def port_is_listening(port: int) -> bool:
+    """Whether any socket LISTENs on ``port`` (any address), from /proc/net/tcp{,6}; TIME_WAIT is not."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+                return True
+    return False
 
 
 def group_members(pgid: int) -> list[str]:
@@ -103,7 +104,7 @@ class Service:
         if left:
             os.killpg(pgid, signal.SIGKILL)
             raise AssertionError(f"processes of {self.name}'s group outlived it after SIGTERM: {left}")
-        assert port_is_free(self.port), f"port {self.port} still bound after {self.name} exited"
+        assert not port_is_listening(self.port), f"something still listens on port {self.port} after {self.name} exited"
         leaked = shm_objects() - self.shm_before
         assert not leaked, f"{self.name} left shared-memory objects in /dev/shm: {sorted(leaked)}"
 

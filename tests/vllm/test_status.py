@@ -19,11 +19,13 @@ import httpx
 import pytest
 
 from tests.prom.conftest import _prometheus_binary, _wait_ready
-from tests.vllm.conftest import RunningPod
+from tests.vllm.conftest import TOOL_MODEL, PodServers, RunningPod
 from tests.vllm.metrics import parse_metrics, sample
 from tests.vllm.server import Service, free_port, start_service
 
 SCRAPE_INTERVAL_S = 1
+#: How long to keep vLLM loaded while waiting for a `status` call that caught a steady queue.
+STATUS_PATIENCE_S = 300
 
 
 def _target_labels(pod: RunningPod) -> dict[str, str]:
@@ -38,13 +40,16 @@ def _target_labels(pod: RunningPod) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def prometheus(vllm_pod: RunningPod, tier_dir: Path) -> Iterator[Service]:
+def prometheus(pods: PodServers, tier_dir: Path) -> Iterator[Service]:
+    """Prometheus scraping the vllm backend's pod of the tool-calling model, labelled as in a cluster."""
+    vllm_pod = pods.get("vllm", TOOL_MODEL)
     workdir = tier_dir / "prometheus"
     target = vllm_pod.server.url.removeprefix("http://")
     labels = "".join(f"\n          {k}: {json.dumps(v)}" for k, v in _target_labels(vllm_pod).items())
     workdir.mkdir()
     (workdir / "prometheus.yml").write_text(f"""
-global: {{scrape_interval: {SCRAPE_INTERVAL_S}s, scrape_timeout: {SCRAPE_INTERVAL_S}s}}
+global: {{scrape_interval: {SCRAPE_INTERVAL_S}s, scrape_timeout: {SCRAPE_INTERVAL_S}s,
+          query_log_file: {workdir / "queries.log"}}}
 scrape_configs:
   - job_name: vllm
     metrics_path: /metrics
@@ -71,59 +76,102 @@ def _query(prom: Service, promql: str) -> list[dict[str, Any]]:
     return result
 
 
-def _wait_for(prom: Service, promql: str, want: float, timeout: float = 60) -> None:
+def _value(prom: Service, promql: str) -> float | None:
+    result = _query(prom, promql)
+    return float(result[0]["value"][1]) if len(result) == 1 else None
+
+
+def _wait_until(prom: Service, promql: str, ok: Any, timeout: float = 120) -> float:
     deadline, last = time.monotonic() + timeout, None
     while time.monotonic() < deadline:
-        result = _query(prom, promql)
-        last = [float(r["value"][1]) for r in result]
-        if last == [want]:
-            return
+        last = _value(prom, promql)
+        if last is not None and ok(last):
+            return last
         time.sleep(0.5)
-    raise AssertionError(f"Prometheus never showed {promql} == {want}; last {last}")
+    raise AssertionError(f"Prometheus never showed the expected {promql}; last {last}")
+
+
+def _queried_at(query_log: Path, skip: int) -> set[str]:
+    """Evaluation times of the vLLM queries logged after the first ``skip`` lines (Prometheus' query log)."""
+    lines = query_log.read_text().splitlines()[skip:]
+    return {entry["params"]["end"] for entry in map(json.loads, lines) if "vllm:" in entry["params"]["query"]}
+
+
+def _at(prom: Service, promql: str, when: str) -> float | None:
+    response = httpx.get(f"{prom.url}/api/v1/query", params={"query": promql, "time": when}, timeout=5)
+    response.raise_for_status()
+    result = response.json()["data"]["result"]
+    return float(result[0]["value"][1]) if len(result) == 1 else None
 
 
 def test_status_reports_the_real_vllms_load(vllm_pod: RunningPod, prometheus: Service) -> None:
+    """While vLLM runs ``maxNumSeqs`` requests and queues more, ``status`` shows exactly that.
+
+    The load is steady: more clients than ``maxNumSeqs``, each sending its next request as soon as
+    the last one returns, until ``status`` has been checked. ``status`` is a black box that asks
+    Prometheus at an instant the test cannot choose; Prometheus' query log says when, and Prometheus'
+    own figures for the model, evaluated at that instant, are the expected ones. A call whose instant
+    caught a batch boundary (fewer running) or a scrape vLLM was too busy to answer is repeated.
+    """
     served = vllm_pod.endpoint["servedName"]
+    sel = f'{{model_name="{served}"}}'
     max_num_seqs = int(vllm_pod.command.argv[vllm_pod.command.argv.index("--max-num-seqs") + 1])
-    queued = 3
+    clients, max_tokens = 3 * max_num_seqs, 3000
     before = parse_metrics(httpx.get(f"{vllm_pod.server.url}/metrics", timeout=10).text)
     usages: list[dict[str, int]] = []
     errors: list[str] = []
+    stop = threading.Event()
 
-    def request() -> None:
-        body = {"model": served, "prompt": "The fleet serves", "max_tokens": 3000, "ignore_eos": True}
-        try:
-            r = httpx.post(f"{vllm_pod.server.url}/v1/completions", json=body, headers=vllm_pod.server.headers(),
-                           timeout=600)  # fmt: skip
-            r.raise_for_status()
-            usages.append(r.json()["usage"])
-        except httpx.HTTPError as exc:
-            errors.append(str(exc))
+    def client() -> None:
+        body = {"model": served, "prompt": "The fleet serves", "max_tokens": max_tokens, "ignore_eos": True}
+        while not stop.is_set():
+            try:
+                r = httpx.post(f"{vllm_pod.server.url}/v1/completions", json=body, headers=vllm_pod.server.headers(),
+                               timeout=900)  # fmt: skip
+                r.raise_for_status()
+                usages.append(r.json()["usage"])
+            except httpx.HTTPError as exc:
+                errors.append(str(exc))
+                return
 
-    threads = [threading.Thread(target=request) for _ in range(max_num_seqs + queued)]
+    threads = [threading.Thread(target=client) for _ in range(clients)]
     for t in threads:
         t.start()
+    record: dict[str, Any] | None = None
+    attempts: list[str] = []
+    expected: dict[str, float | None] = {}
+    query_log = prometheus.log.parent / "queries.log"
+    deadline = time.monotonic() + STATUS_PATIENCE_S
     try:
-        sel = f'{{model_name="{served}"}}'
-        _wait_for(prometheus, f"vllm:num_requests_running{sel}", max_num_seqs)
-        _wait_for(prometheus, f"vllm:num_requests_waiting{sel}", queued)
-        proc = vllm_pod.stack.cli("status", "--stack", "dev", "--json", "--prometheus-url", prometheus.url)
-        kv_now = float(_query(prometheus, f"vllm:kv_cache_usage_perc{sel}")[0]["value"][1])
+        _wait_until(prometheus, f"vllm:num_requests_waiting{sel}", lambda v: v > 0)
+        while record is None and time.monotonic() < deadline and not errors:
+            skip = len(query_log.read_text().splitlines())
+            proc = vllm_pod.stack.cli("status", "--stack", "dev", "--json", "--prometheus-url", prometheus.url)
+            instants = _queried_at(query_log, skip)
+            seen = {(_at(prometheus, f"sum(vllm:num_requests_running{sel})", t),
+                     _at(prometheus, f"sum(vllm:num_requests_waiting{sel})", t)) for t in instants}  # fmt: skip
+            attempts.append(f"{len(instants)} queries at {sorted(instants)[:1]}: (running, waiting) {seen}")
+            if len(seen) == 1 and (only := seen.pop())[0] == max_num_seqs and (only[1] or 0) > 0:
+                expected = {"requestsRunning": only[0], "requestsWaiting": only[1],
+                            "kvCacheUsage": _at(prometheus, f"avg(vllm:kv_cache_usage_perc{sel})", min(instants))}
+                report = json.loads(proc.stdout)
+                record = next(m for m in report["models"] if m["name"] == vllm_pod.model)
     finally:
+        stop.set()
         for t in threads:
-            t.join(timeout=600)
+            t.join(timeout=900)
     assert not errors, errors
-    report = json.loads(proc.stdout)
-    record = next(m for m in report["models"] if m["name"] == vllm_pod.model)
+    assert record is not None, f"no `status` call caught vLLM with a steady queue: {attempts}"
     assert record["servedName"] == served and record["hasData"] is True, (record, proc.stderr)
-    assert (record["requestsRunning"], record["requestsWaiting"]) == (max_num_seqs, queued), record
-    assert record["readyReplicas"] == 1 and (record["scrapeTargets"], record["scrapeTargetsDown"]) == (1, 0)
-    assert 0 < record["kvCacheUsage"] < 1 and kv_now > 0
+    assert {k: record[k] for k in ("requestsRunning", "requestsWaiting")} == {
+        k: expected[k] for k in ("requestsRunning", "requestsWaiting")}, (record, expected)  # fmt: skip
+    assert record["kvCacheUsage"] == pytest.approx(expected["kvCacheUsage"], abs=1e-4) and record["kvCacheUsage"] > 0
+    assert record["readyReplicas"] == 1 and record["scrapeTargets"] == 1, record
 
-    # Token counters: what Prometheus scraped is what the requests consumed.
+    # Token counters: vLLM counted every generated token, and Prometheus scraped that count.
     after = parse_metrics(httpx.get(f"{vllm_pod.server.url}/metrics", timeout=10).text)
-    generated = sample(after, "vllm:generation_tokens_total", model_name=served) - sample(
-        before, "vllm:generation_tokens_total", model_name=served)  # fmt: skip
-    assert generated == sum(u["completion_tokens"] for u in usages) == (max_num_seqs + queued) * 3000
-    _wait_for(prometheus, f"vllm:generation_tokens_total{sel}", sample(after, "vllm:generation_tokens_total",
-                                                                     model_name=served))  # fmt: skip
+    counted = sample(after, "vllm:generation_tokens_total", model_name=served)
+    generated = sum(u["completion_tokens"] for u in usages)
+    assert generated == len(usages) * max_tokens > 0
+    assert counted - sample(before, "vllm:generation_tokens_total", model_name=served) == generated
+    _wait_until(prometheus, f"vllm:generation_tokens_total{sel}", lambda v: v == counted)
