@@ -143,7 +143,13 @@ def test_status_reports_the_real_vllms_load(vllm_pod: RunningPod, prometheus: Se
     query_log = prometheus.log.parent / "queries.log"
     deadline = time.monotonic() + STATUS_PATIENCE_S
     try:
-        _wait_until(prometheus, f"vllm:num_requests_waiting{sel}", lambda v: v > 0)
+        try:
+            _wait_until(prometheus, f"vllm:num_requests_waiting{sel}", lambda v: v > 0, timeout=STATUS_PATIENCE_S)
+        except AssertionError as exc:
+            now = parse_metrics(httpx.get(f"{vllm_pod.server.url}/metrics", timeout=60).text)
+            raise AssertionError(f"{exc}; vLLM itself says waiting="
+                                 f"{sample(now, 'vllm:num_requests_waiting', model_name=served)}; "
+                                 f"client errors: {errors[:3]}; vLLM log:\n{vllm_pod.server.log_tail(2000)}") from None
         while record is None and time.monotonic() < deadline and not errors:
             skip = len(query_log.read_text().splitlines())
             proc = vllm_pod.stack.cli("status", "--stack", "dev", "--json", "--prometheus-url", prometheus.url)
