@@ -168,6 +168,7 @@ class ServingSpec(SettingsModel):
         False, description="Let the model decide to call tools (needs toolCallParser).")
     tool_call_parser: Annotated[str | None, Flag("--tool-call-parser")] = Field(
         None, description="vLLM's tool-call parser for this model family, e.g. hermes, llama3_json.")
+
     @field_validator("tool_call_parser")
     @classmethod
     def _known_tool_call_parser(cls, v: str | None) -> str | None:
