@@ -28,6 +28,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from tkf_infra.config import Backend, Namespaces, Platform
+from tkf_infra.config.stack import VLLM_GPU_IMAGE
 
 DATA = Path(__file__).resolve().parent / "data"
 CERT_MANAGER_REPO = "https://charts.jetstack.io"
@@ -49,7 +50,7 @@ class ServingPrerequisitesArgs:
     """The vllm backend needs only LeaderWorkerSet; KServe and its dependencies are skipped."""
     pipeline_parallel_preset: bool = False
     """Install the PP preset (only useful when a multi-node model runs on KServe)."""
-    vllm_image: str = "vllm/vllm-openai:v0.11.0"
+    vllm_image: str = VLLM_GPU_IMAGE
 
 
 def pipeline_parallel_preset(namespace: str, image: str) -> dict[str, Any]:

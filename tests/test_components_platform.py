@@ -153,7 +153,7 @@ def test_prerequisites_install_in_dependency_order_at_pinned_versions() -> None:
     assert all(g.urn in ctrl for g in gateway)
     preset = next(r for r in h.resources if r.inputs.get("kind") == "LLMInferenceServiceConfig")
     assert rel["kserve-llmisvc-crd"].urn in preset.depends_on
-    assert preset.spec["template"]["containers"][0]["image"] == "vllm/vllm-openai:v0.11.0"
+    assert preset.spec["template"]["containers"][0]["image"] == "vllm/vllm-openai:v0.32.0"
     assert "--headless" in preset.spec["worker"]["containers"][0]["command"][2]
     assert h.result is not None and len(h.result.dependencies) == 8
 

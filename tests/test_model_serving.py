@@ -58,7 +58,7 @@ def test_single_gpu_llmisvc_requests_one_gpu_on_the_pool_and_serves_from_the_cac
     assert "worker" not in spec
     c = main(spec["template"])
     assert c["resources"]["requests"]["nvidia.com/gpu"] == "1" == c["resources"]["limits"]["nvidia.com/gpu"]
-    assert c["image"] == "vllm/vllm-openai:v0.11.0"
+    assert c["image"] == "vllm/vllm-openai:v0.32.0"
     assert flag(c["args"], "--max-model-len") == "8192"
     assert flag(c["args"], "--gpu-memory-utilization") == "0.9"
     assert spec["template"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}

@@ -138,7 +138,7 @@ def test_an_approved_repository_is_not_a_prefix_of_lookalikes() -> None:
 
 
 @pytest.mark.parametrize(("image", "expected"), [
-    ("vllm/vllm-openai:v0.10.2", "runs vLLM 'v0.10.2', but this stack is pinned to vLLM 'v0.11.0'"),
+    ("vllm/vllm-openai:v0.10.2", "runs vLLM 'v0.10.2', but this stack is pinned to vLLM 'v0.32.0'"),
     ("vllm/vllm-openai:latest", "is not pinned (no tag, or 'latest')"),
     ("vllm/vllm-openai", "is not pinned (no tag, or 'latest')"),
 ])  # fmt: skip

@@ -174,18 +174,18 @@ MODELS: tuple[FakeModel, ...] = (
     ),
 )
 
-# The dev stack's first model (Pulumi.dev.yaml: CPU profile, cpuKvCacheGiB 2, vLLM CPU image v0.11.0), so
+# The dev stack's first model (Pulumi.dev.yaml: CPU profile, cpuKvCacheGiB 2, the pinned vLLM CPU image), so
 # the CLI can be run against a real stack's outputs. Its blocks are what vLLM's V1 KV sizing gives for
 # 2 GiB: 2**31 // (16 tokens x 2 (K, V) x 2 KV heads x 64 head dim x 2 bytes) // 24 layers = 10,922
-# (v0.11.0 vllm/v1/core/kv_cache_utils.py get_num_blocks), block size 16 being the CPU default without
-# IPEX (v0.11.0 vllm/platforms/cpu.py l. 148).
+# (vllm/v1/core/kv_cache_utils.py get_num_blocks), block size 16 being the CPU default; the real
+# vLLM 0.32.0 tier (tests/vllm) measures the same capacity from VLLM_CPU_KVCACHE_SPACE.
 DEV_MODEL = FakeModel(
     name="qwen-0-5b",
     served_name="qwen2.5-0.5b-instruct",
     namespace="llm-serving",
     repo="Qwen/Qwen2.5-0.5B-Instruct",
     revision="7ae557604adf67be50417f59c2c2f167def9a775",
-    vllm_release="0.11.0",
+    vllm_release="0.32.0",
     prefix_queries_per_s=10.0,
     prefix_hits_per_s=2.0,
     ttft_shape=((0.1, 0.0), (0.25, 2.0), (0.5, 5.0), (1.0, 10.0), (2.5, 10.0), (math.inf, 10.0)),
@@ -255,6 +255,11 @@ def _cache_config_labels(model: FakeModel) -> dict[str, str]:
     }  # fmt: skip
 
 
+#: Tokens each replica serves per second per unit of its `volume` (linear counters: rate() is exact).
+PROMPT_TOKENS_PER_S = 120.0
+GENERATION_TOKENS_PER_S = 40.0
+
+
 def vllm_page(model: FakeModel, replica: FakeReplica) -> str:
     """One replica's /metrics in the release's shape (vllm_metrics' docstring cites each name)."""
     t = time.monotonic() - _CLOCK_ORIGIN
@@ -281,6 +286,12 @@ def vllm_page(model: FakeModel, replica: FakeReplica) -> str:
             f"# TYPE {prefix}_hits counter",
             f"{prefix}_hits_total{{{lbl}}} {model.prefix_hits_per_s * v * t!r}",
         ]
+    lines += [
+        "# TYPE vllm:prompt_tokens counter",
+        f"vllm:prompt_tokens_total{{{lbl}}} {PROMPT_TOKENS_PER_S * v * t!r}",
+        "# TYPE vllm:generation_tokens counter",
+        f"vllm:generation_tokens_total{{{lbl}}} {GENERATION_TOKENS_PER_S * v * t!r}",
+    ]
     info = ",".join(f'{k}="{value}"' for k, value in _cache_config_labels(model).items())
     lines += [
         "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",

@@ -53,7 +53,7 @@ def test_status_and_calibrate_read_the_deployed_stack(prom: PromServer, engine_r
     assert all(f"model '{name}': no case written" in " ".join(calibrate.stderr.split()) for name in others)
     (case,) = json.loads(output.read_text())
     assert (case["model"], case["model_revision"]) == (DEV_MODEL.repo, DEV_MODEL.revision)
-    assert (case["gpu"], case["vllm_version"], case["kv_cache_tokens"]) == ("CPU", "0.11.0", DEV_MODEL.kv.tokens)
+    assert (case["gpu"], case["vllm_version"], case["kv_cache_tokens"]) == ("CPU", "0.32.0", DEV_MODEL.kv.tokens)
     assert case["max_num_seqs"] == doc["config"]["tkf-infra:modelDefaults"]["maxNumSeqs"]
     assert (output.parent / case["model_facts"]["config_file"]).is_file()
 

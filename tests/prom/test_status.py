@@ -11,7 +11,14 @@ from tkf_infra.live.status_view import status_command
 from tkf_infra.ops.exit_codes import ExitCode
 
 from .conftest import PromServer
-from .metrics_fixtures import MODELS, UNSCRAPED_ENDPOINT, FakeModel, histogram_quantile
+from .metrics_fixtures import (
+    GENERATION_TOKENS_PER_S,
+    MODELS,
+    PROMPT_TOKENS_PER_S,
+    UNSCRAPED_ENDPOINT,
+    FakeModel,
+    histogram_quantile,
+)
 
 pytestmark = pytest.mark.prometheus
 
@@ -48,6 +55,13 @@ def test_json_reports_each_models_figures(prom: PromServer, model: FakeModel) ->
     assert record["kvCacheUsageMax"] == pytest.approx(max(r.kv_usage for r in replicas), abs=1e-4)
     assert record["prefixCacheHitRate"] == pytest.approx(model.prefix_hits_per_s / model.prefix_queries_per_s, abs=1e-4)
     assert record["ttftP95Seconds"] == pytest.approx(histogram_quantile(0.95, model.ttft_shape), abs=1e-4)
+    # Every replica's counters grow in the same proportion: the rates' ratio is exact, whatever rate()'s
+    # extrapolation over the few scrapes of a test does to each rate.
+    assert record["promptTokensPerSecond"] > 0 and record["generationTokensPerSecond"] > 0
+    assert record["generationTokensPerSecond"] / record["promptTokensPerSecond"] == pytest.approx(
+        GENERATION_TOKENS_PER_S / PROMPT_TOKENS_PER_S, rel=2e-2)
+    assert record["generationTokens"] / record["promptTokens"] == pytest.approx(
+        GENERATION_TOKENS_PER_S / PROMPT_TOKENS_PER_S, rel=2e-2)
 
 
 def test_table_shows_the_same_figures(prom: PromServer) -> None:

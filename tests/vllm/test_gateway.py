@@ -126,8 +126,6 @@ def test_gateway_refuses_a_caller_without_its_key(gateway: Gateway, vllm_pod: Ru
     assert response.status_code == 401
 
 
-@pytest.mark.xfail(strict=True, reason="mode: embedding renders no vLLM flag (components/vllm_args.engine_args has no "
-                   "`--runner pooling`): vLLM serves the model as a chat model and /v1/embeddings is 404")
 def test_embeddings_through_the_gateway_cost_the_catalog_price(pods: PodServers, tier_dir: Path) -> None:
     pod = pods.get("vllm", EMBEDDING_MODEL)
     with run_gateway(pod, tier_dir / "gateway-embed") as gw:

@@ -159,7 +159,9 @@ def test_status_reports_the_real_vllms_load(vllm_pod: RunningPod, prometheus: Se
             attempts.append(f"{len(instants)} queries at {sorted(instants)[:1]}: (running, waiting) {seen}")
             if len(seen) == 1 and (only := seen.pop())[0] == max_num_seqs and (only[1] or 0) > 0:
                 expected = {"requestsRunning": only[0], "requestsWaiting": only[1],
-                            "kvCacheUsage": _at(prometheus, f"avg(vllm:kv_cache_usage_perc{sel})", min(instants))}
+                            "kvCacheUsage": _at(prometheus, f"avg(vllm:kv_cache_usage_perc{sel})", min(instants)),
+                            "generationTokens": _at(prometheus, f"sum(vllm:generation_tokens_total{sel})",
+                                                    min(instants))}
                 report = json.loads(proc.stdout)
                 record = next(m for m in report["models"] if m["name"] == vllm_pod.model)
     finally:
@@ -173,6 +175,9 @@ def test_status_reports_the_real_vllms_load(vllm_pod: RunningPod, prometheus: Se
         k: expected[k] for k in ("requestsRunning", "requestsWaiting")}, (record, expected)  # fmt: skip
     assert record["kvCacheUsage"] == pytest.approx(expected["kvCacheUsage"], abs=1e-4) and record["kvCacheUsage"] > 0
     assert record["readyReplicas"] == 1 and record["scrapeTargets"] == 1, record
+    # `status` reports the token counters too: the count Prometheus held when `status` asked.
+    assert record["generationTokens"] == expected["generationTokens"] and record["generationTokens"] > 0, record
+    assert record["promptTokens"] > 0 and record["generationTokensPerSecond"] > 0, record
 
     # Token counters: vLLM counted every generated token, and Prometheus scraped that count.
     after = parse_metrics(httpx.get(f"{vllm_pod.server.url}/metrics", timeout=10).text)

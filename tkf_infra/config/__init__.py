@@ -9,7 +9,8 @@
 """
 
 from tkf_infra.config.base import Problem, SettingsError
-from tkf_infra.config.catalog import Backend, Cost, Mode, ModelEntry, Topology
+from tkf_infra.config.catalog import Backend, Cost, ModelEntry, Topology
+from tkf_infra.config.flags import Mode
 from tkf_infra.config.reader import catalog_json_schema, read_pulumi_config, read_stack_file
 from tkf_infra.config.stack import (
     ClusterTarget,

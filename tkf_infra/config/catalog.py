@@ -34,12 +34,6 @@ class Backend(StrEnum):
     VLLM = "vllm"
 
 
-class Mode(StrEnum):
-    CHAT = "chat"
-    EMBEDDING = "embedding"
-    RERANK = "rerank"
-
-
 class Cost(SettingsModel):
     input_per_token: float = Field(0.0, ge=0, description="USD per input token; 0 = tracked, never limited.")
     output_per_token: float = Field(0.0, ge=0, description="USD per output token.")
@@ -75,7 +69,6 @@ class ModelEntry(ServingSpec):
     node_count: int = Field(1, ge=1, le=64)
     gpus_per_node: int = Field(1, ge=0, le=16, description="0 = CPU profile (dev only).")
     replicas: int = Field(1, ge=0, le=100)
-    mode: Mode = Mode.CHAT
     extra_args: list[str] = Field(default_factory=list, description="Extra vLLM flags (none the platform owns).")
     hf_token_secret: str | None = Field(None, description="Secret (key HF_TOKEN) for gated repos.")
     cost: Cost = Field(default_factory=lambda: Cost())

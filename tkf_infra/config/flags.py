@@ -18,7 +18,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -62,6 +62,8 @@ class Flag:
     env: str | None = None
     """Delivered as this environment variable instead of a command-line flag."""
     fmt: Callable[[Any], str] | None = None
+    words: Mapping[str, tuple[str, ...]] | None = None
+    """For an enumerated field: the argv words each value becomes (the flag names included)."""
     """How the value is written (default: str(); floats as %g)."""
 
 
@@ -82,6 +84,8 @@ class Row:
         """The argv words for `value`: none for None/False, the bare flag for True."""
         if value is None or value is False or self.flag.env:
             return []
+        if self.flag.words is not None:
+            return list(self.flag.words[str(value)])
         if value is True:
             return [self.flag.flag]
         return [self.flag.flag, self.text(value)]
@@ -92,6 +96,25 @@ class Row:
         if isinstance(value, dict):  # vLLM's JSON-valued flags (--speculative-config)
             return json.dumps(value, separators=(",", ":"), sort_keys=True)
         return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+class Mode(StrEnum):
+    """The API a model serves; each mode is one vLLM runner (chat generates, the others pool)."""
+
+    CHAT = "chat"
+    EMBEDDING = "embedding"
+    RERANK = "rerank"
+
+
+#: How vLLM is told the mode. Pooling runners: `--convert` adapts a generative checkpoint to the task
+#: and leaves a native embedding / cross-encoder model as it is (vllm/model_executor/models/adapters.py
+#: @v0.32.0 as_embedding_model / as_seq_cls_model return pooling classes unchanged). Without these
+#: flags vLLM serves a generative checkpoint as chat and /v1/embeddings answers 404.
+MODE_WORDS: dict[str, tuple[str, ...]] = {
+    Mode.CHAT: (),
+    Mode.EMBEDDING: ("--runner", "pooling", "--convert", "embed"),
+    Mode.RERANK: ("--runner", "pooling", "--convert", "classify"),
+}
 
 
 def _ceil_gib(value: Any) -> str:
@@ -106,7 +129,7 @@ SPECULATIVE_METHODS = ("mtp", "eagle", "eagle3", "ngram")
 #: refuses any other `--tool-call-parser` with `--enable-auto-tool-choice`, at start-up
 #: (`validate_api_server_args`), i.e. after the pod was scheduled. The `vllm` test tier checks this
 #: list against the installed vLLM, so a vLLM upgrade that adds or drops one fails there.
-TOOL_CALL_PARSERS_VLLM = "0.32.0"
+TOOL_CALL_PARSERS_VLLM = "0.32.0"  # the release the list was read from (tests/test_vllm_pin.py: = VLLM_RELEASE)
 TOOL_CALL_PARSERS: tuple[str, ...] = (
     "apertus", "cohere_command3", "cohere_command4", "deepseek_v3", "deepseek_v31", "deepseek_v32", "deepseek_v4",
     "deepseek_v41", "dots", "ernie45", "functiongemma", "gemma4", "gigachat3", "glm45", "glm47", "granite",
@@ -126,6 +149,8 @@ class ServingSpec(SettingsModel):
 
     served_name: Annotated[str, Flag("--served-model-name", kserve=KServe.SPEC)] = Field(
         description="Model name clients send; unique across the catalog.")
+    mode: Annotated[Mode, Flag("--runner", words=MODE_WORDS, aliases=("--convert",))] = Field(
+        Mode.CHAT, description="API the model serves: chat, embedding or rerank.")
     tensor_parallel_size: Annotated[int, Flag("--tensor-parallel-size", sized=True, applies=Applies.GPU,
                                               kserve=KServe.SPEC, aliases=("-tp",))] = Field(
         1, ge=1, le=64, description="GPUs one copy of the weights is split across within a node.")

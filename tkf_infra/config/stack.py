@@ -17,6 +17,14 @@ from pydantic import Field, field_validator, model_validator
 from tkf_infra.config.base import SettingsModel
 from tkf_infra.config.catalog import Backend
 
+#: The vLLM release the platform deploys and the fit check sizes for: the one pin. The images below
+#: are derived from it; what cannot import Python (requirements-vllm.txt for the test tier, the
+#: committed stack files) must agree with it, and tests/test_vllm_pin.py fails until they do.
+VLLM_RELEASE = "0.32.0"
+#: Upstream's images (docs.vllm.ai, "Using Docker"): GPU on Docker Hub, CPU on the public ECR release repo.
+VLLM_GPU_IMAGE = f"vllm/vllm-openai:v{VLLM_RELEASE}"
+VLLM_CPU_IMAGE = f"public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v{VLLM_RELEASE}"
+
 DNS1035_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
@@ -179,7 +187,7 @@ class Platform(SettingsModel):
 
 
 def image_version(image: str) -> str | None:
-    """The release an image tag names (`vllm/vllm-openai:v0.11.0` → `0.11.0`); None if it names none."""
+    """The release an image tag names (`vllm/vllm-openai:v0.32.0` → `0.32.0`); None if it names none."""
     last = image.rsplit("/", 1)[-1].split("@", 1)[0]
     tag = last.rsplit(":", 1)[1] if ":" in last else ""
     match = _VERSION_RE.match(tag)
@@ -198,8 +206,8 @@ def _pinned_image(key: str, v: str) -> str:
 
 class Serving(SettingsModel):
     backend: Backend = Field(Backend.KSERVE, description="kserve (LLMInferenceService) or vllm (Deployment/LWS).")
-    vllm_image: str = Field("vllm/vllm-openai:v0.11.0", description="GPU image; its tag is the vLLM version sized for.")
-    vllm_cpu_image: str = Field("public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v0.11.0")
+    vllm_image: str = Field(VLLM_GPU_IMAGE, description="GPU image; its tag is the vLLM version sized for.")
+    vllm_cpu_image: str = Field(VLLM_CPU_IMAGE, description="CPU image (dev only); same vLLM release as vllmImage.")
     vllm_version: str | None = Field(
         None, description="The vLLM release inside vllmImage, when its tag does not say (e.g. a digest).")
     allow_cpu: bool = Field(False, description="Allow the CPU profile (gpusPerNode 0). Dev stacks only.")

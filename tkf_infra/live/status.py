@@ -55,6 +55,10 @@ def _queries(window: str) -> dict[str, str]:
             f" or avg by ({_BY}) ({vm.PREFIX_HIT_RATE_V0})"
         ),
         "ttft_p95": f"histogram_quantile(0.95, sum by ({_BY}, le) (rate({vm.TTFT_BUCKET}[{window}])))",
+        "prompt_tokens": f"sum by ({_BY}) ({vm.PROMPT_TOKENS})",
+        "generation_tokens": f"sum by ({_BY}) ({vm.GENERATION_TOKENS})",
+        "prompt_tps": f"sum by ({_BY}) (rate({vm.PROMPT_TOKENS}[{window}]))",
+        "generation_tps": f"sum by ({_BY}) (rate({vm.GENERATION_TOKENS}[{window}]))",
     }
 
 
@@ -133,6 +137,11 @@ class ModelStatus:
     kv_cache_usage_max: float | None = None
     prefix_cache_hit_rate: float | None = None
     ttft_p95_seconds: float | None = None
+    prompt_tokens: float | None = None
+    """Prompt tokens served since the replicas started (vLLM's counter, summed over replicas)."""
+    generation_tokens: float | None = None
+    prompt_tokens_per_second: float | None = None
+    generation_tokens_per_second: float | None = None
     scrape_targets: int | None = None
     scrape_targets_down: int | None = None
     kv_check: KvCheck = field(default_factory=lambda: KvCheck(predicted=None))
@@ -151,6 +160,10 @@ class ModelStatus:
             "kvCacheUsageMax": _round(self.kv_cache_usage_max),
             "prefixCacheHitRate": _round(self.prefix_cache_hit_rate),
             "ttftP95Seconds": _round(self.ttft_p95_seconds),
+            "promptTokens": self.prompt_tokens,
+            "generationTokens": self.generation_tokens,
+            "promptTokensPerSecond": _round(self.prompt_tokens_per_second),
+            "generationTokensPerSecond": _round(self.generation_tokens_per_second),
             "scrapeTargets": self.scrape_targets,
             "scrapeTargetsDown": self.scrape_targets_down,
             "kvCacheCheck": self.kv_check.to_json(),
@@ -291,6 +304,10 @@ def read_model_status(
             kv_cache_usage_max=values.get("kv_max"),
             prefix_cache_hit_rate=values.get("prefix_hit"),
             ttft_p95_seconds=values.get("ttft_p95"),
+            prompt_tokens=values.get("prompt_tokens"),
+            generation_tokens=values.get("generation_tokens"),
+            prompt_tokens_per_second=values.get("prompt_tps"),
+            generation_tokens_per_second=values.get("generation_tps"),
             scrape_targets=total,
             scrape_targets_down=down,
             kv_check=check,

@@ -56,11 +56,11 @@ def _replicas(m: ModelStatus) -> str:
 
 
 _COLUMNS = ("model", "namespace", "served name", "ready", "waiting", "running", "KV cache", "prefix hit",
-            "TTFT p95", "KV tokens vs fit")
+            "TTFT p95", "tokens/s in/out", "KV tokens vs fit")
 _LEFT = ("model", "namespace", "served name")
 
 
-def render_table(result: StatusResult, width: int = 160) -> str:
+def render_table(result: StatusResult, width: int = 180) -> str:
     """Plain-text table (no colour codes) followed by warnings; suits terminals, CI logs and pipes."""
     if not result.reachable:
         return "\n".join(f"warning: {w}" for w in result.warnings)
@@ -69,7 +69,7 @@ def render_table(result: StatusResult, width: int = 160) -> str:
         table.add_column(header, justify="left" if header in _LEFT else "right")
     for m in result.models:
         if not m.has_data:
-            table.add_row(m.name, m.namespace, m.served_name, _replicas(m), "no data", "", "", "", "", "")
+            table.add_row(m.name, m.namespace, m.served_name, _replicas(m), "no data", "", "", "", "", "", "")
             continue
         table.add_row(
             m.name,
@@ -81,6 +81,7 @@ def render_table(result: StatusResult, width: int = 160) -> str:
             _kv(m),
             _pct(m.prefix_cache_hit_rate),
             _ttft(m.ttft_p95_seconds),
+            f"{_num(m.prompt_tokens_per_second)}/{_num(m.generation_tokens_per_second)}",
             _kv_tokens(m),
         )
     buffer = io.StringIO()

@@ -4,7 +4,8 @@ Every name below was read in vLLM's own source at a release tag (the wheel publi
 - v0.32.0 `vllm/v1/metrics/loggers.py`, PrometheusStatLogger: `vllm:num_requests_running` (l. 528),
   `vllm:num_requests_waiting` (l. 538), `vllm:kv_cache_usage_perc` (l. 620), `vllm:prefix_cache_queries`
   (l. 662) and `vllm:prefix_cache_hits` (l. 673) counters, `vllm:time_to_first_token_seconds` (l. 931),
-  `vllm:cache_config_info` (`log_metrics_info`, l. 1114-1136). The older names below are absent there.
+  `vllm:cache_config_info` (`log_metrics_info`, l. 1114-1136), `vllm:prompt_tokens` (l. 748) and
+  `vllm:generation_tokens` (l. 799) counters. The older names below are absent there.
 - v0.11.0 `vllm/v1/metrics/loggers.py` l. 211-249: `vllm:gpu_cache_usage_perc` and
   `vllm:gpu_prefix_cache_{queries,hits}` only with `--show-hidden-metrics-for-version=0.10`; V0 is gone
   (`vllm/engine/llm_engine.py` aliases the V1 engine).
@@ -50,6 +51,10 @@ PREFIX_QUERIES_BEFORE_0_11 = "vllm:gpu_prefix_cache_queries(_total)?"  # a regex
 PREFIX_HITS_BEFORE_0_11 = "vllm:gpu_prefix_cache_hits(_total)?"
 PREFIX_HIT_RATE_V0 = "vllm:gpu_prefix_cache_hit_rate"
 TTFT_BUCKET = "vllm:time_to_first_token_seconds_bucket"
+# Counters of tokens served (v0.32.0 loggers.py l. 748 `vllm:prompt_tokens`, l. 799 `vllm:generation_tokens`;
+# the same names in v0.8.5 and V0 `engine/metrics.py`), exposed with `_total`.
+PROMPT_TOKENS = "vllm:prompt_tokens_total"
+GENERATION_TOKENS = "vllm:generation_tokens_total"
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
 
 # The labels every vLLM series carries (v0.32.0 loggers.py: labelnames = ["model_name", "engine"]),
