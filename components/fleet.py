@@ -19,6 +19,7 @@ import pulumi_kubernetes as k8s
 
 from components import vllm_args as va
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
+from components.gpu_sharing import MIG_CONFIG_NAME, GpuSharing, GpuSharingArgs, has_mig
 from components.model_serving import ModelServing, ModelServingArgs
 from components.node_pool import GpuNodePool, GpuNodePoolArgs
 from components.pod import CacheRef
@@ -48,6 +49,8 @@ class Fleet:
     models: dict[str, ModelServing]
     """Keyed by catalog name: the models the plan deploys."""
     api_key_secret: k8s.core.v1.Secret | None = None
+    gpu_sharing: GpuSharing | None = None
+    """MIG pools' mig-parted ConfigMap and node labels (None without MIG pools)."""
 
 
 def make_provider(cluster: ClusterTarget, stack: str) -> k8s.Provider:
@@ -113,11 +116,18 @@ def build_fleet(plan: FleetPlan, *, api_key: pulumi.Output[str] | None, stack: s
     )
 
     pools = {name: GpuNodePool(name, GpuNodePoolArgs(facts), opts=k8s_opts) for name, facts in plan.pools.items()}
+    mig = has_mig(plan.layouts)
     gpu_operator = GpuOperator(
         "gpu-operator",
-        GpuOperatorArgs(settings=s.platform.gpu_operator, namespace=s.namespaces.gpu_operator),
+        GpuOperatorArgs(settings=s.platform.gpu_operator, namespace=s.namespaces.gpu_operator,
+                        mig_config=MIG_CONFIG_NAME if mig else None),
         opts=pulumi.ResourceOptions(providers=[provider], depends_on=list(pools.values())),
     )
+    # MIG pools only: the geometries and node labels mig-manager applies (nothing otherwise).
+    sharing = GpuSharing(
+        "gpu-sharing", GpuSharingArgs(plan.layouts, s.namespaces.gpu_operator),
+        opts=pulumi.ResourceOptions(providers=[provider], depends_on=[gpu_operator, *pools.values()]),
+    ) if mig else None  # fmt: skip
     kserve = s.serving.backend == Backend.KSERVE
     prerequisites = ServingPrerequisites(
         "serving-prerequisites",
@@ -161,11 +171,12 @@ def build_fleet(plan: FleetPlan, *, api_key: pulumi.Output[str] | None, stack: s
             ),
             opts=pulumi.ResourceOptions(
                 providers=[provider],
-                depends_on=[fits[e.name], namespace, cache, gpu_operator, *prerequisites.dependencies,
+                depends_on=[fits[e.name], namespace, cache, gpu_operator, *([sharing] if sharing else []),
+                            *prerequisites.dependencies,
                             *([api_key_secret] if api_key_secret is not None else [])],
             ),
         )  # fmt: skip
 
     return Fleet(plan=plan, provider=provider, namespace=namespace, node_pools=pools, gpu_operator=gpu_operator,
                  prerequisites=prerequisites, weight_caches=caches, fit_checks=fits, models=models,
-                 api_key_secret=api_key_secret)  # fmt: skip
+                 api_key_secret=api_key_secret, gpu_sharing=sharing)  # fmt: skip

@@ -30,6 +30,8 @@ TIME_SLICING_KEY = "any"
 class GpuOperatorArgs:
     settings: GpuOperatorSettings
     namespace: str = "gpu-operator"
+    mig_config: str | None = None
+    """The custom mig-parted ConfigMap mig-manager reads (`components.gpu_sharing`), when a pool is MIG."""
 
 
 def time_slicing_config(replicas: int, mig_strategy: str) -> str:
@@ -42,7 +44,7 @@ def time_slicing_config(replicas: int, mig_strategy: str) -> str:
     )
 
 
-def chart_values(settings: GpuOperatorSettings) -> dict[str, Any]:
+def chart_values(settings: GpuOperatorSettings, mig_config: str | None = None) -> dict[str, Any]:
     values: dict[str, Any] = {
         "driver": {"enabled": settings.driver_enabled},
         "toolkit": {"enabled": settings.toolkit_enabled},
@@ -52,6 +54,8 @@ def chart_values(settings: GpuOperatorSettings) -> dict[str, Any]:
     }  # fmt: skip
     if settings.time_slicing_replicas > 1:
         values["devicePlugin"] = {"config": {"name": TIME_SLICING_CONFIG, "default": TIME_SLICING_KEY}}
+    if mig_config:  # the layout planner's geometries; nodes without the label keep MIG off
+        values["migManager"] = {"config": {"name": mig_config, "default": "all-disabled"}}
     return values
 
 
@@ -89,7 +93,7 @@ class GpuOperator(pulumi.ComponentResource):
                 version=s.pinned,
                 repository_opts={"repo": REPOSITORY},
                 namespace=args.namespace,
-                values=chart_values(s),
+                values=chart_values(s, args.mig_config),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
             ))  # fmt: skip
         self.register_outputs({"installed": not s.already_installed, "version": s.version})

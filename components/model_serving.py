@@ -35,6 +35,7 @@ from components.pod import CacheRef, Placement, PodInputs, pod_spec
 from tkf_infra import names
 from tkf_infra.config import Backend, ModelEntry, Namespaces, Serving
 from tkf_infra.plan import ModelPlan
+from tkf_infra.plan.share import GPU_RESOURCE
 
 meta = k8s.meta.v1
 core = k8s.core.v1
@@ -46,6 +47,8 @@ LLMISVC_API_VERSION = "serving.kserve.io/v1alpha2"
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 #: LeaderWorkerSet labels every pod with its index in the group; 0 is the leader, the API server.
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+#: The GPU share the workload runs on (`mig:<profile>` / `slice:<k>`); absent for whole GPUs.
+GPU_SHARE_ANNOTATION = "tkf.io/gpu-share"
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,8 @@ class ModelServingArgs:
     def pod(self, service_account: str | None = None) -> PodInputs:
         return PodInputs(entry=self.entry, serving=self.serving, weight_bytes=self.weight_bytes,
                          placement=self.placement, cache=self.cache, api_key_secret=self.api_key_secret,
-                         api_key_secret_key=self.api_key_secret_key, service_account=service_account)
+                         api_key_secret_key=self.api_key_secret_key, service_account=service_account,
+                         gpu_resource=self.plan.share.resource if self.plan.share else GPU_RESOURCE)
 
 
 class ModelServing(pulumi.ComponentResource):
@@ -257,6 +261,8 @@ def _await_annotations(args: ModelServingArgs) -> dict[str, str]:
 def _annotations(args: ModelServingArgs, *, ready_condition: str | None) -> dict[str, str]:
     ann: dict[str, str] = {"tkf.io/repo": args.entry.repo, "tkf.io/revision": args.entry.revision}
     ann.update(args.plan.fit.annotations())
+    if args.plan.share is not None:
+        ann[GPU_SHARE_ANNOTATION] = args.plan.share.label
     if args.skip_await:
         ann.update(_await_annotations(args))
     elif ready_condition:

@@ -18,6 +18,7 @@ from components import vllm_args as va
 from tkf_infra.config import ModelEntry, Serving
 from tkf_infra.config.flags import rows
 from tkf_infra.names import SERVING_PORT
+from tkf_infra.plan.share import GPU_RESOURCE
 
 core = k8s.core.v1
 
@@ -50,6 +51,8 @@ class PodInputs:
     api_key_secret: str | None = None
     api_key_secret_key: str = "api-key"
     service_account: str | None = None
+    gpu_resource: str = GPU_RESOURCE
+    """What each GPU of the pod is requested as (`nvidia.com/mig-<profile>` for a MIG slice)."""
 
 
 def container_security() -> core.SecurityContextArgs:
@@ -91,14 +94,14 @@ def env(p: PodInputs, *, offline: bool = True) -> list[core.EnvVarArgs]:
     return out
 
 
-def resources(e: ModelEntry, weight_bytes: int) -> core.ResourceRequirementsArgs:
+def resources(e: ModelEntry, weight_bytes: int, gpu_resource: str = GPU_RESOURCE) -> core.ResourceRequirementsArgs:
     """Requests/limits; GPUs equal in both (extended resources cannot be overcommitted, and KServe
-    never sets ``nvidia.com/gpu`` itself)."""
+    never sets ``nvidia.com/gpu`` itself). A MIG share asks for its slice (`nvidia.com/mig-<profile>`)."""
     mem = f"{va.memory_gib(e, weight_bytes)}Gi"
     requests: dict[str, str] = {"cpu": str(va.cpu_cores(e)), "memory": mem}
     limits: dict[str, str] = {"memory": mem}
     if e.gpus_per_pod:
-        requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(e.gpus_per_pod)
+        requests[gpu_resource] = limits[gpu_resource] = str(e.gpus_per_pod)
     return core.ResourceRequirementsArgs(requests=requests, limits=limits)
 
 
@@ -155,7 +158,7 @@ def container(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.Contai
                    else va.serve_command(e, path, rev))  # fmt: skip
     return core.ContainerArgs(
         name="main", image=va.image(e, p.serving), command=command, args=args,
-        env=env(p, offline=kserve or p.cache is not None), resources=resources(e, p.weight_bytes),
+        env=env(p, offline=kserve or p.cache is not None), resources=resources(e, p.weight_bytes, p.gpu_resource),
         security_context=container_security(), volume_mounts=mounts,
         ports=[core.ContainerPortArgs(name="http", container_port=SERVING_PORT, protocol="TCP")] if leader else None,
         # /health needs no API key. Start-up patience grows with the weights a pod loads.

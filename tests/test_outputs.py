@@ -56,7 +56,7 @@ INFO_KEYS = {"id", "mode", "input_cost_per_token", "output_cost_per_token", "max
              "supports_function_calling"}  # fmt: skip
 REJECTED_KEYS = {"index", "name", "stage", "reasons", "kept"}
 EXPORTED = {"contractVersion", "endpoints", "gatewayModelList", "rejected", "problems", "deployed", "apiKeyEnv",
-            "runtimeApiKey"}
+            "gpuLayout", "runtimeApiKey"}
 
 
 def catalog(*models: dict[str, Any], **overrides: Any) -> Catalog:

@@ -13,7 +13,7 @@ from tkf_infra.config import Catalog, Mode, ModelEntry
 from tkf_infra.names import base_url
 
 if TYPE_CHECKING:
-    from tkf_infra.plan import FleetPlan
+    from tkf_infra.plan import FleetPlan, ModelPlan
 
 CONTRACT_VERSION = 1
 #: The catalog entries as deployed (name → entry): the program's memory of each model's last good
@@ -88,6 +88,28 @@ def gateway_model_list(catalog: Catalog, deployed: set[str] | None = None) -> li
     return models
 
 
+def deployed_entry(entry: ModelEntry) -> dict[str, Any]:
+    """A catalog entry as deployed (`deployed` output). `gpuShare: whole`, the default, is left out, so a
+    stack that shares no GPU publishes what it did before shares existed."""
+    exclude = {"gpu_share"} if entry.gpu_share == "whole" else None
+    return entry.model_dump(by_alias=True, mode="json", exclude_none=True, exclude=exclude)
+
+
+def share_output(plan: FleetPlan, m: ModelPlan) -> dict[str, Any]:
+    """`share` of an endpoint on part of a GPU: the share, its budget and where each replica lands.
+
+    Whole-GPU models have no `share` key (their endpoints are as before)."""
+    if m.share is None or m.pool is None:
+        return {}
+    layout = plan.layouts.get(m.pool.name)
+    where: dict[str, Any] = {"nodePool": m.pool.name}
+    if layout is not None and layout.kind == "mig":
+        where["placement"] = layout.placements(m.entry.name)
+    elif layout is not None:
+        where["proof"] = layout.proof
+    return {"share": {**m.share.published(), **where}}
+
+
 def export_outputs(plan: FleetPlan, api_key: Any = None) -> None:
     """Export the contract from the plan: the deployed models' routes, every left-out model and why.
 
@@ -99,14 +121,15 @@ def export_outputs(plan: FleetPlan, api_key: Any = None) -> None:
 
     catalog = plan.catalog
     ns = catalog.settings.namespaces.serving
-    endpoints = {m.entry.served_name: {**endpoint(m.entry, ns), "fit": m.fit.published()} for m in plan.models}
+    endpoints = {m.entry.served_name: {**endpoint(m.entry, ns), "fit": m.fit.published(), **share_output(plan, m)}
+                 for m in plan.models}  # fmt: skip
     pulumi.export("contractVersion", CONTRACT_VERSION)
     pulumi.export("endpoints", endpoints)
     pulumi.export("gatewayModelList", gateway_model_list(catalog, plan.deployed))
     pulumi.export("rejected", [x.as_output() for x in plan.excluded])
     pulumi.export("problems", list(plan.errors))
-    pulumi.export(DEPLOYED_OUTPUT, {m.entry.name: m.entry.model_dump(by_alias=True, mode="json", exclude_none=True)
-                                    for m in plan.models})
+    pulumi.export("gpuLayout", {name: layout.published() for name, layout in sorted(plan.layouts.items())})
+    pulumi.export(DEPLOYED_OUTPUT, {m.entry.name: deployed_entry(m.entry) for m in plan.models})
     pulumi.export("apiKeyEnv", catalog.settings.serving.api_key_env)
     if api_key is not None:
         pulumi.export("runtimeApiKey", pulumi.Output.secret(api_key))

@@ -20,6 +20,7 @@ SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 DNS1035_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 HF_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 SERVED_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
+GPU_SHARE_RE = re.compile(r"^(?:whole|auto|mig:(\d+g\.\d+gb)|slice:([1-9]\d*))$")
 
 
 class Topology(StrEnum):
@@ -71,6 +72,12 @@ class ModelEntry(ServingSpec):
     replicas: int = Field(1, ge=0, le=100)
     extra_args: list[str] = Field(default_factory=list, description="Extra vLLM flags (none the platform owns).")
     hf_token_secret: str | None = Field(None, description="Secret (key HF_TOKEN) for gated repos.")
+    gpu_share: str = Field(
+        "whole", description="How much of a GPU each replica gets: `whole` (default: gpusPerNode whole GPUs), "
+                             "`mig:<profile>` (one MIG slice, e.g. mig:1g.20gb, on a pool with `mig: true`), "
+                             "`slice:<k>` (k of the N time-slicing replicas of one GPU: a memory budget of k/N, "
+                             "proven to fit with any co-tenants) or `auto` (the smallest MIG profile / slice the "
+                             "model fits at its maxModelLen and maxNumSeqs; whole GPUs on other pools).")
     cost: Cost = Field(default_factory=lambda: Cost())
 
     @field_validator("name")
@@ -111,6 +118,14 @@ class ModelEntry(ServingSpec):
             raise ValueError(f"servedName {v!r} is not allowed: use 1-128 letters, digits and . _ : / -")
         return v
 
+    @field_validator("gpu_share")
+    @classmethod
+    def _share(cls, v: str) -> str:
+        if not GPU_SHARE_RE.match(v):
+            raise ValueError(f"gpuShare {v!r} is not one of whole, auto, mig:<profile> (e.g. mig:1g.20gb) or "
+                             "slice:<k> (k of the pool's time-slicing replicas, e.g. slice:2)")
+        return v
+
     @field_validator("extra_args")
     @classmethod
     def _no_owned_flags(cls, v: list[str]) -> list[str]:
@@ -129,6 +144,10 @@ class ModelEntry(ServingSpec):
         if self.topology is not None and self.topology != derived:
             raise ValueError(f"topology {self.topology.value!r} does not match the GPU counts, which describe "
                              f"{derived.value!r}; fix the counts or drop `topology` to derive it")
+        if self.gpu_share not in ("whole", "auto") and (self.gpus_per_node != 1 or self.node_count != 1):
+            raise ValueError(f"gpuShare {self.gpu_share} gives each replica a part of one GPU, but the entry asks for "
+                             f"{self.node_count} node(s) x {self.gpus_per_node} GPU(s); set gpusPerNode 1 and "
+                             "nodeCount 1 (tensor/pipeline parallelism 1) or use gpuShare whole")
         if self.enable_auto_tool_choice and not self.tool_call_parser:
             raise ValueError("enableAutoToolChoice needs toolCallParser (e.g. hermes, llama3_json)")
         return self
@@ -165,6 +184,16 @@ class ModelEntry(ServingSpec):
     def gpus(self) -> int:
         """GPUs one replica takes."""
         return self.node_count * self.gpus_per_node
+
+    @property
+    def share_request(self) -> tuple[str, str | int | None]:
+        """`gpuShare` parsed: ("whole", None), ("auto", None), ("mig", profile) or ("slice", k)."""
+        match = GPU_SHARE_RE.match(self.gpu_share)
+        if match and match.group(1):
+            return "mig", match.group(1)
+        if match and match.group(2):
+            return "slice", int(match.group(2))
+        return self.gpu_share, None
 
     @property
     def model_ref(self) -> str:

@@ -173,6 +173,11 @@ class ServingSpec(SettingsModel):
     kv_cache_dtype: Annotated[Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"],
                               Flag("--kv-cache-dtype", sized=True)] = Field(
         "auto", description="fp8 halves the KV cache per token.")
+    kv_cache_memory_bytes: Annotated[int | None, Flag("--kv-cache-memory-bytes", sized=True,
+                                                      applies=Applies.GPU)] = Field(
+        None, ge=1, description="KV cache per GPU in bytes (vLLM >= 0.10.2), instead of what gpuMemoryUtilization "
+                                "leaves. Set by the platform for time-sliced shares (gpuShare slice:k); the fit "
+                                "check refuses a value the budget cannot hold.")
     max_num_seqs: Annotated[int, Flag("--max-num-seqs", sized=True)] = Field(
         256, ge=1, le=4096, description="Requests batched at once; sizes the sampler's memory.")
     max_num_batched_tokens: Annotated[int | None, Flag("--max-num-batched-tokens", sized=True)] = Field(
@@ -262,7 +267,6 @@ PLATFORM_FLAGS: dict[str, str] = {
     "--headless": "multi-node placement comes from `nodeCount`",
     "--config": "a vLLM config file could set any flag behind the fit check's back; use catalog fields",
     "--cpu-offload-gb": "offloading changes the weights on the GPU, which the fit check sizes",
-    "--kv-cache-memory-bytes": "the KV-cache budget is what the fit check sizes",
     "--num-gpu-blocks-override": "the KV-cache budget is what the fit check sizes",
     "--compilation-config": "CUDA-graph capture sizes are part of the fit check's overhead",
     "-O": "CUDA-graph capture sizes are part of the fit check's overhead",

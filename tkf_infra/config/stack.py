@@ -93,6 +93,9 @@ class NodePool(SettingsModel):
     interconnect: Literal["nvlink", "pcie"] | None = Field(
         None, description="How the node's GPUs talk (NVLink/NVSwitch or PCIe); overrides the GPU table's default "
                           "(SXM/NVL parts NVLink, PCIe and consumer parts PCIe). Sizes non-torch memory at TP > 1.")
+    mig: bool = Field(False, description="Partition the pool's GPUs with MIG: the layout planner packs the models' "
+                                         "slices (gpuShare mig:<profile> / auto) into per-GPU geometries and labels "
+                                         "each node (needs platform.gpuOperator.migStrategy mixed and `nodes`).")
     labels: dict[str, str] = Field(default_factory=dict, description="Node selector labels.")
     taints: list[Taint] = Field(default_factory=list)
     nodes: list[str] = Field(default_factory=list, description="Node names to label/taint (kind existing).")

@@ -21,8 +21,10 @@ from pydantic import ValidationError
 from tkf_infra.config import Catalog, ModelEntry
 from tkf_infra.config.flags import row, sized_fields
 from tkf_infra.hub.lock import Lock
+from tkf_infra.plan.layout import Demand, PoolLayout, SliceDemand, plan_mig, prove_time_slicing
 from tkf_infra.plan.pools import PoolFacts, PoolProblem, resolve_pool
-from tkf_infra.sizing.contract import FitInputs, FitResult, evaluate
+from tkf_infra.plan.share import Share, ShareProblem, context_gib, size_share
+from tkf_infra.sizing.contract import FitInputs, FitResult
 from tkf_infra.sizing.ec2 import InstanceGpus
 from tkf_infra.sizing.facts import ModelFacts
 from tkf_infra.sizing.params import SizingError, SizingParams
@@ -43,7 +45,9 @@ class Stage(StrEnum):
     ACCESS = "access"
     """A gated repo without hfTokenSecret."""
     FIT = "fit"
-    """It does not fit its GPUs."""
+    """It does not fit its GPUs (or no MIG profile / time-sliced share of them)."""
+    PLACEMENT = "placement"
+    """Its pool's layout cannot hold it: MIG slices that do not pack, or time-sliced shares that could overrun a GPU."""
     POLICY = "policy"
     """The platform owner's policy pack refused it (reported by the CLI, which runs the pack)."""
 
@@ -91,6 +95,8 @@ class ModelPlan:
     pool: PoolFacts | None
     fit_inputs: FitInputs
     fit: FitResult
+    share: Share | None = None
+    """The part of a GPU each replica gets (None: whole GPUs); `entry` then carries the share's vLLM flags."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +117,8 @@ class FleetPlan:
     errors: tuple[str, ...] = ()
     """Stack-level problems (bad pools, capacity, DCGM contradictions): the run must end non-zero."""
     warnings: tuple[str, ...] = ()
+    layouts: Mapping[str, PoolLayout] = field(default_factory=dict)
+    """Node pool → its layout, for MIG pools and time-sliced pools with shares (`tkf_infra.plan.layout`)."""
 
     @property
     def deployed(self) -> set[str]:
@@ -201,10 +209,13 @@ def _plan_model(entry: ModelEntry, index: int, ctx: _Context) -> ModelPlan | Exc
                        params=sizing_params(entry, ctx.vllm_version),
                        max_tensor_parallel=(pool.gpus_per_node if pool else 0) or 8,
                        prefix_caching=_prefix_caching(entry.extra_args))
-    fit = evaluate(inputs)
-    if not fit.fits:
-        return Exclusion(entry.name, index, Stage.FIT, (fit.message or "does not fit",))
-    return ModelPlan(entry, facts, weight_bytes, pool, inputs, fit)
+    try:
+        sized = size_share(entry, pool, inputs, lambda e: sizing_params(e, ctx.vllm_version))
+    except ShareProblem as exc:
+        return Exclusion(entry.name, index, Stage.CATALOG, (str(exc),))
+    if not sized.fit.fits:
+        return Exclusion(entry.name, index, Stage.FIT, (sized.fit.message or "does not fit",))
+    return ModelPlan(sized.entry, facts, weight_bytes, pool, sized.inputs, sized.fit, sized.share)
 
 
 def _keep_last_good(excluded: list[Exclusion], planned: list[ModelPlan], previous: Mapping[str, Any],
@@ -259,7 +270,9 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
             if settings_pool.kind == "eks" and ec2_errors and itype in ec2_errors:
                 raise PoolProblem(f"node pool {settings_pool.name}: instanceType {itype!r} is not an EC2 instance "
                                   f"type ({ec2_errors[itype]}); use one such as p5.48xlarge or g6e.xlarge")
-            pools[settings_pool.name] = resolve_pool(settings_pool, ec2 or {}, shared)
+            pools[settings_pool.name] = resolve_pool(settings_pool, ec2 or {}, shared,
+                                                     mig_strategy=s.platform.gpu_operator.mig_strategy,
+                                                     time_slices=s.platform.gpu_operator.time_slicing_replicas)
         except PoolProblem as exc:
             pool_problems[settings_pool.name] = str(exc)
             errors.append(str(exc))
@@ -284,18 +297,42 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
     if previous:
         excluded = _keep_last_good(excluded, planned, previous, ctx)
 
-    warnings += [f"model {m.entry.name}: {w}" for m in planned for w in m.fit.warnings]
-    errors += capacity_errors(planned, pools)
-    return FleetPlan(catalog=catalog, pools=pools, models=tuple(planned),
+    layouts = plan_layouts(planned, pools, s.serving.version)
+    for layout in layouts.values():
+        for name, reason in layout.refused.items():
+            excluded.append(Exclusion(name, catalog.index_of(name), Stage.PLACEMENT, (reason,)))
+    placed = [m for m in planned if not any(m.entry.name in lay.refused for lay in layouts.values())]
+    warnings += [f"model {m.entry.name}: {w}" for m in placed for w in m.fit.warnings]
+    errors += capacity_errors(placed, pools)
+    return FleetPlan(catalog=catalog, pools=pools, models=tuple(placed),
                      excluded=tuple(sorted(excluded, key=lambda e: (e.index, e.name))),
-                     errors=tuple(errors), warnings=tuple(warnings))
+                     errors=tuple(errors), warnings=tuple(warnings), layouts=layouts)
+
+
+def plan_layouts(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], version: str) -> dict[str, PoolLayout]:
+    """Lay out every MIG pool, and prove every time-sliced pool that hosts shares (`tkf_infra.plan.layout`)."""
+    layouts: dict[str, PoolLayout] = {}
+    for name, pool in sorted(pools.items()):
+        on = [m for m in models if m.pool is not None and m.pool.name == name and not m.entry.is_cpu]
+        if pool.mig is not None and pool.gpu is not None:
+            demands = [Demand(m.entry.name, m.entry.replicas, m.share.profile if m.share else None,
+                              m.entry.gpus_per_node) for m in on if m.entry.replicas > 0]
+            layouts[name] = plan_mig(name, pool.mig, pool.pool.nodes, pool.gpus_per_node, demands)
+        elif pool.time_slices > 1 and pool.gpu is not None and any(m.share for m in on):
+            total, context = pool.gpu.memory_gib, context_gib(version)
+            demands_ts = [SliceDemand(m.entry.name, m.entry.replicas * (1 if m.share else m.entry.gpus),
+                                      m.share.memory_gib if m.share else
+                                      m.entry.gpu_memory_utilization * total + context) for m in on]
+            layouts[name] = prove_time_slicing(name, pool.gpu.name, pool.time_slices,
+                                               pool.gpus_per_node * pool.node_count, total, demands_ts)
+    return layouts
 
 
 def capacity_errors(models: list[ModelPlan], pools: Mapping[str, PoolFacts]) -> list[str]:
     """Pools whose models ask, over all replicas, more GPUs than the pool has."""
     demand: dict[str, list[tuple[str, int]]] = {}
-    for m in models:
-        if m.entry.is_cpu or m.pool is None:
+    for m in models:  # MIG pools and shares are counted by the layout planner
+        if m.entry.is_cpu or m.pool is None or m.pool.mig is not None or m.share is not None:
             continue
         demand.setdefault(m.pool.name, []).append((m.entry.name, m.entry.replicas * m.entry.gpus))
     errors = []

@@ -16,6 +16,7 @@ from typing import Any
 from tkf_infra.config import NodePool
 from tkf_infra.sizing.ec2 import InstanceGpus
 from tkf_infra.sizing.gpus import GpuSpec, find_gpu, lookup_gpu, product_label, same_gpu
+from tkf_infra.sizing.mig import MigBoard, mig_board
 
 GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -37,6 +38,10 @@ class PoolFacts:
     node_selector: dict[str, str] = field(default_factory=dict)
     taints: tuple[dict[str, str], ...] = ()
     tolerations: tuple[dict[str, Any], ...] = ()
+    mig: MigBoard | None = None
+    """The board's MIG profiles when the pool is partitioned with MIG (`nodePools[].mig`)."""
+    time_slices: int = 0
+    """Time-slicing replicas per GPU (platform.gpuOperator.timeSlicingReplicas) when above 1, else 0."""
 
     @property
     def name(self) -> str:
@@ -85,7 +90,30 @@ def _eks_gpu(pool: NodePool, info: InstanceGpus | None, shared: bool) -> tuple[G
     return _with_override(pool, gpu, shared), info.count
 
 
-def resolve_pool(pool: NodePool, ec2: Mapping[str, InstanceGpus], shared: bool) -> PoolFacts:
+def _mig_board(pool: NodePool, gpu: GpuSpec | None, mig_strategy: str, time_slices: int) -> MigBoard | None:
+    """A MIG pool's board, after the rules that let the planner label each node with its geometry."""
+    if not pool.mig:
+        return None
+    where = f"node pool {pool.name}: mig is true but"
+    board = mig_board(gpu) if gpu is not None else None
+    if board is None:
+        raise PoolProblem(f"{where} {gpu.name if gpu else 'it has no GPU'} has no MIG profiles in "
+                          "tkf_infra/sizing/mig.py (A100, H100, H200, B200 do); drop `mig` or use such a pool")
+    if mig_strategy != "mixed":
+        raise PoolProblem(f"{where} platform.gpuOperator.migStrategy is {mig_strategy!r}; set it to 'mixed' so each "
+                          "slice is advertised as nvidia.com/mig-<profile> and one GPU can hold several profiles")
+    if time_slices > 1:
+        raise PoolProblem(f"{where} platform.gpuOperator.timeSlicingReplicas is {time_slices}: the device plugin "
+                          "time-slices the whole GPUs of every node, a MIG pool's too; set it to 0 or drop `mig`")
+    if pool.kind != "existing" or len(set(pool.nodes)) != pool.node_count:
+        raise PoolProblem(f"{where} each node gets its own MIG geometry (label nvidia.com/mig.config), so the pool "
+                          f"must be kind existing and list its {pool.node_count} node name(s) in `nodes` (it lists "
+                          f"{len(set(pool.nodes))})")
+    return board
+
+
+def resolve_pool(pool: NodePool, ec2: Mapping[str, InstanceGpus], shared: bool, *, mig_strategy: str = "none",
+                 time_slices: int = 0) -> PoolFacts:
     """Pool facts from the settings (and EC2 for eks pools). Raises PoolProblem naming the fix."""
     if pool.kind == "eks":
         gpu, per_node = _eks_gpu(pool, ec2.get(str(pool.instance_type)), shared)
@@ -115,5 +143,7 @@ def resolve_pool(pool: NodePool, ec2: Mapping[str, InstanceGpus], shared: bool) 
         else {"key": t["key"], "operator": "Equal", "value": t["value"], "effect": t["effect"]}
         for t in taints
     )  # fmt: skip
+    board = _mig_board(pool, gpu, mig_strategy, time_slices)
     return PoolFacts(pool=pool, gpu=gpu, gpus_per_node=per_node, node_labels=node_labels, node_selector=selector,
-                     taints=tuple(taints), tolerations=tolerations)
+                     taints=tuple(taints), tolerations=tolerations, mig=board,
+                     time_slices=time_slices if shared and gpu is not None and time_slices > 1 else 0)

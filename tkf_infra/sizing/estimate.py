@@ -34,7 +34,7 @@ from tkf_infra.sizing.kv import (
 from tkf_infra.sizing.overheads import Activation, Batch, activation, graph_gib, non_torch_gib
 from tkf_infra.sizing.params import GIB, SizingError, SizingParams
 from tkf_infra.sizing.quant import quant_problems, quant_scheme
-from tkf_infra.sizing.startup import Doubt, RowRun, budget_problems
+from tkf_infra.sizing.startup import Doubt, RowRun, budget_problems, pinned_kv_problems
 from tkf_infra.sizing.versions import VersionChoice, VersionRow, choose_version, engine_rows
 from tkf_infra.sizing.weights import (
     Sharding,
@@ -326,7 +326,8 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
         doubts.append(Doubt(term="unified memory: the operating system's use of the same memory changes what vLLM "
                                  "finds free at start-up", gib=0.05 * total,
                             pin="measure free memory on the node and set gpuMemoryUtilization below it"))
-    if gpu.shared:
+    pinned = params.kv_cache_memory_bytes
+    if gpu.shared and pinned is None:  # a pinned KV cache does not depend on what co-tenants allocate
         doubts.append(Doubt(term="GPU shared by time-slicing: other engines may allocate while this one profiles, "
                                  "and vLLM counts the drop in free memory against this model",
                             gib=max(total - requested - run.context, 0.0),
@@ -339,10 +340,14 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
                                  f"request in the bound, {layout.recurrent_blocks} in the estimate)", gib=0.0,
                             pin="state --enable-prefix-caching or --no-enable-prefix-caching"))
     avail, avail_low = run.available, run.available - gap
+    if pinned is not None:  # --kv-cache-memory-bytes: the cache is exactly this, if the budget holds it
+        problems += pinned_kv_problems(pinned, avail_low, choice.version, run.row)
+        avail = avail_low = pinned / GIB
     blocks, blocks_low = layout.num_blocks(avail * GIB), low.num_blocks(avail_low * GIB)
     mnbt = run.mnbt
     tokens_rule = row.tokens_from_concurrency
-    problems += budget_problems(run, gpu, params, avail, avail_low, max_len, requested)
+    problems += budget_problems(run, gpu, params, avail, avail_low, max_len, requested,
+                                outside_is_ours=not (gpu.shared and pinned is not None))
     fit_len = (largest_fitting_len(low, avail_low * GIB, mnbt, run.block, arch.max_len or max_len)
                if avail_low > 0 else 0)
     return Estimate(

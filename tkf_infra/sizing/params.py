@@ -46,6 +46,9 @@ class SizingParams(BaseModel):
     enforce_eager: bool = False
     speculative_config: dict[str, Any] | None = None
     """vLLM's --speculative-config: method (mtp, eagle, eagle3, ngram, draft_model), num_speculative_tokens."""
+    kv_cache_memory_bytes: int | None = Field(None, ge=1)
+    """vLLM's --kv-cache-memory-bytes: the KV cache per GPU is exactly this (from 0.10.2); the rest of the
+    budget must still hold weights, activations and graphs."""
     cpu_kv_cache_gib: float | None = None
     """KV space of the CPU profile (VLLM_CPU_KVCACHE_SPACE); None on GPUs."""
     vllm_version: str

@@ -15,6 +15,12 @@ from pydantic import BaseModel
 from tkf_infra.sizing.gpus import GpuSpec
 from tkf_infra.sizing.params import GIB, SizingParams
 
+#: First release with --kv-cache-memory-bytes (CacheConfig.kv_cache_memory_bytes, vllm/config/cache.py@v0.10.2;
+#: `determine_available_memory` returns it after the profile run, vllm/v1/worker/gpu_worker.py@v0.10.2:235-252,
+#: and @v0.32.0:649-675). The start-up check that `gpu_memory_utilization x total` is free still runs
+#: (gpu_worker.py@v0.10.2:176-186, vllm/v1/worker/utils.py@v0.32.0:761-770).
+KV_CACHE_MEMORY_BYTES_SINCE = (0, 10, 2)
+
 
 class Doubt(BaseModel):
     """One reason the bound sits below the estimate: how much KV memory it may cost, and the fix."""
@@ -49,8 +55,11 @@ class RowRun(BaseModel):
 
 
 def budget_problems(run: RowRun, gpu: GpuSpec, params: SizingParams, avail: float, avail_low: float,
-                    max_len: int, requested: float) -> list[str]:
-    """vLLM's start-up checks, judged on the bound; each message gives the estimate and the bound."""
+                    max_len: int, requested: float, *, outside_is_ours: bool = True) -> list[str]:
+    """vLLM's start-up checks, judged on the bound; each message gives the estimate and the bound.
+
+    `outside_is_ours`: the memory outside the budget is free for the post-allocation warm-up (False
+    on a time-sliced share, where it belongs to the co-tenants)."""
     total, u = gpu.memory_gib, params.gpu_memory_utilization
     problems = []
     if run.context > total - requested + 1e-9:
@@ -75,7 +84,8 @@ def budget_problems(run: RowRun, gpu: GpuSpec, params: SizingParams, avail: floa
         )
     if not problems and not run.layout.v0:  # V0 warms no sampler after allocating the cache
         rows = min(run.seqs, run.mnbt)
-        headroom = (total - run.context - requested) + run.activation - (0.0 if run.reserved else run.graphs)
+        outside = (total - run.context - requested) if outside_is_ours else 0.0
+        headroom = outside + run.activation - (0.0 if run.reserved else run.graphs)
         warm = run.warmup
         if warm > headroom:
             problems.append(
@@ -85,3 +95,16 @@ def budget_problems(run: RowRun, gpu: GpuSpec, params: SizingParams, avail: floa
                 "gpuMemoryUtilization"
             )
     return problems
+
+
+def pinned_kv_problems(pinned: int, left_low_gib: float, version: tuple[int, int, int] | None, row: str) -> list[str]:
+    """--kv-cache-memory-bytes: the release must have it and the budget's bound must hold that cache."""
+    if version is None or version < KV_CACHE_MEMORY_BYTES_SINCE or "(V0" in row:
+        shown = ".".join(map(str, version)) if version else "an unknown release"
+        return [f"kvCacheMemoryBytes needs vLLM >= 0.10.2 (V1 engine) but the image runs {shown}; pin "
+                "serving.vllmImage to a release that has --kv-cache-memory-bytes, e.g. vllm/vllm-openai:v0.11.0"]
+    if pinned > left_low_gib * GIB:
+        return [f"kvCacheMemoryBytes {pinned} ({pinned / GIB:.2f} GiB) is more than the {max(left_low_gib, 0):.2f} "
+                "GiB the memory budget leaves for the KV cache after weights, activations and graphs (conservative "
+                "bound); lower kvCacheMemoryBytes or raise the budget"]
+    return []

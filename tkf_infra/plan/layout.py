@@ -1,0 +1,271 @@
+"""The layout planner: where each model's share of a pool lands, and the proof that the pool holds them.
+
+Why a planner: several models per GPU is only safe when the pool provably holds them all.
+
+- **MIG pools.** Each replica of a `mig:<profile>` model needs one GPU instance; each replica of a
+  whole-GPU model needs `gpusPerNode` GPUs of one node with MIG off. The planner packs them into
+  per-GPU geometries that obey NVML's placement rules (`tkf_infra.sizing.mig`): instances on a GPU
+  occupy disjoint runs of memory slices at allowed starts. A model whose replicas cannot all be
+  placed is refused, naming the slices missing. The GPU Operator's mig-manager then carves each
+  node as planned (`mig_parted_configs`; the node label `nvidia.com/mig.config` names its config).
+- **Time-sliced pools.** Without memory isolation the guarantee is arithmetic: each pod takes one
+  of the N replicas of a GPU, so at most N pods share one GPU, and the N largest memory footprints
+  (budget + CUDA context) of the pool's pods must fit in the GPU. A model that would break it is refused.
+
+Stable: demand is ordered by size and name, never by catalog position, so reordering the catalog
+yields the same layout and nodes are not re-partitioned. Pure: no Pulumi, no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from tkf_infra.sizing.mig import COMPUTE_SLICES, MEMORY_SLICES, MigBoard, MigProfile
+
+#: The mig-parted config every custom ConfigMap must keep: the operator's default `migManager.config.default`.
+ALL_DISABLED = "all-disabled"
+
+
+@dataclass(frozen=True)
+class Demand:
+    """One model's ask on a MIG pool: `replicas` x (one instance of `profile`, or `gpus` whole GPUs)."""
+
+    model: str
+    replicas: int
+    profile: MigProfile | None = None
+    gpus: int = 1
+
+
+@dataclass(frozen=True)
+class Instance:
+    model: str
+    replica: int
+    profile: str
+    start: int
+    slices: int
+    compute: int
+
+
+@dataclass(frozen=True)
+class Card:
+    """One physical GPU of a node as planned: whole for one model, MIG instances, or unused (MIG off)."""
+
+    node: str
+    index: int
+    whole: str | None = None
+    instances: tuple[Instance, ...] = ()
+
+    def geometry(self) -> dict[str, int]:
+        return dict(sorted(Counter(i.profile for i in self.instances).items()))
+
+
+@dataclass(frozen=True)
+class PoolLayout:
+    """A pool's plan: MIG cards, or the time-slicing proof; and every model refused with why."""
+
+    pool: str
+    kind: str
+    """"mig" or "time-slicing"."""
+    gpu: str
+    cards: tuple[Card, ...] = ()
+    refused: dict[str, str] = field(default_factory=dict)
+    proof: str = ""
+
+    def node_configs(self) -> dict[str, str]:
+        """Node name → mig-parted config name (equal geometries share one config; the name is its digest)."""
+        out = {}
+        for node in dict.fromkeys(c.node for c in self.cards):
+            spec = _node_spec([c for c in self.cards if c.node == node])
+            digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]
+            out[node] = f"tkf-{self.pool}-{digest}"
+        return out
+
+    def mig_parted_configs(self) -> dict[str, list[dict[str, Any]]]:
+        """The mig-parted configs of this pool's nodes (config name → per-GPU specs)."""
+        names = self.node_configs()
+        return {names[node]: _node_spec([c for c in self.cards if c.node == node]) for node in names}
+
+    def placements(self, model: str) -> list[dict[str, Any]]:
+        """Where each replica of `model` lands (MIG pools)."""
+        out: list[dict[str, Any]] = []
+        for c in self.cards:
+            if c.whole == model:
+                out.append({"node": c.node, "gpu": c.index, "whole": True})
+            out += [{"node": c.node, "gpu": c.index, "profile": i.profile, "start": i.start, "size": i.slices}
+                    for i in c.instances if i.model == model]
+        return out
+
+    def published(self) -> dict[str, Any]:
+        """The layout as the `gpuLayout` output shows it."""
+        if self.kind != "mig":
+            return {"kind": self.kind, "gpu": self.gpu, "proof": self.proof, "refused": sorted(self.refused)}
+        names = self.node_configs()
+        nodes = {node: {"migConfig": names[node], "gpus": [
+            {"index": c.index, **({"whole": c.whole} if c.whole else {}),
+             **({"mig": c.geometry(), "instances": [{"model": i.model, "replica": i.replica, "profile": i.profile,
+                                                     "start": i.start, "size": i.slices} for i in c.instances]}
+                if c.instances else {})}
+            for c in self.cards if c.node == node]} for node in names}
+        return {"kind": "mig", "gpu": self.gpu, "nodes": nodes, "refused": sorted(self.refused)}
+
+
+def _node_spec(cards: list[Card]) -> list[dict[str, Any]]:
+    """mig-parted `MigConfigSpec`s of one node: GPUs with equal geometries grouped by `devices`."""
+    groups: dict[str, list[int]] = {}
+    for c in sorted(cards, key=lambda c: c.index):
+        groups.setdefault(json.dumps(c.geometry(), sort_keys=True), []).append(c.index)
+    specs: list[dict[str, Any]] = []
+    for key, devices in groups.items():
+        geometry = json.loads(key)
+        spec: dict[str, Any] = {"devices": devices, "mig-enabled": bool(geometry)}
+        if geometry:
+            spec["mig-devices"] = geometry
+        specs.append(spec)
+    return specs
+
+
+@lru_cache(maxsize=4096)
+def _solve(shapes: tuple[tuple[int, int, tuple[int, ...]], ...]) -> tuple[int, ...] | None:
+    """Start slices for (memory slices, compute, allowed starts) shapes, in the given order; None if none fit."""
+
+    def place(i: int, used: int, compute: int) -> tuple[int, ...] | None:
+        if i == len(shapes):
+            return ()
+        size, comp, starts = shapes[i]
+        if compute + comp > COMPUTE_SLICES:
+            return None
+        for start in starts:
+            mask = ((1 << size) - 1) << start
+            if start + size <= MEMORY_SLICES and not used & mask:
+                rest = place(i + 1, used | mask, compute + comp)
+                if rest is not None:
+                    return (start, *rest)
+        return None
+
+    return place(0, 0, 0)
+
+
+def _order(profile: MigProfile) -> tuple[int, int, str]:
+    return -profile.slices, -profile.compute, profile.name
+
+
+def placement(profiles: Sequence[MigProfile]) -> list[tuple[MigProfile, int]] | None:
+    """A valid placement of these instances on one GPU (largest first, lowest start), else None."""
+    ordered = sorted(profiles, key=_order)
+    starts = _solve(tuple((p.slices, p.compute, p.starts) for p in ordered))
+    return None if starts is None else list(zip(ordered, starts, strict=True))
+
+
+def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: int,
+             demands: Sequence[Demand]) -> PoolLayout:  # fmt: skip
+    """Pack the demands into the pool's GPUs (see module docstring); refuse what cannot be placed."""
+    whole: dict[tuple[int, int], str] = {}
+    held: dict[tuple[int, int], list[tuple[str, int, MigProfile]]] = {}
+    refused: dict[str, str] = {}
+    keys = [(n, g) for n in range(len(nodes)) for g in range(gpus_per_node)]
+    order = sorted(demands, key=lambda d: (d.profile is not None, -d.gpus, *(_order(d.profile) if d.profile else
+                                                                          (0, 0, "")), d.model))
+    for d in order:
+        taken: list[tuple[int, int]] = []
+        for replica in range(d.replicas):
+            spot = _whole_spot(keys, whole, held, d.gpus) if d.profile is None else \
+                _mig_spot(keys, whole, held, d.profile)
+            if spot is None:
+                refused[d.model] = _refusal(pool, board, d, replica, keys, whole, held, len(nodes), gpus_per_node)
+                break
+            for key in spot:
+                if d.profile is None:
+                    whole[key] = d.model
+                else:
+                    held.setdefault(key, []).append((d.model, replica, d.profile))
+            taken += spot
+        if d.model in refused:  # all or nothing: free what its first replicas took
+            for key in taken:
+                whole.pop(key, None)
+                if key in held:
+                    held[key] = [h for h in held[key] if h[0] != d.model]
+    cards = []
+    for n, g in keys:
+        items = sorted(held.get((n, g), []), key=lambda h: (_order(h[2]), h[0], h[1]))
+        placed = placement([h[2] for h in items]) or []
+        cards.append(Card(nodes[n], g, whole.get((n, g)), tuple(
+            Instance(h[0], h[1], p.name, start, p.slices, p.compute) for h, (p, start) in zip(items, placed,
+                                                                                              strict=True))))
+    return PoolLayout(pool, "mig", board.gpu, tuple(cards), refused)
+
+
+def _whole_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str],
+                held: dict[tuple[int, int], list[Any]], gpus: int) -> list[tuple[int, int]] | None:  # fmt: skip
+    for node in dict.fromkeys(n for n, _ in keys):
+        free = [k for k in keys if k[0] == node and k not in whole and not held.get(k)]
+        if len(free) >= gpus:
+            return free[:gpus]
+    return None
+
+
+def _mig_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str],
+              held: dict[tuple[int, int], list[Any]], profile: MigProfile) -> list[tuple[int, int]] | None:  # fmt: skip
+    """The first partitioned GPU the instance still fits on, else the first unused GPU."""
+    partitioned = [k for k in keys if held.get(k)]
+    unused = [k for k in keys if k not in whole and not held.get(k)]
+    for key in partitioned + unused:
+        if placement([h[2] for h in held.get(key, [])] + [profile]) is not None:
+            return [key]
+    return None
+
+
+def _refusal(pool: str, board: MigBoard, d: Demand, replica: int, keys: list[tuple[int, int]],
+             whole: dict[tuple[int, int], str], held: dict[tuple[int, int], list[Any]], nodes: int,
+             per_node: int) -> str:  # fmt: skip
+    where = f"node pool {pool} ({nodes} node(s) x {per_node} {board.gpu})"
+    if d.profile is None:
+        free = sum(1 for k in keys if k not in whole and not held.get(k))
+        return (f"model {d.model}: cannot place {d.replicas} replica(s) of {d.gpus} whole GPU(s) on one node in "
+                f"{where}: {replica} placed, {free} unused GPU(s) left across nodes after the larger demands; missing "
+                f"{d.replicas - replica} x {d.gpus} whole GPU(s). Add nodes, lower replicas or give it gpuShare mig:…")
+    p = d.profile
+    free_slices = sum(MEMORY_SLICES - sum(h[2].slices for h in held.get(k, [])) for k in keys if k not in whole)
+    missing = d.replicas - replica
+    return (f"model {d.model}: cannot place {d.replicas} x MIG {p.name} in {where}: room for {replica} after the "
+            f"larger demands ({free_slices} memory slice(s) left, none at a {p.name} placement); missing {missing} x "
+            f"{p.name} = {missing * p.slices} memory slice(s). Add a node (nodeCount and nodes), lower replicas or "
+            "use a smaller profile")
+
+
+@dataclass(frozen=True)
+class SliceDemand:
+    """One model's pods on a time-sliced pool: each takes one replica and `footprint_gib` of its GPU."""
+
+    model: str
+    pods: int
+    footprint_gib: float
+
+
+def prove_time_slicing(pool: str, gpu: str, replicas: int, gpus: int, total_gib: float,
+                       demands: Sequence[SliceDemand]) -> PoolLayout:  # fmt: skip
+    """Admit models (largest footprint first) while any `replicas` pods on one GPU still fit in it."""
+    admitted: list[float] = []
+    refused: dict[str, str] = {}
+    capacity = replicas * gpus
+    for d in sorted(demands, key=lambda d: (-d.footprint_gib, d.model)):
+        trial = sorted(admitted + [d.footprint_gib] * d.pods, reverse=True)
+        worst = sum(trial[:replicas])
+        if worst > total_gib + 1e-6 or len(trial) > capacity:
+            over = (f"the {replicas} largest would take {worst:.2f} GiB of the {total_gib:.2f} GiB GPU (missing "
+                    f"{worst - total_gib:.2f} GiB)" if worst > total_gib + 1e-6
+                    else f"{len(trial)} pods exceed the pool's {capacity} replicas")
+            refused[d.model] = (f"model {d.model}: any {replicas} pods of node pool {pool} may share one {gpu}; "
+                                f"with its {d.pods} pod(s) of {d.footprint_gib:.2f} GiB {over}. Use a smaller "
+                                "slice:k, fewer replicas or another pool")
+            continue
+        admitted = trial
+    worst = sum(admitted[:replicas])
+    proof = (f"any {replicas} of the {len(admitted)} pod(s) on one {gpu} take at most {worst:.2f} of its "
+             f"{total_gib:.2f} GiB (the {min(replicas, len(admitted))} largest budgets plus CUDA contexts)")
+    return PoolLayout(pool, "time-slicing", gpu, (), refused, proof)
