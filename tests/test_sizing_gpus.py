@@ -113,8 +113,10 @@ def test_table_name_is_the_short_name_the_stack_file_accepts() -> None:
 
 def test_a_mig_label_sizes_the_slice_and_selects_the_mig_nodes() -> None:
     slice_ = lookup_gpu("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb")
-    assert slice_.memory_gib < 5 and not slice_.memory_measured
+    assert slice_.memory_gib == 4.75 and slice_.memory_measured  # nvidia-smi mig -lgip, tkf_infra/sizing/mig.py
     assert slice_.product_labels == ("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb",)
+    unknown = lookup_gpu("NVIDIA-A100-SXM4-40GB-MIG-2g.11gb")  # not in the MIG table: derived from its name
+    assert unknown.memory_gib < 11 and not unknown.memory_measured
 
 
 def test_a_shared_label_marks_the_gpu_time_sliced() -> None:

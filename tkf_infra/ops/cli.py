@@ -188,9 +188,13 @@ def size(
     quantization: Annotated[str | None, typer.Option()] = None,
     max_num_seqs: Annotated[int | None, typer.Option()] = None,
     vllm_version: Annotated[str | None, typer.Option(help="vLLM release (default: the pinned image's).")] = None,
+    time_slices: Annotated[int, typer.Option(help="Also size k of N time-slicing replicas (gpuShare slice:k).")] = 0,
     as_json: JsonOpt = False,
 ) -> None:
-    """Predict what vLLM will print at start-up, offline from the lock, and suggest what fits."""
+    """Predict what vLLM will print at start-up, offline from the lock, and suggest what fits.
+
+    On a MIG-capable GPU (single GPU, TP 1) it also sizes every MIG profile and names the smallest
+    that fits (gpuShare mig:<profile> / auto); with --time-slices N, each k of N time-sliced replicas."""
     from pydantic import ValidationError
 
     from tkf_infra.config import Serving
@@ -210,7 +214,7 @@ def size(
     except json.JSONDecodeError as err:
         raise _fail(f"--speculative-config is not JSON ({err}); e.g. '{{\"method\": \"ngram\", "
                     f"\"num_speculative_tokens\": 4}}'") from None
-    text, code = size_command(model, gpu, params, as_json=as_json)
+    text, code = size_command(model, gpu, params, as_json=as_json, time_slices=time_slices)
     print(text)
     raise typer.Exit(code)
 

@@ -10,21 +10,54 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from tkf_infra.hub.lock import LockMissError, load_lock, parse_repo_revision
 from tkf_infra.ops.exit_codes import ExitCode
+from tkf_infra.plan.share import mig_fit, slice_fit
+from tkf_infra.sizing.contract import FitInputs, FitResult
 from tkf_infra.sizing.estimate import estimate
-from tkf_infra.sizing.gpus import lookup_gpu
+from tkf_infra.sizing.facts import ModelFacts
+from tkf_infra.sizing.gpus import GpuSpec, lookup_gpu
+from tkf_infra.sizing.mig import mig_board
 from tkf_infra.sizing.params import SizingError, SizingParams
 from tkf_infra.sizing.suggest import doubt_text, suggest
 
 
+def shares(facts: ModelFacts, repo: str, revision: str, gpu: GpuSpec, params: SizingParams,
+           time_slices: int) -> list[dict[str, Any]]:  # fmt: skip
+    """The model on each MIG profile of the GPU, and on k of `time_slices` time-sliced replicas, smallest first.
+
+    The same sizing the plan does for `gpuShare` (`tkf_infra.plan.share`): a MIG device at the given
+    gpuMemoryUtilization; a time-sliced share at its budget with the KV cache pinned."""
+    if params.tensor_parallel_size * params.pipeline_parallel_size * params.data_parallel_size != 1:
+        return []  # a share is part of one GPU
+    inputs = FitInputs(model=repo, repo=repo, revision=revision, facts=facts, gpu=gpu, params=params)
+    rows: list[dict[str, Any]] = []
+    board = mig_board(gpu)
+    for profile in board.by_size() if board is not None and "-MIG-" not in gpu.name else ():
+        final, fit = mig_fit(inputs, profile)
+        rows.append(_share_row(f"mig:{profile.name}", final.gpu.memory_gib if final.gpu else 0.0, fit,
+                               params.gpu_memory_utilization))
+    for k in range(1, time_slices + 1) if time_slices > 1 else ():
+        u, kv, final, fit = slice_fit(inputs, k, time_slices)
+        rows.append({**_share_row(f"slice:{k}/{time_slices}", k * gpu.memory_gib / time_slices, fit, u),
+                     "kvCacheMemoryBytes": kv})
+    return rows
+
+
+def _share_row(share: str, memory: float, fit: FitResult, utilization: float) -> dict[str, Any]:
+    return {"share": share, "memoryGiB": round(memory, 2),
+            "gpuMemoryUtilization": utilization, "fits": fit.fits, "kvCacheTokensBound": fit.kv_cache_tokens_bound,
+            "maxConcurrencyBound": fit.max_concurrency_bound, "problem": (fit.problems or (None,))[0]}
+
+
 def size_command(model: str, gpu_name: str, params: SizingParams, *, as_json: bool = False,
-                 lock_path: Path | None = None, max_tp: int = 8) -> tuple[str, int]:
-    """Return (text or JSON, exit code)."""
+                 lock_path: Path | None = None, max_tp: int = 8, time_slices: int = 0) -> tuple[str, int]:
+    """Return (text or JSON, exit code). The exit code is the whole-GPU verdict; shares are reported beside it."""
     try:
         repo, revision = parse_repo_revision(model)
         gpu = lookup_gpu(gpu_name)
@@ -36,6 +69,7 @@ def size_command(model: str, gpu_name: str, params: SizingParams, *, as_json: bo
             )
         est = estimate(facts, gpu, params, model=repo)
         sugg = None if est.fits else suggest(facts, gpu, params, max_tp=max_tp, current=est)
+        share_rows = shares(facts, repo, revision, gpu, params, time_slices)
     except (KeyError, ValueError, LookupError, SizingError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         if as_json:
@@ -47,6 +81,8 @@ def size_command(model: str, gpu_name: str, params: SizingParams, *, as_json: bo
         data["uncertainty"] = doubt_text(est)
         data["suggested_tensor_parallel_size"] = sugg.tensor_parallel_size if sugg else None
         data["suggested_max_model_len"] = sugg.max_model_len if sugg else None
+        data["shares"] = share_rows
+        data["smallest_share"] = next((r["share"] for r in share_rows if r["fits"]), None)
         return json.dumps(data, indent=2), code
 
     table = Table(title=f"{repo}@{revision[:12]} on {gpu.name} (per GPU rank, vLLM {params.vllm_version}, "
@@ -82,4 +118,30 @@ def size_command(model: str, gpu_name: str, params: SizingParams, *, as_json: bo
         console.print(f"uncertainty: {doubt}", soft_wrap=True)
     if sugg:
         console.print(f"way out: {sugg.text()}", soft_wrap=True)
+    if share_rows:
+        _print_shares(console, gpu, share_rows, est.max_model_len)
     return console.export_text(), code
+
+
+def _print_shares(console: Console, gpu: GpuSpec, rows: list[dict[str, Any]], max_len: int) -> None:
+    """Each share of one GPU (gpuShare), and the smallest that fits."""
+    table = Table(title=f"Shares of one {gpu.name} (gpuShare; verdicts on the bound)")
+    for column in ("share", "memory", "gpuMemoryUtilization", "verdict", "KV tokens (bound)",
+                   f"concurrency at {max_len:,}"):
+        table.add_column(column, justify="left" if column in ("share", "verdict") else "right")
+    for r in rows:
+        table.add_row(r["share"], f"{r['memoryGiB']:.2f} GiB", f"{r['gpuMemoryUtilization']:g}",
+                      "fits" if r["fits"] else "does NOT fit", f"{r['kvCacheTokensBound']:,}",
+                      f"{r['maxConcurrencyBound']:.2f}x")
+    console.print(table)
+    smallest = next((r for r in rows if r["fits"]), None)
+    if smallest is None:
+        console.print(f"no share fits; the largest: {rows[-1]['problem']}", soft_wrap=True)
+        return
+    for kind in ("mig", "slice"):
+        first = next((r for r in rows if r["fits"] and r["share"].startswith(kind)), None)
+        if first:
+            what = "MIG profile" if kind == "mig" else "time-sliced share"
+            console.print(f"smallest {what}: {first['share']} ({first['kvCacheTokensBound']:,} KV tokens, "
+                          f"concurrency {first['maxConcurrencyBound']:.2f}x at maxModelLen {max_len:,})",
+                          soft_wrap=True)

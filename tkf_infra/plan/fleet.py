@@ -210,7 +210,7 @@ def _plan_model(entry: ModelEntry, index: int, ctx: _Context) -> ModelPlan | Exc
                        max_tensor_parallel=(pool.gpus_per_node if pool else 0) or 8,
                        prefix_caching=_prefix_caching(entry.extra_args))
     try:
-        sized = size_share(entry, pool, inputs, lambda e: sizing_params(e, ctx.vllm_version))
+        sized = size_share(entry, pool, inputs)
     except ShareProblem as exc:
         return Exclusion(entry.name, index, Stage.CATALOG, (str(exc),))
     if not sized.fit.fits:

@@ -13,7 +13,8 @@ Why a planner: several models per GPU is only safe when the pool provably holds 
   (budget + CUDA context) of the pool's pods must fit in the GPU. A model that would break it is refused.
 
 Stable: demand is ordered by size and name, never by catalog position, so reordering the catalog
-yields the same layout and nodes are not re-partitioned. Pure: no Pulumi, no I/O.
+yields the same layout and nodes are not re-partitioned. An overfull catalog refuses its largest
+asks first (models are admitted smallest first). Pure: no Pulumi, no I/O.
 """
 
 from __future__ import annotations
@@ -162,22 +163,32 @@ def placement(profiles: Sequence[MigProfile]) -> list[tuple[MigProfile, int]] | 
     return None if starts is None else list(zip(ordered, starts, strict=True))
 
 
-def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: int,
-             demands: Sequence[Demand]) -> PoolLayout:  # fmt: skip
-    """Pack the demands into the pool's GPUs (see module docstring); refuse what cannot be placed."""
+def _footprint(d: Demand) -> int:
+    """Memory slices a demand takes in all (a whole GPU: all of them)."""
+    return d.replicas * (d.profile.slices if d.profile is not None else MEMORY_SLICES * d.gpus)
+
+
+def _largest_first(d: Demand) -> tuple[Any, ...]:
+    return (d.profile is not None, -d.gpus, *(_order(d.profile) if d.profile else (0, 0, "")), d.model)
+
+
+_Held = dict[tuple[int, int], list[tuple[str, int, MigProfile]]]
+
+
+def _pack(order: Sequence[Demand], keys: list[tuple[int, int]]) -> tuple[dict[tuple[int, int], str], _Held,
+                                                                             dict[str, int]]:  # fmt: skip
+    """Place the demands in this order (first fit, all replicas of a model or none): whole GPUs, instances,
+    and for each model that did not fit, how many of its replicas did."""
     whole: dict[tuple[int, int], str] = {}
-    held: dict[tuple[int, int], list[tuple[str, int, MigProfile]]] = {}
-    refused: dict[str, str] = {}
-    keys = [(n, g) for n in range(len(nodes)) for g in range(gpus_per_node)]
-    order = sorted(demands, key=lambda d: (d.profile is not None, -d.gpus, *(_order(d.profile) if d.profile else
-                                                                          (0, 0, "")), d.model))
+    held: _Held = {}
+    failed: dict[str, int] = {}
     for d in order:
         taken: list[tuple[int, int]] = []
         for replica in range(d.replicas):
-            spot = _whole_spot(keys, whole, held, d.gpus) if d.profile is None else \
-                _mig_spot(keys, whole, held, d.profile)
+            spot = _whole_spot(keys, whole, held, d.gpus) if d.profile is None else _mig_spot(keys, whole, held,
+                                                                                              d.profile)
             if spot is None:
-                refused[d.model] = _refusal(pool, board, d, replica, keys, whole, held, len(nodes), gpus_per_node)
+                failed[d.model] = replica
                 break
             for key in spot:
                 if d.profile is None:
@@ -185,11 +196,36 @@ def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: in
                 else:
                     held.setdefault(key, []).append((d.model, replica, d.profile))
             taken += spot
-        if d.model in refused:  # all or nothing: free what its first replicas took
+        if d.model in failed:  # all or nothing: free what its first replicas took
             for key in taken:
                 whole.pop(key, None)
                 if key in held:
                     held[key] = [h for h in held[key] if h[0] != d.model]
+    return whole, held, failed
+
+
+def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: int,
+             demands: Sequence[Demand]) -> PoolLayout:  # fmt: skip
+    """Pack the demands into the pool's GPUs (see module docstring); refuse what cannot be placed.
+
+    Models are admitted smallest first (so an overfull catalog refuses its largest asks, not many
+    small ones) and packed largest first (first-fit decreasing), or in admission order when that
+    packs and largest first does not."""
+    keys = [(n, g) for n in range(len(nodes)) for g in range(gpus_per_node)]
+    order: list[Demand] = []
+    refused: dict[str, str] = {}
+    for d in sorted(demands, key=lambda d: (_footprint(d), d.model)):
+        if d.replicas <= 0:
+            continue
+        trials = (sorted([*order, d], key=_largest_first), [*order, d])
+        fits = next((t for t in trials if not _pack(t, keys)[2]), None)
+        if fits is not None:
+            order = list(fits)
+            continue
+        whole, held, failed = _pack([*order, d], keys)
+        refused[d.model] = _refusal(pool, board, d, failed.get(d.model, 0), keys, whole, held, len(nodes),
+                                    gpus_per_node)
+    whole, held, _ = _pack(order, keys)
     cards = []
     for n, g in keys:
         items = sorted(held.get((n, g), []), key=lambda h: (_order(h[2]), h[0], h[1]))
@@ -227,13 +263,13 @@ def _refusal(pool: str, board: MigBoard, d: Demand, replica: int, keys: list[tup
     if d.profile is None:
         free = sum(1 for k in keys if k not in whole and not held.get(k))
         return (f"model {d.model}: cannot place {d.replicas} replica(s) of {d.gpus} whole GPU(s) on one node in "
-                f"{where}: {replica} placed, {free} unused GPU(s) left across nodes after the larger demands; missing "
+                f"{where}: {replica} placed, {free} unused GPU(s) left across nodes after the smaller demands; missing "
                 f"{d.replicas - replica} x {d.gpus} whole GPU(s). Add nodes, lower replicas or give it gpuShare mig:…")
     p = d.profile
     free_slices = sum(MEMORY_SLICES - sum(h[2].slices for h in held.get(k, [])) for k in keys if k not in whole)
     missing = d.replicas - replica
     return (f"model {d.model}: cannot place {d.replicas} x MIG {p.name} in {where}: room for {replica} after the "
-            f"larger demands ({free_slices} memory slice(s) left, none at a {p.name} placement); missing {missing} x "
+            f"smaller demands ({free_slices} memory slice(s) left, none at a {p.name} placement); missing {missing} x "
             f"{p.name} = {missing * p.slices} memory slice(s). Add a node (nodeCount and nodes), lower replicas or "
             "use a smaller profile")
 
@@ -249,11 +285,18 @@ class SliceDemand:
 
 def prove_time_slicing(pool: str, gpu: str, replicas: int, gpus: int, total_gib: float,
                        demands: Sequence[SliceDemand]) -> PoolLayout:  # fmt: skip
-    """Admit models (largest footprint first) while any `replicas` pods on one GPU still fit in it."""
+    """Admit models, smallest footprint first, while any `replicas` pods on one GPU still fit in it.
+
+    Why one replica per pod and "any N pods": the device plugin hands a request for several replicas
+    out across physical GPUs (its default `distributed` policy, NVIDIA/k8s-device-plugin
+    internal/rm/allocate.go), so a pod asking for k replicas would not hold k replicas of its own GPU.
+    Each pod therefore takes one replica and carries its budget; which pods meet on a GPU is the
+    scheduler's choice, so the worst case is the N largest. Smallest first admits the most models;
+    the models refused are those whose share the worst case cannot hold."""
     admitted: list[float] = []
     refused: dict[str, str] = {}
     capacity = replicas * gpus
-    for d in sorted(demands, key=lambda d: (-d.footprint_gib, d.model)):
+    for d in sorted(demands, key=lambda d: (d.footprint_gib, d.model)):
         trial = sorted(admitted + [d.footprint_gib] * d.pods, reverse=True)
         worst = sum(trial[:replicas])
         if worst > total_gib + 1e-6 or len(trial) > capacity:

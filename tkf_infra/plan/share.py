@@ -25,8 +25,9 @@ from typing import Any
 from tkf_infra.config import ModelEntry
 from tkf_infra.plan.pools import PoolFacts
 from tkf_infra.sizing.contract import FitInputs, FitResult, evaluate
+from tkf_infra.sizing.estimate import estimate
 from tkf_infra.sizing.mig import MigProfile, mig_gpu
-from tkf_infra.sizing.params import GIB, MIB
+from tkf_infra.sizing.params import GIB, MIB, SizingError
 from tkf_infra.sizing.versions import choose_version
 
 #: The device plugin's whole-GPU resource; on a time-sliced node one unit is one replica of a GPU.
@@ -109,35 +110,54 @@ def slice_utilization(total_gib: float, k: int, n: int, vllm_version: str) -> fl
     return min(MAX_UTILIZATION, math.floor(budget / total_gib * 10_000) / 10_000)
 
 
-def _with(inputs: FitInputs, entry: ModelEntry, params_of: Any, **gpu_update: Any) -> FitInputs:
-    gpu = inputs.gpu.model_copy(update=gpu_update) if inputs.gpu is not None and gpu_update else inputs.gpu
-    return inputs.model_copy(update={"params": params_of(entry), "gpu": gpu})
+def slice_fit(inputs: FitInputs, k: int, n: int, kv_bytes: int | None = None) -> tuple[float, int, FitInputs,
+                                                                                     FitResult]:  # fmt: skip
+    """k of N replicas of the (time-sliced) GPU of `inputs`: (utilization, KV bytes, inputs, verdict).
+
+    The KV cache is pinned at the bound of what the budget leaves once co-tenants cannot change it
+    (`kv_bytes` when the entry sets kvCacheMemoryBytes itself)."""
+    assert inputs.gpu is not None
+    total = inputs.gpu.memory_gib
+    u = slice_utilization(total, k, n, inputs.params.vllm_version)
+    budgeted = inputs.model_copy(update={"params": inputs.params.model_copy(update={"gpu_memory_utilization": u}),
+                                         "gpu": inputs.gpu.model_copy(update={"shared": False})})
+    try:
+        probe = estimate(budgeted.facts, budgeted.gpu, budgeted.params, model=inputs.model,
+                         prefix_caching=inputs.prefix_caching)
+        # Graphs captured after the cache is allocated must fit in the share too (no memory outside it is ours).
+        left = probe.available_kv_gib_bound - (0.0 if probe.cuda_graph_reserved else probe.cuda_graph_gib)
+    except (SizingError, KeyError, ValueError):
+        return u, 0, budgeted, evaluate(budgeted)  # cannot size: the verdict says why
+    kv = kv_bytes or max(int(left * GIB) // MIB * MIB, MIB)
+    final = inputs.model_copy(update={"params": budgeted.params.model_copy(update={"kv_cache_memory_bytes": kv}),
+                                      "gpu": inputs.gpu.model_copy(update={"shared": True})})
+    return u, kv, final, evaluate(final)
 
 
-def size_slice(entry: ModelEntry, pool: PoolFacts, k: int, inputs: FitInputs, params_of: Any,
-               requested: str) -> Sized:  # fmt: skip
-    """k of the pool's N replicas: budget k/N, the KV cache pinned at the bound of what the budget leaves."""
-    n, total = pool.time_slices, (pool.gpu.memory_gib if pool.gpu else 0.0)
-    version = inputs.params.vllm_version
-    u = slice_utilization(total, k, n, version)
-    budgeted = entry.model_copy(update={"gpu_memory_utilization": u})
-    # What the budget leaves for the KV cache once it is pinned: co-tenants no longer change it.
-    probe = evaluate(_with(inputs, budgeted, params_of, shared=False))
-    kv = entry.kv_cache_memory_bytes or max(int(probe.kv_cache_gib_bound * GIB) // MIB * MIB, MIB)
-    served = budgeted.model_copy(update={"kv_cache_memory_bytes": kv})
-    final = _with(inputs, served, params_of)
-    fit = evaluate(final) if probe.fits or probe.kv_cache_gib_bound > 0 else probe
-    share = Share("slice", requested, k * total / n, total, slices=k, of=n, utilization=u, kv_cache_memory_bytes=kv)
+def mig_fit(inputs: FitInputs, profile: MigProfile) -> tuple[FitInputs, FitResult]:
+    """The model on one MIG device of the board in `inputs`."""
+    assert inputs.gpu is not None
+    final = inputs.model_copy(update={"gpu": mig_gpu(inputs.gpu, profile)})
+    return final, evaluate(final)
+
+
+def size_slice(entry: ModelEntry, pool: PoolFacts, k: int, inputs: FitInputs, requested: str) -> Sized:
+    """k of the pool's N replicas, with the entry as served (its budget flags set)."""
+    u, kv, final, fit = slice_fit(inputs, k, pool.time_slices, entry.kv_cache_memory_bytes)
+    assert inputs.gpu is not None
+    total = inputs.gpu.memory_gib
+    served = entry.model_copy(update={"gpu_memory_utilization": u, "kv_cache_memory_bytes": kv})
+    share = Share("slice", requested, k * total / pool.time_slices, total, slices=k, of=pool.time_slices,
+                  utilization=u, kv_cache_memory_bytes=kv)
     return Sized(share, served, final, fit)
 
 
-def size_mig(entry: ModelEntry, pool: PoolFacts, profile: MigProfile, inputs: FitInputs, requested: str) -> Sized:
-    assert pool.gpu is not None
-    device = mig_gpu(pool.gpu, profile)
-    final = inputs.model_copy(update={"gpu": device})
-    share = Share("mig", requested, device.memory_gib, device.memory_gib, profile=profile,
+def size_mig(entry: ModelEntry, profile: MigProfile, inputs: FitInputs, requested: str) -> Sized:
+    final, fit = mig_fit(inputs, profile)
+    assert final.gpu is not None
+    share = Share("mig", requested, final.gpu.memory_gib, final.gpu.memory_gib, profile=profile,
                   utilization=entry.gpu_memory_utilization)
-    return Sized(share, entry, final, evaluate(final))
+    return Sized(share, entry, final, fit)
 
 
 def _first_fit(candidates: Iterable[Sized], what: str) -> Sized:
@@ -149,7 +169,8 @@ def _first_fit(candidates: Iterable[Sized], what: str) -> Sized:
     for c in candidates:
         tried.append(c)
         if c.fit.fits and c.share is not None:
-            why = (f"smallest {what} that fits (bound {c.fit.kv_cache_tokens_bound:,} KV tokens, concurrency "
+            why = (f"smallest {what} that fits at maxModelLen {c.entry.max_model_len} and maxNumSeqs "
+                   f"{c.entry.max_num_seqs} (bound {c.fit.kv_cache_tokens_bound:,} KV tokens, concurrency "
                    f"{c.fit.max_concurrency_bound:g}x)")
             why += "; " + "; ".join(skipped) if skipped else ""
             return replace(c, share=replace(c.share, why=why))
@@ -163,7 +184,7 @@ def _first_fit(candidates: Iterable[Sized], what: str) -> Sized:
     return replace(last, fit=last.fit.model_copy(update={"fits": False, "message": message}))
 
 
-def size_share(entry: ModelEntry, pool: PoolFacts | None, inputs: FitInputs, params_of: Any) -> Sized:
+def size_share(entry: ModelEntry, pool: PoolFacts | None, inputs: FitInputs) -> Sized:
     """The model's share on its pool and the fit there. Raises ShareProblem when the pool cannot give it."""
     kind, value = entry.share_request
     if pool is None or pool.gpu is None or entry.is_cpu or kind == "whole" or (
@@ -180,7 +201,7 @@ def size_share(entry: ModelEntry, pool: PoolFacts | None, inputs: FitInputs, par
             names = ", ".join(p.name for p in board.by_size())
             raise ShareProblem(f"model {entry.name}: gpuShare {entry.gpu_share}: {value} is not a MIG profile of "
                                f"{board.gpu} (node pool {pool.name}); use one of {names}, or auto")
-        return size_mig(entry, pool, profile, inputs, entry.gpu_share)
+        return size_mig(entry, profile, inputs, entry.gpu_share)
     if kind == "slice":
         k = int(value or 0)
         if pool.time_slices < 2:
@@ -191,10 +212,10 @@ def size_share(entry: ModelEntry, pool: PoolFacts | None, inputs: FitInputs, par
             raise ShareProblem(f"model {entry.name}: gpuShare {entry.gpu_share} asks for {k} of the "
                                f"{pool.time_slices} time-slicing replicas of a GPU; use slice:1 to "
                                f"slice:{pool.time_slices}")
-        return size_slice(entry, pool, k, inputs, params_of, entry.gpu_share)
+        return size_slice(entry, pool, k, inputs, entry.gpu_share)
     if board is not None:  # auto on a MIG pool
-        return _first_fit((size_mig(entry, pool, p, inputs, "auto") for p in board.by_size()), "MIG profile")
+        return _first_fit((size_mig(entry, p, inputs, "auto") for p in board.by_size()), "MIG profile")
     if pool.time_slices > 1:  # auto on a time-sliced pool
-        return _first_fit((size_slice(entry, pool, k, inputs, params_of, "auto")
+        return _first_fit((size_slice(entry, pool, k, inputs, "auto")
                            for k in range(1, pool.time_slices + 1)), "time-sliced share")
     return Sized(None, entry, inputs, evaluate(inputs))

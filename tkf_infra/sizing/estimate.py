@@ -340,14 +340,18 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
                                  f"request in the bound, {layout.recurrent_blocks} in the estimate)", gib=0.0,
                             pin="state --enable-prefix-caching or --no-enable-prefix-caching"))
     avail, avail_low = run.available, run.available - gap
+    spare: float | None = None
     if pinned is not None:  # --kv-cache-memory-bytes: the cache is exactly this, if the budget holds it
-        problems += pinned_kv_problems(pinned, avail_low, choice.version, run.row)
+        left = avail_low - (shared_graphs := run.graphs if gpu.shared and not run.reserved else 0.0)
+        # On a time-sliced GPU nothing outside the budget is ours: graphs vLLM captures after allocating
+        # must come out of the budget too, and the warm-up has only what the budget leaves.
+        problems += pinned_kv_problems(pinned, left, choice.version, run.row)
+        spare = shared_graphs + max(left - pinned / GIB, 0.0) if gpu.shared else None
         avail = avail_low = pinned / GIB
     blocks, blocks_low = layout.num_blocks(avail * GIB), low.num_blocks(avail_low * GIB)
     mnbt = run.mnbt
     tokens_rule = row.tokens_from_concurrency
-    problems += budget_problems(run, gpu, params, avail, avail_low, max_len, requested,
-                                outside_is_ours=not (gpu.shared and pinned is not None))
+    problems += budget_problems(run, gpu, params, avail, avail_low, max_len, requested, spare_gib=spare)
     fit_len = (largest_fitting_len(low, avail_low * GIB, mnbt, run.block, arch.max_len or max_len)
                if avail_low > 0 else 0)
     return Estimate(

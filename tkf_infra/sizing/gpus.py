@@ -292,8 +292,9 @@ _SHARED = re.compile(r"[\s_-]+SHARED$", re.IGNORECASE)
 def lookup_gpu(name: str) -> GpuSpec:
     """Resolve our short name (``H100-80GB``) or a GPU Operator label (``NVIDIA-H100-80GB-HBM3``) for sizing.
 
-    A MIG label (``…-MIG-1g.5gb``) sizes the slice, not the board: its memory is derived from the
-    profile's size and its label is the MIG label. A ``-SHARED`` label (time-slicing) marks the GPU
+    A MIG label (``…-MIG-1g.5gb``, the GPU Operator's `single` strategy) sizes the slice, not the
+    board: its memory is the profile's in `tkf_infra.sizing.mig` (derived from the profile's size
+    when the table lacks it) and its label is the MIG label. A ``-SHARED`` label (time-slicing) marks the GPU
     shared. Raises ``KeyError`` with the allowed names, because a typo here silently sizing against
     the wrong card would be worse than failing.
     """
@@ -313,11 +314,17 @@ def lookup_gpu(name: str) -> GpuSpec:
     board = _MIG.sub("", text)
     labels = [lbl for lbl in gpu.product_labels if _norm(lbl) == _norm(board)] or list(gpu.product_labels)
     if mig:
+        from tkf_infra.sizing.mig import mig_board  # the MIG table sizes its slices by this module's boards
+
         profile = f"{mig.group(1)}g.{mig.group(2)}gb"
+        mig_table = mig_board(gpu)
+        known = mig_table.profile(profile) if mig_table is not None else None
+        memory, measured = (min(known.memory_gib, gpu.memory_gib), known.measured) if known else (
+            derive_total_gib(float(mig.group(2))), False)
+        source = f"MIG {profile}: {known.source}" if known else f"derived from the MIG profile {profile}"
         gpu = gpu.model_copy(update={
-            "name": f"{gpu.name}-MIG-{profile}", "memory_gib": derive_total_gib(float(mig.group(2))),
-            "nominal_gib": float(mig.group(2)), "memory_measured": False, "interconnect": "pcie",
-            "memory_source": f"derived from the MIG profile {profile}"})
+            "name": f"{gpu.name}-MIG-{profile}", "memory_gib": memory, "nominal_gib": float(mig.group(2)),
+            "memory_measured": measured, "interconnect": "pcie", "memory_source": source})
         labels = [f"{lbl}-MIG-{profile}" for lbl in labels]
     if shared:
         labels = [f"{lbl}-SHARED" for lbl in labels]

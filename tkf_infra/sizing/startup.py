@@ -55,11 +55,11 @@ class RowRun(BaseModel):
 
 
 def budget_problems(run: RowRun, gpu: GpuSpec, params: SizingParams, avail: float, avail_low: float,
-                    max_len: int, requested: float, *, outside_is_ours: bool = True) -> list[str]:
+                    max_len: int, requested: float, *, spare_gib: float | None = None) -> list[str]:
     """vLLM's start-up checks, judged on the bound; each message gives the estimate and the bound.
 
-    `outside_is_ours`: the memory outside the budget is free for the post-allocation warm-up (False
-    on a time-sliced share, where it belongs to the co-tenants)."""
+    `spare_gib`: memory besides the freed activation the post-allocation warm-up may use (default:
+    all of the GPU outside the budget; on a time-sliced share only what its own budget leaves)."""
     total, u = gpu.memory_gib, params.gpu_memory_utilization
     problems = []
     if run.context > total - requested + 1e-9:
@@ -84,8 +84,10 @@ def budget_problems(run: RowRun, gpu: GpuSpec, params: SizingParams, avail: floa
         )
     if not problems and not run.layout.v0:  # V0 warms no sampler after allocating the cache
         rows = min(run.seqs, run.mnbt)
-        outside = (total - run.context - requested) if outside_is_ours else 0.0
-        headroom = outside + run.activation - (0.0 if run.reserved else run.graphs)
+        if spare_gib is None:
+            headroom = (total - run.context - requested) + run.activation - (0.0 if run.reserved else run.graphs)
+        else:
+            headroom = spare_gib + run.activation
         warm = run.warmup
         if warm > headroom:
             problems.append(
