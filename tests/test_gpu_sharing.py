@@ -46,11 +46,11 @@ def sliced_doc(models: list[dict[str, Any]], replicas: int = 4, backend: str = "
 def run(doc: dict[str, Any]) -> tuple[Harness[Any], dict[str, Any]]:
     exported: dict[str, Any] = {}
     original = pulumi.export
-    pulumi.export = lambda name, value: exported.__setitem__(name, value)  # type: ignore[assignment]
+    pulumi.export = lambda name, value: exported.__setitem__(name, value)
     try:
         h = program(doc, lock=LOCK)
     finally:
-        pulumi.export = original  # type: ignore[assignment]
+        pulumi.export = original
     return h, exported
 
 

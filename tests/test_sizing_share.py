@@ -27,7 +27,7 @@ H100 = lookup_gpu("H100-80GB")
 
 
 def params(**kw: object) -> SizingParams:
-    return SizingParams(vllm_version="0.11.0", max_model_len=8192, max_num_seqs=32, **kw)  # type: ignore[arg-type]
+    return SizingParams(vllm_version="0.11.0", max_model_len=8192, max_num_seqs=32, **kw)
 
 
 def test_a_pinned_kv_cache_is_exactly_the_bytes_and_must_fit_the_budget() -> None:
