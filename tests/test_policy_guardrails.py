@@ -117,6 +117,15 @@ def test_kserve_service_with_parallelism_must_request_gpus() -> None:
     assert "sets parallelism but its pods request no nvidia.com/gpu (KServe never adds it)" in msg
 
 
+def test_a_mig_slice_is_the_gpu_request_of_a_service_with_parallelism() -> None:
+    w = workload(stack_objects("prod", "kserve"), "llama-3-1-8b")
+    mig = {"requests": {"cpu": "4", "nvidia.com/mig-1g.20gb": "1"}, "limits": {"nvidia.com/mig-1g.20gb": "1"}}
+    sliced = with_main(w, lambda c: c.update(resources=mig))
+    assert messages("gpu-requests-equal-limits", [sliced]) == []  # gpuShare mig:1g.20gb passes
+    uneven = with_main(sliced, lambda c: c["resources"]["limits"].update({"nvidia.com/mig-1g.20gb": "2"}))
+    assert "requests 1 nvidia.com/mig-1g.20gb but limits 2" in only("gpu-requests-equal-limits", uneven)
+
+
 # --- provenance -------------------------------------------------------------------------------
 
 

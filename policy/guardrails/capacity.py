@@ -26,6 +26,7 @@ from .objects import (
     as_str,
     containers,
     gpu_quantity,
+    mig_resources,
     model_gpus,
     pod_groups,
 )
@@ -55,18 +56,20 @@ def check_gpu_requests(obj: K8sObject, config: Mapping[str, Any]) -> list[Violat
     for group in pod_groups(obj):
         asked = False
         for c in containers(group.spec):
-            req, lim = gpu_quantity(c, "requests", resource), gpu_quantity(c, "limits", resource)
-            asked = asked or bool(req or lim)
-            if req != lim:
-                out.append(
-                    violation(
-                        [model],
-                        f"{obj.ref} container {c.get('name')!r} ({group.role} pods)",
-                        f"requests {req} {resource} but limits {lim}",
-                        f"set requests and limits of {resource} to the same count "
-                        "(components/vllm_args.resources does)",
+            # A MIG slice (`nvidia.com/mig-<profile>`, gpuShare mig:…) is the pod's GPU on a MIG pool.
+            for name in [resource, *mig_resources(c)]:
+                req, lim = gpu_quantity(c, "requests", name), gpu_quantity(c, "limits", name)
+                asked = asked or bool(req or lim)
+                if req != lim:
+                    out.append(
+                        violation(
+                            [model],
+                            f"{obj.ref} container {c.get('name')!r} ({group.role} pods)",
+                            f"requests {req} {name} but limits {lim}",
+                            f"set requests and limits of {name} to the same count "
+                            "(components/vllm_args.resources does)",
+                        )
                     )
-                )
         if needs_gpus and not asked:
             out.append(
                 violation(

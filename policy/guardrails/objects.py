@@ -29,6 +29,8 @@ MODEL_SERVER = "model-server"
 CACHE_MODELS_ANNOTATION = "tkf.io/models"
 #: The extended resource the NVIDIA device plugin advertises.
 GPU_RESOURCE = "nvidia.com/gpu"
+#: A MIG slice under the mixed strategy: `nvidia.com/mig-1g.10gb`.
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
 #: Kinds that carry pod templates, and where.
 WORKLOAD_KINDS = frozenset({"Deployment", "LeaderWorkerSet", "LLMInferenceService", "StatefulSet", "DaemonSet",
@@ -210,6 +212,13 @@ def gpu_quantity(container: Mapping[str, Any], section: str, resource: str = GPU
     """GPUs a container asks for in ``requests`` or ``limits``; None when absent or unknown."""
     res = as_map(container.get("resources"))
     return as_int(as_map(res.get(section)).get(resource))
+
+
+def mig_resources(container: Mapping[str, Any]) -> list[str]:
+    """The MIG slices (`nvidia.com/mig-<profile>`, the GPU Operator's mixed strategy) a container asks for."""
+    res = as_map(container.get("resources"))
+    names = {str(k) for section in ("requests", "limits") for k in as_map(res.get(section))}
+    return sorted(n for n in names if n.startswith(MIG_RESOURCE_PREFIX))
 
 
 def pod_gpus(pod_spec: Mapping[str, Any], resource: str = GPU_RESOURCE) -> int:
