@@ -9,6 +9,7 @@ refused naming the models and the missing slices, while the rest deploys.
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -24,6 +25,7 @@ from tkf_infra.plan import plan_fleet
 from tkf_infra.plan.fleet import Stage
 
 LOCK = load_lock()
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "outputs.md"
 
 
 def mig_doc(models: list[dict[str, Any]], *, backend: str = "kserve", installed: bool = True,
@@ -109,6 +111,16 @@ def test_ten_small_models_and_a_whole_gpu_model_share_one_node(packed: tuple[Har
         assert out["endpoints"][name]["fit"]["fits"] and out["endpoints"][name]["fit"]["kvCacheTokensBound"] > 0
     assert out["endpoints"]["qwen3-8b-3g"]["share"]["profile"] == "3g.40gb"  # pinned
     assert out["endpoints"]["qwen3-8b-3g"]["share"]["requested"] == "mig:3g.40gb"
+
+
+def test_every_share_key_and_the_layout_output_are_documented(packed: tuple[Harness[Any], dict[str, Any]]) -> None:
+    _, mig_out = packed
+    _, sliced_out = run(sliced_doc([{**SINGLE_GPU, "gpuShare": "slice:2", "maxNumSeqs": 16}]))
+    docs = DOCS.read_text()
+    keys = {k for out in (mig_out, sliced_out) for e in out["endpoints"].values() for k in e.get("share", {})}
+    assert {"kind", "share", "profile", "slices", "kvCacheMemoryBytes", "placement", "proof", "why"} <= keys
+    for key in keys | {"gpuLayout", "share", "placement"}:
+        assert f"`{key}`" in docs, f"docs/outputs.md does not document {key!r}"
 
 
 def test_auto_takes_the_smallest_profile_that_fits_and_says_why(packed: tuple[Harness[Any], dict[str, Any]]) -> None:
