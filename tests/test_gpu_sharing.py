@@ -289,3 +289,14 @@ def test_gpu_share_whole_is_the_default_and_registers_exactly_what_no_share_does
     auto = copy.deepcopy(stack_doc({**SINGLE_GPU, "gpuShare": "auto"}))  # auto on a whole-GPU pool: whole
     auto_run, _ = run(auto)
     assert main(workloads(auto_run)["qwen3-8b"])["resources"]["requests"]["nvidia.com/gpu"] == "1"
+
+
+def test_a_multi_node_model_on_a_mig_pool_takes_whole_gpus_for_each_of_its_pods() -> None:
+    multi = {**TP4, "name": "qwen-72b-pp2", "servedName": "qwen-72b-pp2", "nodePool": POOL, "nodeCount": 2,
+             "pipelineParallelSize": 2, "gpuShare": "whole"}
+    _, out = run(mig_doc([multi, *TEN_SMALL[:2]], nodes=["n1", "n2"]))
+    assert out["rejected"] == [], out["rejected"]
+    nodes = out["gpuLayout"][POOL]["nodes"]
+    held = {n: sum(1 for g in nodes[n]["gpus"] if g.get("whole") == "qwen-72b-pp2") for n in nodes}
+    # two pods (one per pipeline stage), each with 4 GPUs of one node: 8 whole GPUs in all
+    assert sum(held.values()) == 8 and all(n % 4 == 0 for n in held.values()), held

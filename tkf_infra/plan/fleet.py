@@ -315,8 +315,10 @@ def plan_layouts(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], ve
     for name, pool in sorted(pools.items()):
         on = [m for m in models if m.pool is not None and m.pool.name == name and not m.entry.is_cpu]
         if pool.mig is not None and pool.gpu is not None:
-            demands = [Demand(m.entry.name, m.entry.replicas, m.share.profile if m.share else None,
-                              m.entry.gpus_per_node) for m in on if m.entry.replicas > 0]
+            # A multi-node model's replica is one pod per node, each with gpusPerNode GPUs of its node.
+            demands = [Demand(m.entry.name, m.entry.replicas * m.entry.node_count,
+                              m.share.profile if m.share else None, m.entry.gpus_per_node)
+                       for m in on if m.entry.replicas > 0]
             layouts[name] = plan_mig(name, pool.mig, pool.pool.nodes, pool.gpus_per_node, demands)
         elif pool.time_slices > 1 and pool.gpu is not None and any(m.share for m in on):
             total, context = pool.gpu.memory_gib, context_gib(version)
