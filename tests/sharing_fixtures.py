@@ -17,7 +17,7 @@ QWEN3_8B = {"repo": "Qwen/Qwen3-8B", "revision": "b968826d9c46dd6066d109eabc6255
 LLAMA8 = {"repo": "meta-llama/Llama-3.1-8B-Instruct", "revision": "0e9e39f249a16976918f6564b8830bc894c89659"}
 MISTRAL7 = {"repo": "mistralai/Mistral-7B-Instruct-v0.3", "revision": "e0bc86c23ce5aae1db576c8cca6f06f1f73af2db"}
 GEMMA9 = {"repo": "google/gemma-2-9b-it", "revision": "11c9b309abf73637e4b6f9a3fa1e92e615547819"}
-QWEN_72B = {"repo": "Qwen/Qwen2.5-72B-Instruct", "revision": "495f39366efef23836d0cfae4fbe635880d2be31"}
+QWEN3_32B = {"repo": "Qwen/Qwen3-32B", "revision": "9216db5781bf21249d130ec9da846c4624c16137"}
 
 NODE = "gpu-node-1"
 POOL = "h100-mig"
@@ -41,7 +41,7 @@ TEN_SMALL: list[dict[str, Any]] = [
     _m("mistral7", MISTRAL7, maxModelLen=16384, hfTokenSecret="hf-token"),
 ]
 #: A whole-GPU model on the same MIG node (its GPUs keep MIG off).
-WHOLE_TP2 = _m("qwen72-tp2", QWEN_72B, maxModelLen=8192, gpusPerNode=2, tensorParallelSize=2, gpuShare="whole")
+WHOLE_TP2 = _m("qwen32-tp2", QWEN3_32B, maxModelLen=8192, gpusPerNode=2, tensorParallelSize=2, gpuShare="whole")
 
 
 def mig_pool(nodes: list[str] | None = None, **kw: Any) -> dict[str, Any]:

@@ -59,7 +59,7 @@ def packed_stack(crds: None, kube: KubeClient, kube_apiserver: KubeAPIServer,  #
         piece["alreadyInstalled"] = True
     cfg["tkf-infra:platform"]["gpuOperator"]["migStrategy"] = "mixed"
     cfg["tkf-infra:nodePools"] = [{**settings["nodePools"][0], "taints": [TAINT]}]
-    cfg["tkf-infra:serving"].update({"backend": "kserve", "allowCpu": False, "vllmImage": "vllm/vllm-openai:v0.11.0"})
+    cfg["tkf-infra:serving"].update({"backend": "kserve", "allowCpu": False})
     cfg["tkf-infra:modelDefaults"] = settings["modelDefaults"]
     cfg["tkf-infra:models"] = settings["models"]
     path.write_text(yaml.safe_dump(doc, sort_keys=False))

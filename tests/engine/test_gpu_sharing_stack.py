@@ -32,7 +32,7 @@ def prod_like(render: Path, models: list[dict[str, Any]]) -> dict[str, Any]:
     settings = mig_settings(models)
     cfg["tkf-infra:nodePools"] = settings["nodePools"]
     cfg["tkf-infra:platform"]["gpuOperator"].update(settings["platform"]["gpuOperator"])
-    cfg["tkf-infra:serving"].update({"allowCpu": False, "vllmImage": "vllm/vllm-openai:v0.11.0"})
+    cfg["tkf-infra:serving"]["allowCpu"] = False
     cfg["tkf-infra:modelDefaults"] = settings["modelDefaults"]
     cfg["tkf-infra:models"] = settings["models"]
     return doc
@@ -127,16 +127,16 @@ def test_an_overfull_catalog_is_refused_naming_the_models_and_the_missing_slices
     preview = mig_cli.run("preview", "--stack", STACK, "--json")
     assert preview.returncode == 1, preview.stderr
     summary = json.loads(preview.stdout)
-    # The ten small models take 3 GPUs; of the four asks of 2 GPUs each (admitted by size, then name)
-    # big-0 and big-1 take 4 of the 5 left, and one GPU is not enough for the others.
-    assert summary["failedModels"] == ["big-2", "qwen72-tp2"]
+    # The small models are admitted first; of the four asks of 2 whole GPUs' worth each (admitted by
+    # name) big-0 and big-1 fill the node, and no GPU is left for the other two.
+    assert summary["failedModels"] == ["big-2", "qwen32-tp2"]
     for name in summary["failedModels"]:
         assert summary["models"][name]["stage"] == "placement"
     big2 = " ".join(summary["models"]["big-2"]["reasons"])
     assert f"model big-2: cannot place 2 x MIG 7g.80gb in node pool {POOL}" in big2
     assert "missing 1 x 7g.80gb = 8 memory slice(s)" in big2
-    whole = " ".join(summary["models"]["qwen72-tp2"]["reasons"])
-    assert "model qwen72-tp2: cannot place 1 replica(s) of 2 whole GPU(s) on one node" in whole
+    whole = " ".join(summary["models"]["qwen32-tp2"]["reasons"])
+    assert "model qwen32-tp2: cannot place 1 replica(s) of 2 whole GPU(s) on one node" in whole
     assert {summary["models"][m["name"]]["status"] for m in TEN_SMALL} == {"created"}
     assert {summary["models"][f"big-{i}"]["status"] for i in (0, 1)} == {"created"}
 
