@@ -134,7 +134,7 @@ def test_an_overfull_catalog_is_refused_naming_the_models_and_the_missing_slices
         assert summary["models"][name]["stage"] == "placement"
     big2 = " ".join(summary["models"]["big-2"]["reasons"])
     assert f"model big-2: cannot place 2 x MIG 7g.80gb in node pool {POOL}" in big2
-    assert "missing 1 x 7g.80gb = 8 memory slice(s)" in big2
+    assert "room for 0" in big2 and "missing 2 x 7g.80gb = 16 memory slice(s)" in big2
     whole = " ".join(summary["models"]["qwen32-tp2"]["reasons"])
     assert "model qwen32-tp2: cannot place 1 replica(s) of 2 whole GPU(s) on one node" in whole
     assert {summary["models"][m["name"]]["status"] for m in TEN_SMALL} == {"created"}
