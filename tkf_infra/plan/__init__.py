@@ -1,6 +1,8 @@
 """From validated settings and the edge's data to the fleet plan: pools, sized models, exclusions.
 
 - `pools`: what each node pool is (GPU, selector, taints), from settings and EC2 facts;
+- `share`: how much of a GPU each model gets (MIG profile, time-sliced budget) and the fit there;
+- `layout`: where shares land (MIG geometries per node and GPU, the time-slicing proof);
 - `fleet`: which models are deployed and which are left out, with the fit check's verdict.
 """
 
