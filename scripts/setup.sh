@@ -26,6 +26,5 @@ if [ $dev = 1 ]; then
   bash scripts/install_prometheus.sh
   if [ -f scripts/build_kube_apiserver.sh ]; then bash scripts/build_kube_apiserver.sh; fi
   bash scripts/install_vllm.sh  # real vLLM (CPU) for tests/vllm, in its own shared virtualenv
-  bash scripts/build_mig_parted_check.sh  # MIG configs are validated with NVIDIA mig-parted's parser
 fi
 log "ready"

@@ -32,8 +32,8 @@ from tests.apiserver.test_up_against_apiserver import (
 from tests.engine_fixtures import EngineStack
 from tests.kube.apiserver import KubeAPIServer
 from tests.kube.client import KubeClient
+from tests.mig_format import check
 from tests.sharing_fixtures import POOL, TEN_SMALL, WHOLE_TP2, mig_settings
-from tests.test_mig_parted_config import check, mig_parted_check  # noqa: F401 (the fixture)
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.engine]
 
@@ -77,7 +77,7 @@ def packed_stack(crds: None, kube: KubeClient, kube_apiserver: KubeAPIServer,  #
 
 
 def test_a_packed_mig_fleet_is_stored_as_planned_and_a_second_up_changes_nothing(
-        packed_stack: tuple[EngineStack, dict[str, str], str], kube: KubeClient, mig_parted_check: Path,  # noqa: F811
+        packed_stack: tuple[EngineStack, dict[str, str], str], kube: KubeClient,
         tmp_path: Path) -> None:
     es, ns, node = packed_stack
     first = up(es)
@@ -100,7 +100,7 @@ def test_a_packed_mig_fleet_is_stored_as_planned_and_a_second_up_changes_nothing
     # the mig-parted config, stored in the operator's namespace, parses and carves what was planned
     cm = kube.get("v1", "ConfigMap", MIG_CONFIG_NAME, ns["gpuOperator"])
     assert cm is not None
-    result = check(mig_parted_check, tmp_path, cm["data"][MIG_CONFIG_KEY], layout["migConfig"])
+    result = check(cm["data"][MIG_CONFIG_KEY], layout["migConfig"])
     assert result["valid"], result
     stored = {i: d["migDevices"] or {} for d in result["configs"][layout["migConfig"]] for i in d["devices"]}
     assert stored == {g["index"]: g.get("mig", {}) for g in layout["gpus"]}

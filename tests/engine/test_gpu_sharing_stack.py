@@ -17,8 +17,8 @@ import yaml
 from components.gpu_sharing import MIG_CONFIG_KEY, MIG_CONFIG_LABEL, MIG_CONFIG_NAME
 from tests.engine.test_cli import CliProject
 from tests.engine_fixtures import copy_project, dev_config
+from tests.mig_format import check
 from tests.sharing_fixtures import NODE, POOL, QWEN3_8B, TEN_SMALL, WHOLE_TP2, mig_settings
-from tests.test_mig_parted_config import check, mig_parted_check  # noqa: F401 (the fixture)
 from tkf_infra.ops.stacks import DEV_PASSPHRASE
 
 ALL = [*TEN_SMALL, WHOLE_TP2]
@@ -73,7 +73,7 @@ def rendered(render: Path) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def test_ten_small_models_on_one_node_preview_render_and_publish_their_budgets(
-        mig_cli: CliProject, mig_parted_check: Path, tmp_path: Path) -> None:  # noqa: F811
+        mig_cli: CliProject, tmp_path: Path) -> None:
     preview = mig_cli.run("preview", "--stack", STACK, "--json")
     assert preview.returncode == 0, preview.stdout + preview.stderr
     summary = json.loads(preview.stdout)
@@ -86,9 +86,9 @@ def test_ten_small_models_on_one_node_preview_render_and_publish_their_budgets(
     objs = rendered(mig_cli.render_dir)
     outs = json.loads(mig_cli.run("outputs", "--stack", STACK).stdout)
     layout = outs["gpuLayout"][POOL]["nodes"][NODE]
-    # The MIG config the node is labelled with, as mig-manager will read it, parsed by mig-parted.
+    # The MIG config the node is labelled with, as mig-manager will read it (the v1 format's rules).
     cm = objs[("ConfigMap", MIG_CONFIG_NAME)]
-    result = check(mig_parted_check, tmp_path, cm["data"][MIG_CONFIG_KEY], "all-disabled", layout["migConfig"])
+    result = check(cm["data"][MIG_CONFIG_KEY], "all-disabled", layout["migConfig"])
     assert result["valid"], result
     slices = {i: d["migDevices"] or {} for d in result["configs"][layout["migConfig"]] for i in d["devices"]}
     assert slices == {g["index"]: g.get("mig", {}) for g in layout["gpus"]}
