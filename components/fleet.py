@@ -93,6 +93,7 @@ def _weight_caches(plan: FleetPlan, provider: k8s.Provider, namespace: pulumi.Re
                 read_write_many=len(users) > 1 or any(m.entry.replicas > 1 or m.entry.is_multi_node for m in users),
                 consumers=tuple(m.entry.name for m in users), prune=s.serving.prune_weight_cache,
                 protect=s.serving.protect, skip_await=s.cluster.skip_await,
+                await_download=s.awaits_weight_download,
             ),
             opts=pulumi.ResourceOptions(providers=[provider], depends_on=[namespace]),
         )  # fmt: skip

@@ -38,6 +38,8 @@ RUN_AS_USER = 1000
 
 PART_OF = "tkf-infra"
 LOAD_BYTES_PER_SECOND = 200 * MIB
+#: Assumed throughput of one download from the Hub, for the time bounds of `up`'s waits.
+HUB_DOWNLOAD_BYTES_PER_SECOND = 100 * MIB
 STARTUP_BASE_SECONDS = 300
 PROBE_PERIOD_SECONDS = 10
 
@@ -76,7 +78,7 @@ def startup_failure_threshold(entry: ModelEntry, weight_bytes: int) -> int:
 
 def ready_timeout_seconds(entry: ModelEntry, weight_bytes: int) -> int:
     """How long ``pulumi up`` waits for Ready: download (100 MiB/s from the Hub) + start-up + 10 min."""
-    download = weight_bytes / (100 * MIB)
+    download = weight_bytes / HUB_DOWNLOAD_BYTES_PER_SECOND
     return int(download + startup_failure_threshold(entry, weight_bytes) * PROBE_PERIOD_SECONDS + 600)
 
 

@@ -3,8 +3,17 @@
 Why a cache of our own: downloading hundreds of GiB from the Hub on every pod start makes
 restarts slow and ties serving to the Hub being up. The Job downloads the pinned revision once;
 every catalog entry that serves the same weights mounts the same PVC read-only (two entries → one
-PVC, one Job). Serving pods wait for the Job's marker file with an init container, so ``pulumi up``
-does not have to wait for the download itself.
+PVC, one Job).
+
+Why ``up`` waits for the Job (``serving.awaitWeightDownload``, on by default against a cluster): a
+download that fails for good (revision gone, token revoked) must fail *its* models, by name and with
+the Job's reason, and nothing else. Awaited, the Job's failure is an engine error on the Job; with
+continue-on-error the engine then skips only what depends on it (those models' workloads), and the
+CLI attributes the failure to the models this cache serves (``consumers``, registered as the
+component's ``models`` output). The wait is bounded by the checkpoint size
+(`download_timeout_seconds`). A failed Job is replaced by the next ``up`` (``replaceUnready``), so
+fixing the cause and running ``up`` again retries the download, which resumes. Serving pods still
+wait for the Job's marker file with an init container: with the wait off, that is the only gate.
 
 Removing a model keeps its PVC (``retain_on_delete``) unless ``serving.pruneWeightCache`` is set:
 re-adding the model, or rolling back, must not cost another download. ``serving.protect`` (prod)
@@ -30,6 +39,15 @@ core = k8s.core.v1
 
 #: Smallest PVC we ask for: several CSI drivers refuse tiny volumes, and tokenizer-only repos exist.
 MIN_PVC_GIB = 10
+#: Pod retries of the download Job: transient failures retry (the download resumes), a permanent one
+#: ends as the Job condition Failed/BackoffLimitExceeded, which the engine reports.
+BACKOFF_LIMIT = 6
+#: The job controller's back-off between failed pods: 10 s, doubling, capped at 10 min
+#: (kubernetes v1.36.3 pkg/controller/job/job_controller.go:77-79, DefaultJobPodFailureBackOff and
+#: MaxJobPodFailureBackOff).
+_POD_FAILURE_BACKOFF_S, _MAX_POD_FAILURE_BACKOFF_S = 10, 600
+#: Scheduling, image pull and volume attach before the first byte, for the download's time bound.
+DOWNLOAD_START_SECONDS = 600
 
 
 @dataclass(frozen=True)
@@ -48,14 +66,26 @@ class WeightCacheArgs:
     read_write_many: bool = False
     """True when pods on several nodes mount the cache (multi-node, replicas, shared weights)."""
     consumers: tuple[str, ...] = field(default_factory=tuple)
-    """Catalog names served from these weights (recorded as an annotation for humans)."""
+    """Catalog names served from these weights: the annotation ``tkf.io/models`` and the component's
+    ``models`` output, through which the CLI reports a failed download for each of them."""
     prune: bool = False
     protect: bool = False
     skip_await: bool = False
+    """No controllers run on the target (test API servers): do not wait for the PVC to bind."""
+    await_download: bool = False
+    """Wait for the download Job in ``up`` (see the module docstring)."""
 
 
 def pvc_size_gib(weight_bytes: int, headroom: float) -> int:
     return max(MIN_PVC_GIB, math.ceil(weight_bytes * headroom / GIB))
+
+
+def download_timeout_seconds(weight_bytes: int) -> int:
+    """How long ``up`` waits for a download: the checkpoint at half the assumed Hub throughput, the
+    job controller's back-off between all retries, and the time to start the first pod."""
+    backoff = sum(min(_POD_FAILURE_BACKOFF_S * 2**i, _MAX_POD_FAILURE_BACKOFF_S) for i in range(BACKOFF_LIMIT))
+    download = math.ceil(2 * weight_bytes / int(va.HUB_DOWNLOAD_BYTES_PER_SECOND))
+    return int(download + backoff + DOWNLOAD_START_SECONDS)
 
 
 def download_script(repo: str, revision: str) -> str:
@@ -97,13 +127,13 @@ class WeightCache(pulumi.ComponentResource):
             "tkf.io/revision": args.revision[:12],
         }
         ann = {"tkf.io/repo": args.repo, "tkf.io/revision": args.revision, "tkf.io/models": ",".join(args.consumers)}
-        if args.skip_await:
-            # Test API servers run no controllers: nothing would ever bind or complete.
-            ann["pulumi.com/skipAwait"] = "true"
+        # Test API servers run no controllers: the PVC would never bind.
+        pvc_ann = {**ann, "pulumi.com/skipAwait": "true"} if args.skip_await else ann
         size = pvc_size_gib(args.weight_bytes, args.headroom)
         self.pvc = core.PersistentVolumeClaim(
             f"{name}-pvc",
-            metadata=meta.ObjectMetaArgs(name=self.pvc_name, namespace=args.namespace, labels=lbl, annotations=ann),
+            metadata=meta.ObjectMetaArgs(name=self.pvc_name, namespace=args.namespace, labels=lbl,
+                                         annotations=pvc_ann),
             spec=core.PersistentVolumeClaimSpecArgs(
                 access_modes=["ReadWriteMany" if args.read_write_many else "ReadWriteOnce"],
                 resources=core.VolumeResourceRequirementsArgs(requests={"storage": f"{size}Gi"}),
@@ -114,13 +144,18 @@ class WeightCache(pulumi.ComponentResource):
         env = [core.EnvVarArgs(name="HOME", value="/tmp"), core.EnvVarArgs(name="HF_HUB_DISABLE_TELEMETRY", value="1")]
         if args.hf_token_secret:
             env.append(secret_env("HF_TOKEN", args.hf_token_secret, "HF_TOKEN"))
-        # The marker, not Pulumi, gates serving: downloads can outlast any sensible await timeout.
-        job_ann = {**ann, "pulumi.com/skipAwait": "true"}
+        job_ann = dict(ann)
+        if args.await_download:
+            job_ann["pulumi.com/timeoutSeconds"] = str(download_timeout_seconds(args.weight_bytes))
+            # A Job that failed (or never finished) is replaced by the next `up`: the retry after a fix.
+            job_ann["pulumi.com/replaceUnready"] = "true"
+        else:
+            job_ann["pulumi.com/skipAwait"] = "true"
         self.job = k8s.batch.v1.Job(
             f"{name}-download",
             metadata=meta.ObjectMetaArgs(name=job_name, namespace=args.namespace, labels=lbl, annotations=job_ann),
             spec=k8s.batch.v1.JobSpecArgs(
-                backoff_limit=6,
+                backoff_limit=BACKOFF_LIMIT,
                 template=core.PodTemplateSpecArgs(
                     metadata=meta.ObjectMetaArgs(labels=lbl),
                     spec=core.PodSpecArgs(
@@ -146,4 +181,5 @@ class WeightCache(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.pvc], delete_before_replace=True),
         )  # fmt: skip
-        self.register_outputs({"pvcName": self.pvc_name, "subpath": self.subpath, "sizeGiB": size})
+        self.register_outputs({"pvcName": self.pvc_name, "subpath": self.subpath, "sizeGiB": size,
+                               "models": list(args.consumers)})

@@ -219,6 +219,10 @@ class Serving(SettingsModel):
     prune_weight_cache: bool = Field(False, description="Delete a removed model's weight PVC (default: keep it).")
     protect: bool = Field(False, description="Protect PVCs and namespaces from deletion (prod).")
     api_key_env: str = Field("TKF_VLLM_API_KEY", description="Env var the gateway reads the runtime API key from.")
+    await_weight_download: bool | None = Field(
+        None, description="Wait in `up` for each weight download (timeout from the checkpoint size), so a failed "
+                          "download fails its models and their workloads are not created. Default: wait, unless "
+                          "cluster.skipAwait. False: `up` returns once the objects exist; pods wait for the weights.")
 
     @field_validator("vllm_image")
     @classmethod
@@ -270,3 +274,9 @@ class StackSettings(SettingsModel):
     @classmethod
     def _prom(cls, v: str | None) -> str | None:
         return _url(v)
+
+    @property
+    def awaits_weight_download(self) -> bool:
+        """Whether `up` waits for the download Jobs: only against a cluster, by default unless skipAwait."""
+        wanted = self.serving.await_weight_download
+        return self.cluster.mode == "kubeconfig" and (not self.cluster.skip_await if wanted is None else wanted)

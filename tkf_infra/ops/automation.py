@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pulumi import automation as auto
 
 from tkf_infra.ops import policy_report
-from tkf_infra.ops.stacks import UsageError, last_error_line, stack_outputs
+from tkf_infra.ops.stacks import UsageError, engine_error, last_error_line, stack_outputs
 from tkf_infra.ops.summary import RunTracker, summarize
 from tkf_infra.program import POLICY_REFUSALS_ENV
 
@@ -33,8 +34,12 @@ class RunResult:
 
 
 def run_operation(stack: auto.Stack, operation: str, *, on_output: Callable[[str], None] | None = None,
-                  after: RunTracker | None = None, refused_by_policy: dict[str, list[str]] | None = None) -> RunResult:
+                  after: RunTracker | None = None, refused_by_policy: dict[str, list[str]] | None = None,
+                  clear_pending_creates: bool = False) -> RunResult:
     """Run preview / up / refresh / destroy with event tracking; never raises for a failed plan.
+
+    Raises `OperatorError` when the run could not start or finish for a reason outside the plan: a
+    wrong passphrase, a locked stack, an unreachable state backend (`tkf_infra.ops.stacks.engine_error`).
 
     `after`: the tracker of a preview run just before an `up`. Resources that failed there (a
     policy violation, a provider's check) are excluded from the up with their dependents and
@@ -70,7 +75,8 @@ def run_operation(stack: auto.Stack, operation: str, *, on_output: Callable[[str
                           policy_pack_configs=policy.pack.policy_pack_configs)
             extra["changeSummary"] = dict(up.summary.resource_changes or {})
         elif operation == "refresh":
-            ref = stack.refresh(on_event=tracker, on_output=on_output)
+            ref = stack.refresh(on_event=tracker, on_output=on_output,
+                                clear_pending_creates=clear_pending_creates or None)
             extra["changeSummary"] = dict(ref.summary.resource_changes or {})
         elif operation == "destroy":
             des = stack.destroy(on_event=tracker, on_output=on_output, continue_on_error=True)
@@ -78,6 +84,10 @@ def run_operation(stack: auto.Stack, operation: str, *, on_output: Callable[[str
         else:
             raise UsageError(f"unknown operation {operation!r}")
     except auto.CommandError as err:
+        known = engine_error(str(err), stack.name, stack.workspace.env_vars.get("PULUMI_BACKEND_URL", ""),
+                             Path(stack.workspace.work_dir))
+        if known is not None:
+            raise known from None
         ok = False
         policy.record(tracker)
         if not tracker.models and not tracker.diagnostics:

@@ -6,9 +6,11 @@ Exit codes tell CI what happened without parsing text; every command uses the on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import traceback
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -39,46 +41,82 @@ def _fail(message: str, code: int = ExitCode.USAGE) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _open(stack_name: str, create: bool = False) -> Any:
-    """The project's stack, or a one-line usage error (exit 2)."""
+@contextlib.contextmanager
+def _operator_errors(stack_name: str) -> Iterator[None]:
+    """An operator's problem (passphrase, lock, backend down) as one line and its exit code."""
+    from pulumi import automation as auto
+
     from tkf_infra.ops import stacks
 
     try:
+        yield
+    except stacks.OperatorError as err:
+        raise _fail(str(err), err.code) from None
+    except auto.CommandError as err:
+        known = stacks.engine_error(str(err), stack_name, stacks.engine_env(stack_name)["PULUMI_BACKEND_URL"])
+        if known is None:
+            raise
+        raise _fail(str(known), known.code) from None
+
+
+def _open(stack_name: str, create: bool = False) -> Any:
+    """The project's stack, or a one-line error (exit 2 for usage, see the exit-code table)."""
+    from tkf_infra.ops import stacks
+
+    with _operator_errors(stack_name):
         return stacks.open_stack(stack_name, create=create)
-    except stacks.UsageError as err:
-        raise _fail(str(err)) from None
 
 
 def _outputs(stack_name: str) -> tuple[Any, dict[str, Any]]:
     from tkf_infra.ops import stacks
 
     st = _open(stack_name)
-    return st, stacks.stack_outputs(st)
+    with _operator_errors(stack_name):
+        return st, stacks.stack_outputs(st)
 
 
-def _operation(stack_name: str, operation: str, as_json: bool, create: bool = False) -> None:
-    from tkf_infra.ops import automation
+def _operation(stack_name: str, operation: str, as_json: bool, create: bool = False,
+               clear_pending_creates: bool = False) -> None:
+    from tkf_infra.ops import automation, engine, locks, stacks, summary
 
     stack = _open(stack_name, create=create)
+    if operation != "preview":  # the engine locks these: refuse before a long preview, naming the holder
+        held = stacks.read_locks(stack_name, stack.workspace.env_vars["PULUMI_BACKEND_URL"])
+        if held:
+            raise _fail(locks.locked_message(stack_name, held), ExitCode.LOCKED)
 
     def stream(line: str) -> None:
         if not as_json:
             err_console.out(line.rstrip("\n"), highlight=False)
 
+    def notify(message: str) -> None:
+        err_console.print(f"[bold yellow]{message}[/]", highlight=False, soft_wrap=True)
+
     results: list[dict[str, Any]] = []
     before = None
     refused: dict[str, list[str]] = {}
-    if operation == "up":  # preview first: Automation `up` skips the preview, and CI wants it
-        preview_run = automation.run_operation(stack, "preview", on_output=stream)
-        before, refused = preview_run.tracker, preview_run.policy_refusals
-        results.append(preview_run.summary)
-    results.append(automation.run_operation(stack, operation, on_output=stream, after=before,
-                                            refused_by_policy=refused).summary)
-    final = results[-1]
+    with engine.forwarding_interrupts(notify) as interrupts, _operator_errors(stack_name):
+        if operation == "up":  # preview first: Automation `up` skips the preview, and CI wants it
+            preview_run = automation.run_operation(stack, "preview", on_output=stream)
+            before, refused = preview_run.tracker, preview_run.policy_refusals
+            results.append(preview_run.summary)
+        if not interrupts.received:
+            results.append(automation.run_operation(stack, operation, on_output=stream, after=before,
+                                                    refused_by_policy=refused,
+                                                    clear_pending_creates=clear_pending_creates).summary)
+        final = results[-1]
+        if interrupts.received:
+            summary.mark_interrupted(final, results[0] if len(results) > 1 else None,
+                                     stacks.signal_name(interrupts.last), operation)
+        deployment = stacks.state_deployment(stack)
+        if deployment:
+            summary.add_pending(final, deployment)
     if as_json:
         print(json.dumps(final if len(results) == 1 else {**final, "preview": results[0]}, indent=2))
     else:
         _print_summary(final)
+    if interrupts.received:
+        raise typer.Exit(ExitCode.INTERRUPTED)
     raise typer.Exit(ExitCode.OK if final["ok"] else ExitCode.REFUSED)
 
 
@@ -95,8 +133,16 @@ def _print_summary(summary: dict[str, Any]) -> None:
         err_console.print(f"[red]stack error:[/] {e}", highlight=False)
     for w in summary.get("policyWarnings", []):
         err_console.print(f"[yellow]stack warning:[/] {w}", highlight=False)
+    pending = summary.get("pendingOperations")
+    if pending:
+        for model, m in summary["models"].items():
+            for line in m.get("pending", []):
+                err_console.print(f"[yellow]pending ({model}):[/] {line}", highlight=False)
+        for line in pending["stack"]:
+            err_console.print(f"[yellow]pending:[/] {line}", highlight=False)
+        err_console.print(f"[yellow]{pending['note']}:[/] {pending['clear']}", highlight=False, soft_wrap=True)
     if summary["failedModels"]:
-        err_console.print(f"[bold red]failed or rejected:[/] {', '.join(summary['failedModels'])}")
+        err_console.print(f"[bold red]failed, rejected or interrupted:[/] {', '.join(summary['failedModels'])}")
 
 
 @app.command()
@@ -112,7 +158,12 @@ def up(stack: StackOpt = "dev", as_json: JsonOpt = False) -> None:
 
 
 @app.command()
-def refresh(stack: StackOpt = "dev", as_json: JsonOpt = False) -> None:
+def refresh(
+    stack: StackOpt = "dev", as_json: JsonOpt = False,
+    clear_pending_creates: Annotated[bool, typer.Option(
+        help="Also drop the records of creates a killed run left pending (the summary lists them); "
+             "`up` re-applies those objects by name.")] = False,
+) -> None:
     """Read the real state back and report drift (objects changed or deleted out of band) per model."""
     from tkf_infra.ops import stacks
 
@@ -121,7 +172,40 @@ def refresh(stack: StackOpt = "dev", as_json: JsonOpt = False) -> None:
         raise _fail(f"stack {stack!r} renders manifests to {catalog.settings.cluster.render_dir} "
                     "(cluster.mode render): there is no cluster to compare against; "
                     "refresh a stack with cluster.mode kubeconfig")
-    _operation(stack, "refresh", as_json)
+    _operation(stack, "refresh", as_json, clear_pending_creates=clear_pending_creates)
+
+
+@app.command()
+def unlock(
+    stack: StackOpt = "dev",
+    force: Annotated[bool, typer.Option(
+        help="Also clear locks taken on other hosts (their runs cannot be checked from here).")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Clear the lock a killed run left on the stack; refused while the run holding it is still going."""
+    from tkf_infra.ops import locks, stacks
+
+    url = stacks.engine_env(stack)["PULUMI_BACKEND_URL"]
+    try:
+        done = locks.clear_stale(locks.open_store(url), stacks.project_name(), stack, force=force)
+    except locks.UnsupportedBackend as err:
+        raise _fail(f"{err}; make sure no run of stack {stack!r} is going, then `pulumi cancel --stack {stack}`") \
+            from None
+    except Exception as err:  # the bucket did not answer (botocore, OSError)
+        raise _fail(f"the state backend {stacks.redact(url)} did not answer ({err}); try again once it is back",
+                    ExitCode.UNAVAILABLE) from None
+    for lk in done.cleared:
+        err_console.print(f"cleared the lock of {lk.describe()} ({lk.where})", highlight=False, soft_wrap=True)
+    if as_json:
+        print(json.dumps({"stack": stack, "cleared": [lk.where for lk in done.cleared],
+                          "refused": [lk.where for lk in done.refused]}, indent=2))
+    if done.refused:
+        raise _fail(locks.locked_message(stack, done.refused), ExitCode.LOCKED)
+    if not done.cleared:
+        err_console.print(f"stack {stack!r} is not locked")
+    else:
+        err_console.print(f"run `python -m tkf_infra up --stack {stack}` again: it reports any operations the "
+                          "killed run left pending", highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -136,7 +220,9 @@ def outputs(stack: StackOpt = "dev",
     """Print the stack outputs (the gateway contract) as JSON."""
     from tkf_infra.ops import stacks
 
-    print(json.dumps(stacks.stack_outputs(_open(stack), show_secrets=show_secrets), indent=2))
+    st = _open(stack)
+    with _operator_errors(stack):
+        print(json.dumps(stacks.stack_outputs(st, show_secrets=show_secrets), indent=2))
 
 
 @app.command("gateway-config")
@@ -311,7 +397,8 @@ def main() -> None:
     except Exception as err:
         import click
 
-        if isinstance(err, click.ClickException):
+        # typer >= 0.24 raises its vendored click's exceptions (typer.TyperException), not click's.
+        if isinstance(err, click.ClickException | typer.TyperException) and hasattr(err, "show"):
             err.show()
             sys.exit(ExitCode.USAGE)
         traceback.print_exc()

@@ -16,6 +16,8 @@ class ExitCode(IntEnum):
     CRASH = 3
     UNAVAILABLE = 4
     NO_DATA = 5
+    LOCKED = 6
+    INTERRUPTED = 7
 
 
 MEANING: dict[ExitCode, str] = {
@@ -24,8 +26,13 @@ MEANING: dict[ExitCode, str] = {
                       "deploy, a policy violation, a capacity deviation `status` flags",
     ExitCode.USAGE: "the command was used wrongly (unknown stack, bad option, missing passphrase): one line",
     ExitCode.CRASH: "tkf-infra itself failed (a bug): the traceback is printed for the report",
-    ExitCode.UNAVAILABLE: "a service the command needs did not answer (Prometheus, the Hugging Face Hub)",
+    ExitCode.UNAVAILABLE: "a service the command needs did not answer (the state backend, Prometheus, the "
+                          "Hugging Face Hub)",
     ExitCode.NO_DATA: "the service answered but had nothing for this stack (e.g. no vLLM metrics yet)",
+    ExitCode.LOCKED: "another run holds the stack's lock, or a killed run left it: the message names the holder "
+                     "and how to clear a stale lock (`unlock`)",
+    ExitCode.INTERRUPTED: "interrupted (SIGINT/SIGTERM): the engine stopped cleanly after the operations in flight; "
+                          "run the command again to finish",
 }
 
 

@@ -1,7 +1,8 @@
 """The engine seam: where the Pulumi engine is, how a stack of this project is opened, its outputs.
 
-Every command that talks to the engine goes through here, so a missing engine, an unknown stack or a
-missing passphrase is one readable line (a `UsageError`), never an engine traceback.
+Every command that talks to the engine goes through here, so a missing engine, an unknown stack, a
+missing or wrong passphrase, a locked stack or an unreachable state backend is one readable line with
+its own exit code (an `OperatorError`), never an engine traceback.
 """
 
 from __future__ import annotations
@@ -15,13 +16,34 @@ import yaml
 from pulumi import automation as auto
 
 from tkf_infra.config import Catalog, SettingsError, validate_catalog
+from tkf_infra.ops import locks
+from tkf_infra.ops.engine import EngineCommand
+from tkf_infra.ops.exit_codes import ExitCode
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 DEV_PASSPHRASE = "tkf-dev-only"  # documented in README.md; only ever used for the dev stack
 
 
-class UsageError(Exception):
-    """A mistake the user can fix (unknown stack, missing passphrase, engine not installed)."""
+class OperatorError(Exception):
+    """Something the operator can act on: printed as one line, the command exits with `code`."""
+
+    code: ExitCode = ExitCode.USAGE
+
+
+class UsageError(OperatorError):
+    """A mistake the user can fix (unknown stack, missing or wrong passphrase, engine not installed)."""
+
+
+class StackLocked(OperatorError):
+    """Another run holds the stack's lock (or left it behind)."""
+
+    code = ExitCode.LOCKED
+
+
+class BackendUnavailable(OperatorError):
+    """The state backend did not answer."""
+
+    code = ExitCode.UNAVAILABLE
 
 
 def pulumi_home() -> Path:
@@ -49,12 +71,17 @@ def engine_env(stack: str, project_dir: Path = PROJECT_DIR, backend_url: str | N
     return env
 
 
+def project_name(project_dir: Path = PROJECT_DIR) -> str:
+    doc = yaml.safe_load((project_dir / "Pulumi.yaml").read_text())
+    return str(doc["name"])
+
+
 def _check_engine() -> auto.PulumiCommand:
     binary = pulumi_home() / "bin" / "pulumi"
     if not binary.exists() and not shutil.which("pulumi"):
         raise UsageError("the Pulumi engine is not installed; run `scripts/setup.sh` (builds it if needed)")
     root = str(pulumi_home()) if binary.exists() else None
-    return auto.PulumiCommand(root=root)
+    return EngineCommand(root=root)
 
 
 def open_stack(stack: str, *, create: bool = False, project_dir: Path = PROJECT_DIR,
@@ -80,7 +107,8 @@ def open_stack(stack: str, *, create: bool = False, project_dir: Path = PROJECT_
         raise UsageError(f"stack {stack!r} does not exist in {env['PULUMI_BACKEND_URL']}; "
                          f"run `python -m tkf_infra up --stack {stack}` first, or check the name") from None
     except auto.CommandError as err:
-        raise UsageError(last_error_line(str(err)).removeprefix("error: ")) from None
+        known = engine_error(str(err), stack, env["PULUMI_BACKEND_URL"], project_dir)
+        raise known or UsageError(last_error_line(str(err)).removeprefix("error: ")) from None
 
 
 def stack_catalog(stack: auto.Stack) -> Catalog | None:
@@ -101,9 +129,63 @@ def stack_catalog(stack: auto.Stack) -> Catalog | None:
         return None
 
 
+#: Engine messages that mean a wrong or missing passphrase (pkg/secrets/passphrase of the pinned engine).
+_PASSPHRASE_ERRORS = ("incorrect passphrase", "passphrase must be set")
+#: What the engine says when the state bucket does not answer (gocloud blob errors, the AWS SDK's).
+_BACKEND_ERRORS = ("connection refused", "no such host", "i/o timeout", "operation error S3",
+                   "unable to open bucket", "failed to load checkpoint", "blob (key", "could not read")
+
+
+def engine_error(text: str, stack: str, backend_url: str, project_dir: Path = PROJECT_DIR) -> OperatorError | None:
+    """The operator's reading of an engine failure that is not about the program: one line, its exit code."""
+    line = last_error_line(text).removeprefix("error: ")
+    if any(m in text for m in _PASSPHRASE_ERRORS):
+        what = "wrong" if "incorrect passphrase" in text else "missing"
+        return UsageError(f"the passphrase of stack {stack!r} is {what}: set PULUMI_CONFIG_PASSPHRASE (or "
+                          "PULUMI_CONFIG_PASSPHRASE_FILE) to the one this stack's secrets were encrypted with")
+    if locks.ENGINE_LOCKED_MARKER in text:
+        return StackLocked(locks.locked_message(stack, read_locks(stack, backend_url, project_dir)))
+    if any(m in text for m in _BACKEND_ERRORS):
+        return BackendUnavailable(
+            f"the state backend {redact(backend_url)} did not answer ({line}); nothing was lost: the state there "
+            f"is the last one saved. Run the command again once the backend is back (a run cut off while "
+            f"saving leaves the stack locked: see `python -m tkf_infra unlock --stack {stack}`)")
+    return None
+
+
+def read_locks(stack: str, backend_url: str, project_dir: Path = PROJECT_DIR) -> list[locks.StackLock]:
+    """The stack's locks, or none when the backend cannot be read (the engine then says why)."""
+    try:
+        return locks.stack_locks(locks.open_store(backend_url), project_name(project_dir), stack)
+    except Exception:  # an unreadable backend is reported by the run that needs it
+        return []
+
+
+def redact(url: str) -> str:
+    """A backend URL without credentials (user:password@ in the URL)."""
+    scheme, sep, rest = url.partition("://")
+    host, slash, path = rest.partition("/")
+    return f"{scheme}{sep}{host.rpartition('@')[2]}{slash}{path}" if sep else url
+
+
 def last_error_line(text: str) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("error:")]
     return lines[-1] if lines else text.strip().splitlines()[-1] if text.strip() else "the engine failed"
+
+
+def state_deployment(stack: auto.Stack) -> dict[str, Any] | None:
+    """The stack's saved state (`pulumi stack export`), or None when it cannot be read."""
+    try:
+        deployment = stack.export_stack().deployment
+    except auto.CommandError:
+        return None
+    return deployment if isinstance(deployment, dict) else None
+
+
+def signal_name(signum: int | None) -> str:
+    import signal
+
+    return signal.Signals(signum).name if signum else "an interrupt"
 
 
 def stack_outputs(stack: auto.Stack, *, show_secrets: bool = False) -> dict[str, Any]:

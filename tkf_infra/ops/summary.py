@@ -5,10 +5,14 @@ entry, whether it was created, updated, left unchanged, failed (and why) or left
 the stage that refused it) — so one broken model is named alone and the others visibly went through.
 
 Where each fact comes from, so nothing is decided twice:
-- deployed models: the engine's events, attributed to a model by URN (its ModelServing and FitCheck);
+- deployed models: the engine's events, attributed to a model by URN (its ModelServing and FitCheck;
+  a WeightCache's resources to every model it serves, from the component's `models` output, so a
+  failed weight download fails exactly those models);
 - left-out models: the program's own `rejected` output (`tkf_infra.plan.Exclusion`), read from the
   stack resource's outputs in the event stream — the same list the gateway's deploy reads;
-- stack problems: the `problems` output plus engine errors no model explains.
+- stack problems: the `problems` output plus engine errors no model explains;
+- pending operations (a run killed mid-apply): the state's own record, per model, with the command
+  that clears them (`pending_report`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,10 @@ from tkf_infra.names import FIT_CHECK_SUFFIX
 from tkf_infra.plan import Exclusion
 
 MODEL_SERVING_TYPE = "tkf:serving:ModelServing"
+WEIGHT_CACHE_TYPE = "tkf:serving:WeightCache"
 STACK_TYPE = "pulumi:pulumi:Stack"
+#: The Kubernetes provider's message for an await cut short by a cancel (SIGINT/SIGTERM to the engine).
+CANCELLED_MARKER = "Resource operation was cancelled"
 
 
 @dataclass
@@ -36,6 +43,10 @@ class ModelReport:
     excluded: Exclusion | None = None
     failed_urns: set[str] = field(default_factory=set)
     warnings: list[str] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+    """Operations a killed run left pending on this model's resources (from the state)."""
+    interrupted: bool = False
+    """The run was interrupted before this model's planned changes were all made."""
 
     @property
     def status(self) -> str:
@@ -43,6 +54,8 @@ class ModelReport:
             return "rejected"
         if self.errors:
             return "failed"
+        if self.interrupted:
+            return "interrupted"
         for op, label in (("replace", "replaced"), ("create", "created"), ("update", "updated"),
                           ("delete", "deleted")):
             if self.ops.get(op):
@@ -62,6 +75,8 @@ class ModelReport:
             out["warnings"] = self.warnings
         if self.drift:
             out["drift"] = self.drift
+        if self.pending:
+            out["pending"] = self.pending
         return out
 
 
@@ -80,30 +95,47 @@ def urn_type_and_name(urn: str) -> tuple[str, str]:
     return types[-1], "::".join(parts[3:])
 
 
+def models_of(urn: str | None, parents: Mapping[str, str], cache_models: Mapping[str, list[str]]) -> list[str]:
+    """The catalog models a resource belongs to: its ModelServing's or FitCheck's, or every model its
+    WeightCache serves; [] for shared and stack-level resources."""
+    seen = 0
+    while urn and seen < 64:
+        rtype, name = urn_type_and_name(urn)
+        if rtype == MODEL_SERVING_TYPE:
+            return [name]
+        fit_check = rtype.startswith("pulumi-python:dynamic") and name.endswith(FIT_CHECK_SUFFIX)
+        if rtype.endswith(":FitCheck") or fit_check:
+            return [name.removesuffix(FIT_CHECK_SUFFIX)]
+        if rtype == WEIGHT_CACHE_TYPE:
+            return list(cache_models.get(urn, []))
+        urn = parents.get(urn)
+        seen += 1
+    return []
+
+
 class RunTracker:
     """Collects engine events of one operation and attributes each to a catalog model."""
 
     def __init__(self, operation: str = "preview") -> None:
         self.operation = operation
         self.parents: dict[str, str] = {}
+        self.cache_models: dict[str, list[str]] = {}
+        """WeightCache URN → the models it serves (the component's `models` output)."""
         self.models: dict[str, ModelReport] = {}
         self.diagnostics: list[str] = []
         """Error diagnostics no model's URN explains (program messages, engine errors)."""
         self.outputs: dict[str, Any] = {}
         """The stack's outputs as the run registered them."""
+        self._failures: list[tuple[str, str, bool]] = []
+        """(URN, message, is a diagnostic) of failed resources, attributed once the run is over: a
+        WeightCache's `models` output may be learned after its Job's failure arrives."""
 
     def model_of(self, urn: str | None) -> str | None:
-        seen = 0
-        while urn and seen < 64:
-            rtype, name = urn_type_and_name(urn)
-            if rtype == MODEL_SERVING_TYPE:
-                return name
-            if rtype.endswith(":FitCheck") or (rtype.startswith("pulumi-python:dynamic")
-                                               and name.endswith(FIT_CHECK_SUFFIX)):
-                return name.removesuffix(FIT_CHECK_SUFFIX)
-            urn = self.parents.get(urn)
-            seen += 1
-        return None
+        found = self.models_of(urn)
+        return found[0] if len(found) == 1 else None
+
+    def models_of(self, urn: str | None) -> list[str]:
+        return models_of(urn, self.parents, self.cache_models)
 
     def report(self, name: str) -> ModelReport:
         return self.models.setdefault(name, ModelReport(name))
@@ -117,12 +149,34 @@ class RunTracker:
         if meta is not None:
             self._step(meta, outputs_event=event.res_outputs_event is not None)
         if event.res_op_failed_event:
-            model = self.model_of(event.res_op_failed_event.metadata.urn)
-            if model:
-                op = event.res_op_failed_event.metadata.op
-                self.report(model).errors.append(f"{getattr(op, 'value', op)} failed")
+            op = event.res_op_failed_event.metadata.op
+            self._failures.append((event.res_op_failed_event.metadata.urn, f"{getattr(op, 'value', op)} failed", False))
         if event.diagnostic_event and event.diagnostic_event.severity in ("error", "warning"):
             self._diagnostic(event.diagnostic_event)
+
+    def attribute(self) -> None:
+        """Give each failure seen so far to its models (or to the stack); idempotent."""
+        failures, self._failures = self._failures, []
+        for urn, message, is_diagnostic in failures:
+            models = self.models_of(urn)
+            if CANCELLED_MARKER in message:  # an interrupt cancelled the wait: not this model's fault
+                for model in models:
+                    self.report(model).interrupted = True
+                continue
+            if not models:
+                if is_diagnostic and message and not message.startswith("update failed") \
+                        and message not in self.diagnostics:
+                    self.diagnostics.append(message)
+                continue
+            if f"{WEIGHT_CACHE_TYPE}$" in urn:
+                if not is_diagnostic:
+                    continue  # "create failed": the diagnostic below says why
+                message = weight_cache_failure(urn, message)
+            for model in models:
+                report = self.report(model)
+                report.errors.append(message)
+                if is_diagnostic:
+                    report.failed_urns.add(urn)
 
     def _step(self, meta: events.StepEventMetadata, *, outputs_event: bool) -> None:
         state = meta.new or meta.old
@@ -131,6 +185,8 @@ class RunTracker:
         rtype, _ = urn_type_and_name(meta.urn)
         if rtype == STACK_TYPE and meta.new is not None and meta.new.outputs:
             self.outputs.update(meta.new.outputs)
+        if rtype == WEIGHT_CACHE_TYPE and state is not None and isinstance((state.outputs or {}).get("models"), list):
+            self.cache_models[meta.urn] = [str(m) for m in (state.outputs or {})["models"]]
         model = self.model_of(meta.urn)
         if not (model and outputs_event):
             return
@@ -149,17 +205,28 @@ class RunTracker:
 
     def _diagnostic(self, diag: events.DiagnosticEvent) -> None:
         message = diag.message.strip()
-        model = self.model_of(diag.urn)
         if diag.severity == "warning":
-            if model:
+            for model in self.models_of(diag.urn):
                 self.report(model).warnings.append(message)
             return
-        if model:
-            self.report(model).errors.append(message)
-            if diag.urn:
-                self.report(model).failed_urns.add(diag.urn)
-        elif message and not message.startswith("update failed") and message not in self.diagnostics:
-            self.diagnostics.append(message)
+        self._failures.append((diag.urn or "", message, True))
+
+
+def weight_cache_failure(urn: str, message: str) -> str:
+    """A failed weight download, for each model it serves: the Job's own reason and the way out.
+
+    The engine wraps the provider's reasons as "N errors occurred: * resource "urn…" was … created,
+    but … failed to initialize * [BackoffLimitExceeded] Job has reached the specified backoff limit";
+    the bracketed reason is the Job's condition, which is what the operator needs.
+    """
+    rtype, name = urn_type_and_name(urn)
+    bullets = [ln.strip().removeprefix("* ") for ln in message.splitlines() if ln.strip().startswith("* ")]
+    reasons = [b for b in bullets if not b.startswith('resource "urn:')] or [message]
+    kind = rtype.rsplit(":", 1)[-1].rsplit("/", 1)[-1]
+    what = f"weight download Job {name}" if kind == "Job" else f"weight cache {kind} {name}"
+    return (f"{what} failed: {'; '.join(reasons)}. The weight cache is kept; fix the cause (does the revision "
+            "still exist on the Hub? is the hfTokenSecret's token valid?), then run `up` again: the failed Job is "
+            "replaced and the download resumes")
 
 
 # Fields the server changes by itself; a difference there is bookkeeping, not drift.
@@ -192,6 +259,7 @@ def summarize(stack_name: str, operation: str, tracker: RunTracker, ok: bool,
 
     `outputs`: the stack's outputs when the event stream did not carry them (a failed update).
     """
+    tracker.attribute()
     outs = {**(outputs or {}), **tracker.outputs}
     excluded = [Exclusion.from_output(x) for x in outs.get("rejected") or [] if isinstance(x, Mapping)]
     for x in excluded:
@@ -200,13 +268,17 @@ def summarize(stack_name: str, operation: str, tracker: RunTracker, ok: bool,
     stack_errors = [d for d in tracker.diagnostics
                     if d not in explained and not d.endswith("Fix the errors above and run again.")
                     and "fleet problem(s), reported above" not in d]
+    if any(m.errors or m.interrupted for m in tracker.models.values()):
+        # The SDK's note that a resource depending on a failed one could not register (continue-on-error
+        # skips the dependents): the failed resource's own error, attributed above, is the reason.
+        stack_errors = [d for d in stack_errors if "ResourceRegistrationFailed: resource " not in d]
     if excluded or outs.get("problems"):
         # The engine's own note that the program ended non-zero: the verdict above is why.
         stack_errors = [d for d in stack_errors if "program exited with non-zero exit code" not in d]
     stack_errors = list(outs.get("problems") or []) + stack_errors
     models = {name: tracker.report(name).as_dict() for name in sorted(tracker.models)}
     counts = Counter(m["status"] for m in models.values())
-    failed = sorted(n for n, m in models.items() if m["status"] in {"failed", "rejected"})
+    failed = sorted(n for n, m in models.items() if m["status"] in {"failed", "rejected", "interrupted"})
     return {
         "stack": stack_name,
         "operation": operation,
@@ -216,4 +288,83 @@ def summarize(stack_name: str, operation: str, tracker: RunTracker, ok: bool,
         "failedModels": failed,
         "errors": stack_errors,
         **(extra or {}),
+    }
+
+
+def mark_interrupted(final: dict[str, Any], preview: dict[str, Any] | None, signal: str, operation: str) -> None:
+    """An interrupted run's summary: each model whose planned changes were not all made is `interrupted`."""
+    final["interrupted"] = signal
+    final["ok"] = False
+    final["errors"].append(f"{operation} interrupted by {signal}: the engine stopped after the operations in "
+                           f"flight and saved the state; run `python -m tkf_infra {operation} --stack "
+                           f"{final['stack']}` again to finish")
+    if preview is None:
+        return
+    for name, planned in preview["models"].items():
+        want = {k: v for k, v in planned["changes"].items() if k != "same"}
+        if not want or planned["status"] in {"rejected", "failed"}:
+            continue
+        done = final["models"].setdefault(name, {"status": "unchanged", "changes": {}})
+        cut_short = done["status"] == "failed" and all("cancel" in r.lower() for r in done.get("reasons", []))
+        if cut_short:  # the provider's own words for an operation the interrupt cancelled
+            del done["reasons"]
+        if cut_short or (done["status"] != "failed" and any(done["changes"].get(k, 0) < v for k, v in want.items())):
+            done["status"] = "interrupted"
+    final["failedModels"] = sorted(n for n, m in final["models"].items()
+                                   if m["status"] in {"failed", "rejected", "interrupted"})
+
+
+_PENDING_KIND = {"creating": "create", "updating": "update", "deleting": "delete", "reading": "read",
+                 "importing": "import"}  # fmt: skip
+
+
+def clear_pending_command(stack_name: str) -> str:
+    return f"python -m tkf_infra refresh --stack {stack_name} --clear-pending-creates"
+
+
+def pending_report(deployment: Mapping[str, Any]) -> tuple[dict[str, list[str]], list[str]]:
+    """Pending operations recorded in a state (`pulumi stack export`'s deployment), per model.
+
+    The engine writes one for each operation in flight and keeps interrupted creates until they are
+    cleared (`pkg/backend/snapshot.go`: "we don't want to clear pending CREATE operations"); each reads
+    `create of Job weights-…-download interrupted: the object may exist`. Returns (per model, the rest).
+    """
+    parents: dict[str, str] = {}
+    cache_models: dict[str, list[str]] = {}
+    for res in deployment.get("resources") or []:
+        if res.get("parent"):
+            parents[res["urn"]] = res["parent"]
+        if res.get("type") == WEIGHT_CACHE_TYPE and isinstance((res.get("outputs") or {}).get("models"), list):
+            cache_models[res["urn"]] = [str(m) for m in res["outputs"]["models"]]
+    per_model: dict[str, list[str]] = {}
+    stack_level: list[str] = []
+    for op in deployment.get("pending_operations") or []:
+        res = op.get("resource") or {}
+        urn = str(res.get("urn", ""))
+        if res.get("parent"):
+            parents.setdefault(urn, res["parent"])
+        rtype, name = urn_type_and_name(urn)
+        kind = _PENDING_KIND.get(str(op.get("type", "")), str(op.get("type", "")))
+        line = f"{kind} of {rtype.rsplit(':', 1)[-1]} {name} interrupted: the object may or may not exist"
+        models = models_of(urn, parents, cache_models)
+        for model in models:
+            per_model.setdefault(model, []).append(line)
+        if not models:
+            stack_level.append(line)
+    return per_model, stack_level
+
+
+def add_pending(summary: dict[str, Any], deployment: Mapping[str, Any]) -> None:
+    """Put the state's pending operations into a summary: per model, and how to clear them."""
+    per_model, stack_level = pending_report(deployment)
+    count = sum(map(len, per_model.values())) + len(stack_level)
+    if not count:
+        return
+    for model, lines in per_model.items():
+        entry = summary["models"].setdefault(model, {"status": "unchanged", "changes": {}})
+        entry["pending"] = lines
+    summary["pendingOperations"] = {
+        "count": count, "stack": stack_level, "clear": clear_pending_command(summary["stack"]),
+        "note": "a run was killed mid-apply; `up` re-applies these objects by name (no duplicates), then clear "
+                "the stale records with the command above",
     }
