@@ -16,7 +16,7 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,6 +74,7 @@ class Cli:
     args: tuple[str, ...]
     env: dict[str, str | None] = field(default_factory=dict)
     """Set (or, with None, unset) for this run only."""
+    as_json: bool = True
     proc: subprocess.Popen[bytes] | None = None
     out: Path | None = None
     err: Path | None = None
@@ -88,7 +89,7 @@ class Cli:
         with self.out.open("wb") as out, self.err.open("wb") as err:
             self.proc = subprocess.Popen(
                 [str(self.es.project / ".venv" / "bin" / "python"), "-m", "tkf_infra", *self.args,
-                 "--stack", self.es.stack.name, "--json"],
+                 "--stack", self.es.stack.name, *(["--json"] if self.as_json else [])],
                 cwd=self.es.project, env=env, stdout=out, stderr=err)
         return self
 
@@ -111,8 +112,9 @@ class Cli:
         os.kill(self.pid, signum)
 
 
-def run_cli(es: EngineStack, *args: str, env: dict[str, str | None] | None = None) -> tuple[int, dict[str, Any], str]:
-    return Cli(es, args, env or {}).start().wait()
+def run_cli(es: EngineStack, *args: str, env: Mapping[str, str | None] | None = None,
+            as_json: bool = True) -> tuple[int, dict[str, Any], str]:
+    return Cli(es, args, dict(env or {}), as_json).start().wait()
 
 
 def process_tree(root: int) -> dict[int, str]:
@@ -215,13 +217,19 @@ def job_uids(kube: KubeClient, namespace: str, jobs: list[str]) -> dict[str, str
 
 
 def wait_applying(es: EngineStack, run: Cli, kube: KubeClient, namespace: str, jobs: list[str],
-                  replacing: dict[str, str] | None = None) -> dict[str, str]:
+                  replacing: dict[str, str] | None = None,
+                  holders: Callable[[], list[int]] | None = None) -> dict[str, str]:
     """Wait until `run` is in apply: its engine holds the stack's lock and waits for every download Job
-    (new ones, when `replacing` gives the uids of Jobs the run must replace). Returns the Jobs' uids."""
+    (new ones, when `replacing` gives the uids of Jobs the run must replace). Returns the Jobs' uids.
+
+    `holders`: the pids in the stack's lock files (default: those of the stack's file backend)."""
+    def file_holders() -> list[int]:
+        return [lock_holder_pid(p) for p in lock_files(es)]
+
     def ready() -> dict[str, str] | None:
         assert run.proc is not None and run.proc.poll() is None, f"the run ended early: {run.wait()}"
-        locks = lock_files(es)
-        if len(locks) != 1 or (engine := lock_holder_pid(locks[0])) not in process_tree(run.pid):
+        pids = (holders or file_holders)()
+        if len(pids) != 1 or (engine := pids[0]) not in process_tree(run.pid):
             return None
         uids = job_uids(kube, namespace, jobs)
         if len(uids) != len(jobs) or any(uids[j] == (replacing or {}).get(j) for j in jobs):

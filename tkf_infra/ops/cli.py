@@ -386,6 +386,11 @@ def calibrate(
 
 def main() -> None:
     """Entry point: usage errors exit 2 with one line; a crash exits 3 with the traceback."""
+    import warnings
+
+    # The Automation SDK's event-stream thread warns when the engine dies mid-run; the run's own
+    # error (e.g. the state backend gone) is what the operator needs, once.
+    warnings.filterwarnings("ignore", message="Error in event stream", category=UserWarning)
     try:
         code = app(standalone_mode=False)
         sys.exit(code if isinstance(code, int) else ExitCode.OK)

@@ -8,9 +8,11 @@ its own exit code (an `OperatorError`), never an engine traceback.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlparse
 
 import yaml
 from pulumi import automation as auto
@@ -131,9 +133,13 @@ def stack_catalog(stack: auto.Stack) -> Catalog | None:
 
 #: Engine messages that mean a wrong or missing passphrase (pkg/secrets/passphrase of the pinned engine).
 _PASSPHRASE_ERRORS = ("incorrect passphrase", "passphrase must be set")
-#: What the engine says when the state bucket does not answer (gocloud blob errors, the AWS SDK's).
-_BACKEND_ERRORS = ("connection refused", "no such host", "i/o timeout", "operation error S3",
-                   "unable to open bucket", "failed to load checkpoint", "blob (key", "could not read")
+#: What the engine says when the state bucket does not answer: gocloud's blob errors (`blob (key …)`,
+#: `unable to open bucket`) wrapping the cloud SDK's; a cluster that does not answer reads differently.
+_BACKEND_ERRORS = ("blob (key", "unable to open bucket", "operation error S3")
+#: The network-level cause inside those errors, for the one line (most telling first).
+_NETWORK_CAUSES = tuple(re.compile(p) for p in (
+    r"dial tcp \S+: connect: [a-z ]+", r"lookup \S+: no such host", r"i/o timeout", r"connection reset by peer",
+    r"context deadline exceeded", r"exceeded maximum number of attempts"))
 
 
 def engine_error(text: str, stack: str, backend_url: str, project_dir: Path = PROJECT_DIR) -> OperatorError | None:
@@ -146,10 +152,13 @@ def engine_error(text: str, stack: str, backend_url: str, project_dir: Path = PR
     if locks.ENGINE_LOCKED_MARKER in text:
         return StackLocked(locks.locked_message(stack, read_locks(stack, backend_url, project_dir)))
     if any(m in text for m in _BACKEND_ERRORS):
+        doing = ("saving the state" if "save snapshot" in text else
+                 "taking the lock" if "/locks/" in text else "reading the state")
+        cause = next((m.group(0) for p in _NETWORK_CAUSES if (m := p.search(text))), line)
         return BackendUnavailable(
-            f"the state backend {redact(backend_url)} did not answer ({line}); nothing was lost: the state there "
-            f"is the last one saved. Run the command again once the backend is back (a run cut off while "
-            f"saving leaves the stack locked: see `python -m tkf_infra unlock --stack {stack}`)")
+            f"the state backend {redact(backend_url)} did not answer ({doing}: {cause}); nothing was lost: the "
+            "state there is the last one saved. Run the command again once the backend is back (a run cut off "
+            f"while saving leaves the stack locked: see `python -m tkf_infra unlock --stack {stack}`)")
     return None
 
 
@@ -162,10 +171,13 @@ def read_locks(stack: str, backend_url: str, project_dir: Path = PROJECT_DIR) ->
 
 
 def redact(url: str) -> str:
-    """A backend URL without credentials (user:password@ in the URL)."""
-    scheme, sep, rest = url.partition("://")
-    host, slash, path = rest.partition("/")
-    return f"{scheme}{sep}{host.rpartition('@')[2]}{slash}{path}" if sep else url
+    """A backend URL for messages: no credentials, no query string except the endpoint it names."""
+    parsed = urlparse(url)
+    if not parsed.scheme:
+        return url
+    shown = f"{parsed.scheme}://{parsed.hostname or ''}{f':{parsed.port}' if parsed.port else ''}{parsed.path}"
+    endpoint = parse_qs(parsed.query).get("endpoint")
+    return f"{shown} (endpoint {endpoint[-1]})" if endpoint else shown
 
 
 def last_error_line(text: str) -> str:
