@@ -133,7 +133,7 @@ def test_pool_over_capacity_is_an_error_naming_the_models() -> None:
 
 def test_one_bad_pool_leaves_out_only_its_models(ec2: Any) -> None:
     eks = {"name": "p4", "kind": "eks", "instanceType": "g99.huge", "gpusPerNode": 8, "clusterName": "c",
-           "nodeRoleArn": "arn:aws:iam::123456789012:role/n", "subnetIds": ["s"]}
+           "nodeRoleArn": "arn:aws:iam::123456789012:role/n", "subnetIds": ["subnet-1"]}
     doc = stack_doc(SINGLE_GPU, {**TP4, "nodePool": "p4"}, CPU)
     doc["nodePools"].append(eks)
     h = program(doc, ec2_client=ec2)

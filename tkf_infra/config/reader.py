@@ -6,6 +6,7 @@ and the JSON Schema editors validate stack files against.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,24 @@ def read_pulumi_config() -> dict[str, Any]:
             continue
         if value is not None:
             doc[key] = value
+    for key in _other_keys():  # a misspelt key must not be ignored: StackSettings refuses it by name
+        raw = config.get(key)
+        try:
+            doc[key] = json.loads(raw) if raw is not None else None
+        except ValueError:
+            doc[key] = raw
     if problems:
         raise SettingsError(problems, headline="the stack file has malformed settings")
     return doc
+
+
+def _other_keys() -> list[str]:
+    """The stack's `tkf-infra:` keys that are neither settings nor secrets (which the program reads itself)."""
+    import pulumi
+    from pulumi import runtime
+    from pulumi.runtime import config as runtime_config
+
+    keys = set(runtime_config.CONFIG.get()) | set(runtime.get_config_env())
+    prefix = f"{pulumi.get_project()}:"  # the namespace pulumi.Config() reads
+    ours = {k.removeprefix(prefix): k for k in keys if k.startswith(prefix)}
+    return sorted(name for name, key in ours.items() if name not in CONFIG_KEYS and not runtime.is_config_secret(key))

@@ -12,10 +12,11 @@ import re
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from tkf_infra.config import kube_syntax as ks
 from tkf_infra.config.base import SettingsModel
-from tkf_infra.config.catalog import Backend
+from tkf_infra.config.catalog import DNS1035_RE, Backend, ModelEntry
 
 #: The vLLM release the platform deploys and the fit check sizes for: the one pin. The images below
 #: are derived from it; what cannot import Python (requirements-vllm.txt for the test tier, the
@@ -25,9 +26,11 @@ VLLM_RELEASE = "0.32.0"
 VLLM_GPU_IMAGE = f"vllm/vllm-openai:v{VLLM_RELEASE}"
 VLLM_CPU_IMAGE = f"public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v{VLLM_RELEASE}"
 
-DNS1035_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-DNS1123_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
+#: A chart or release version: semantic versioning, optionally with a leading v (v1.17.0, 0.8.0, v0.20.0-rc1).
+_RELEASE_RE = re.compile(r"^v?\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$")
+#: A vLLM release as `serving.vllmVersion` gives it (0.11.0, v0.19.1, 0.20).
+_VLLM_RELEASE_RE = re.compile(r"^v?\d+\.\d+(\.\d+)?$")
 _FLOATING_TAGS = {"", "latest", "nightly", "main", "master", "stable", "dev"}
 
 
@@ -43,6 +46,17 @@ class ClusterTarget(SettingsModel):
     skip_await: bool = Field(
         False, description="Do not wait for readiness. Only for test API servers that run no controllers.")
 
+    @field_validator("render_dir", "kubeconfig", "context")
+    @classmethod
+    def _not_blank(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("is empty: give a value, or remove the key to use the default")
+        if v is not None and info.field_name != "render_dir" and info.data.get("mode") == "render":
+            raise ValueError(f"{v!r} names a cluster, but cluster.mode is 'render' (manifests are written to "
+                             "cluster.renderDir, nothing is applied): set mode: kubeconfig to deploy there, or "
+                             "remove the key")
+        return v
+
     @model_validator(mode="after")
     def _kubeconfig_mode_needs_file(self) -> ClusterTarget:
         if self.mode == "kubeconfig" and not self.kubeconfig:
@@ -51,7 +65,7 @@ class ClusterTarget(SettingsModel):
 
 
 def _namespace(v: str) -> str:
-    if not DNS1123_LABEL_RE.match(v) or len(v) > 63:
+    if not ks.DNS1123_LABEL_RE.match(v) or len(v) > 63:
         raise ValueError(f"{v!r} is not a Kubernetes namespace name (a DNS-1123 label: at most 63 lowercase "
                          "letters, digits and '-', starting and ending with a letter or digit), so the API "
                          f"server would refuse it at apply; use e.g. {re.sub(r'[^a-z0-9-]', '-', v.lower())!r}")
@@ -59,6 +73,9 @@ def _namespace(v: str) -> str:
 
 
 class Namespaces(SettingsModel):
+    """Where things run; the serving namespace must be apart from the gateway's and monitoring's, since
+    the NetworkPolicy admits those two whole namespaces to the serving port."""
+
     serving: str = "llm-serving"
     gateway: str = Field("llm-gateway", description="Namespace of the LLM gateway: the only client allowed.")
     monitoring: str = Field("monitoring", description="Namespace whose Prometheus may scrape metrics.")
@@ -72,11 +89,34 @@ class Namespaces(SettingsModel):
     def _dns(cls, v: str) -> str:
         return _namespace(v)
 
+    @model_validator(mode="after")
+    def _serving_apart(self) -> Namespaces:
+        for key, value in (("gateway", self.gateway), ("monitoring", self.monitoring)):
+            if value == self.serving:
+                raise ValueError(f"namespaces.{key} is {value!r}, the serving namespace too: the NetworkPolicy admits "
+                                 f"every pod of namespaces.{key} to the models, so every pod next to the models could "
+                                 f"call them; give namespaces.{key} a namespace of its own")
+        return self
+
 
 class Taint(SettingsModel):
     key: str
     value: str = ""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: str) -> str:
+        if problem := ks.label_key_problem(v):
+            raise ValueError(problem)
+        return v
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, v: str) -> str:
+        if problem := ks.label_value_problem(v):
+            raise ValueError(problem)
+        return v
 
 
 class NodePool(SettingsModel):
@@ -117,6 +157,23 @@ class NodePool(SettingsModel):
                              "(lowercase letters, digits and '-', starting with a letter)")
         return v
 
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        checks = ((ks.label_key_problem(k), ks.label_value_problem(val)) for k, val in v.items())
+        problems = [f"label {p}" for pair in checks for p in pair if p]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return v
+
+    @field_validator("nodes")
+    @classmethod
+    def _node_names(cls, v: list[str]) -> list[str]:
+        problems = [p for n in v if (p := ks.subdomain_problem(n, "node name"))]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return v
+
     @field_validator("gpu_product")
     @classmethod
     def _known_gpu(cls, v: str | None) -> str | None:
@@ -140,6 +197,20 @@ class NodePool(SettingsModel):
             missing += [] if self.subnet_ids else ["subnetIds"]
             if missing:
                 raise ValueError(f"kind eks needs {', '.join(missing)}")
+            problems = []
+            if self.node_role_arn and not re.match(r"^arn:aws[a-z-]*:iam::\d{12}:role/.+", self.node_role_arn):
+                problems.append(f"nodeRoleArn {self.node_role_arn!r} is not an IAM role ARN (arn:aws:iam::"
+                                "<12-digit account>:role/<name>)")
+            problems += [f"subnetIds: {s!r} is not a subnet id (subnet-…)" for s in self.subnet_ids
+                         if not re.match(r"^subnet-[0-9a-f]+$", s)]
+            low, high = self.min_size, self.max_size
+            if low is not None and high is not None and low > high:
+                problems.append(f"minSize {low} is above maxSize {high}")
+            if (low is not None and self.node_count < low) or (high is not None and self.node_count > high):
+                problems.append(f"nodeCount {self.node_count} (the desired size) is outside minSize..maxSize "
+                                f"({low if low is not None else '-'}..{high if high is not None else '-'})")
+            if problems:
+                raise ValueError("; ".join(problems))
         return self
 
 
@@ -155,6 +226,8 @@ class Component(SettingsModel):
     def _pinned(cls, v: str | None) -> str | None:
         if v is not None and v.strip().lower() in {"", "latest", "*", "stable", "main", "master"}:
             raise ValueError(f"version {v!r} is not pinned; give an exact release such as v0.15.2")
+        if v is not None and not _RELEASE_RE.match(v):
+            raise ValueError(f"version {v!r} is not an exact release; give one such as v0.15.2 (or 0.8.0)")
         return v
 
     @model_validator(mode="after")
@@ -234,6 +307,27 @@ class Serving(SettingsModel):
     def _cpu_image(cls, v: str) -> str:
         return _pinned_image("serving.vllmCpuImage", v)
 
+    @field_validator("vllm_version")
+    @classmethod
+    def _release(cls, v: str | None) -> str | None:
+        if v is not None and not _VLLM_RELEASE_RE.match(v):
+            raise ValueError(f"{v!r} is not a vLLM release; write the release inside vllmImage like 0.19.0")
+        return v
+
+    @field_validator("storage_class")
+    @classmethod
+    def _storage_class(cls, v: str | None) -> str | None:
+        if v is not None and (problem := ks.subdomain_problem(v, "StorageClass name")):
+            raise ValueError(problem)
+        return v
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, v: str) -> str:
+        if problem := ks.env_name_problem(v):
+            raise ValueError(problem)
+        return v
+
     @model_validator(mode="after")
     def _version_known(self) -> Serving:
         if self.vllm_version is None and image_version(self.vllm_image) is None:
@@ -274,6 +368,17 @@ class StackSettings(SettingsModel):
     @classmethod
     def _prom(cls, v: str | None) -> str | None:
         return _url(v)
+
+    @field_validator("model_defaults")
+    @classmethod
+    def _defaults_keys(cls, v: dict[str, Any]) -> dict[str, Any]:
+        """A key no entry has would be reported once per model; it is one mistake, in one place."""
+        known = {f.alias or n for n, f in ModelEntry.model_fields.items()} | set(ModelEntry.model_fields)
+        unknown = sorted(k for k in v if k not in known)
+        if unknown:
+            raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}: modelDefaults takes the keys of a "
+                             "models[] entry; check the spelling against `python -m tkf_infra schema`")
+        return v
 
     @property
     def awaits_weight_download(self) -> bool:
