@@ -30,7 +30,7 @@ def test_every_stack_level_problem_is_reported_at_once_with_key_value_and_fix() 
     doc = stack_doc(SINGLE_GPU, cluster={"renderDir": " ", "kubeconfig": "/home/me/.kube/config"},
                     namespaces={"serving": "llm", "gateway": "llm"},
                     platform={"kserve": {"alreadyInstalled": False, "version": "1.x"}},
-                    serving={"vllmVersion": "banana", "storageClass": "Fast SSD", "apiKeyEnv": "my-key"},
+                    serving={"storageClass": "Fast SSD", "apiKeyEnv": "my-key"},
                     modelDefaults={"maxModelLen": 4096, "gpuMemoryUtilisation": 0.9})
     problems = problems_of(doc)
     expected = [
@@ -40,8 +40,6 @@ def test_every_stack_level_problem_is_reported_at_once_with_key_value_and_fix() 
         "or remove the key",
         "stack settings: namespaces: namespaces.gateway is 'llm', the serving namespace too",
         "stack settings: platform.kserve.version: version '1.x' is not an exact release; give one such as v0.15.2",
-        "stack settings: serving.vllmVersion: 'banana' is not a vLLM release; write the release inside vllmImage "
-        "like 0.19.0",
         "stack settings: serving.storageClass: 'Fast SSD' is not a valid StorageClass name",
         "stack settings: serving.apiKeyEnv: 'my-key' is not an environment variable name (letters, digits and "
         "'_', not starting with a digit); use e.g. 'MY_KEY'",
@@ -52,14 +50,6 @@ def test_every_stack_level_problem_is_reported_at_once_with_key_value_and_fix() 
     for want in expected:
         assert any(p.startswith(want) for p in problems), (want, problems)
     assert "use e.g. 'fast-ssd'" in next(p for p in problems if "storageClass" in p)
-
-
-def test_the_same_settings_no_longer_refuse_every_model_one_by_one() -> None:
-    """Before, `serving.vllmVersion: banana` left every model out at the fit check, never naming the
-    setting; `modelDefaults` typos were reported once per entry."""
-    h = program(stack_doc(SINGLE_GPU, CPU, serving={"vllmVersion": "banana"}))
-    assert h.error is not None and "serving.vllmVersion: 'banana' is not a vLLM release" in str(h.error)
-    assert "left out" not in str(h.error) and not [r for r in h.resources if r.type == "tkf:serving:ModelServing"]
 
 
 def test_a_pool_with_settings_the_api_server_would_refuse_refuses_only_its_models() -> None:

@@ -29,8 +29,6 @@ VLLM_CPU_IMAGE = f"public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v{VLLM_RELEASE}
 _VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 #: A chart or release version: semantic versioning, optionally with a leading v (v1.17.0, 0.8.0, v0.20.0-rc1).
 _RELEASE_RE = re.compile(r"^v?\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$")
-#: A vLLM release as `serving.vllmVersion` gives it (0.11.0, v0.19.1, 0.20).
-_VLLM_RELEASE_RE = re.compile(r"^v?\d+\.\d+(\.\d+)?$")
 _FLOATING_TAGS = {"", "latest", "nightly", "main", "master", "stable", "dev"}
 
 
@@ -306,13 +304,6 @@ class Serving(SettingsModel):
     @classmethod
     def _cpu_image(cls, v: str) -> str:
         return _pinned_image("serving.vllmCpuImage", v)
-
-    @field_validator("vllm_version")
-    @classmethod
-    def _release(cls, v: str | None) -> str | None:
-        if v is not None and not _VLLM_RELEASE_RE.match(v):
-            raise ValueError(f"{v!r} is not a vLLM release; write the release inside vllmImage like 0.19.0")
-        return v
 
     @field_validator("storage_class")
     @classmethod
