@@ -66,6 +66,10 @@ def download_jobs(models: list[dict[str, Any]] | None = None) -> list[str]:
     return sorted({names.weight_download_job(m["repo"], m["revision"]) for m in models or CPU_MODELS})
 
 
+STARTED: list[Cli] = []
+"""Every run started by the current test (tests/faults/conftest.py ends those a failed test left running)."""
+
+
 @dataclass
 class Cli:
     """`python -m tkf_infra <command> --stack S --json` in the project copy, as CI runs it."""
@@ -80,6 +84,7 @@ class Cli:
     err: Path | None = None
 
     def start(self) -> Cli:
+        STARTED.append(self)
         run_dir = self.es.project / ".runs"
         run_dir.mkdir(exist_ok=True)
         tag = uuid.uuid4().hex[:6]

@@ -23,7 +23,9 @@ from tests.faults.harness import (
     aim,
     assert_converged,
     download_jobs,
+    process_tree,
     run_cli,
+    still_running,
     wait_applying,
 )  # fmt: skip
 from tests.kube.apiserver import KubeAPIServer
@@ -93,11 +95,13 @@ def test_the_s3_backend_going_away_mid_up_loses_nothing(
 
     run = Cli(es, ("up",)).start()
     wait_applying(es, run, kube, ns, [job], holders=holders)
+    tree = process_tree(run.pid)
     s3.stop()  # the backend goes away while the engine waits for the download
     complete_job(kube, ns, job)  # the download finishes: the engine must now save the state, and cannot
     code, summary, err = run.wait()
 
     assert code == ExitCode.UNAVAILABLE and summary == {}, (code, err)
+    assert still_running(tree) == {}, "the crashed engine's language host and providers were ended too"
     [line] = err.strip().splitlines()
     assert line.startswith(f"error: the state backend s3://{BUCKET} (endpoint 127.0.0.1:{s3.port}) did not answer")
     assert "connection refused" in line and "nothing was lost" in line, line

@@ -10,18 +10,54 @@ one run out of three before this process existed.
 
 So this process takes the parent-death signal (SIGUSR1, on Linux), and turns any number of them
 into one SIGTERM to the engine; every SIGINT or SIGTERM the CLI sends on purpose is relayed as is.
+It is also the engine's subreaper (PR_SET_CHILD_SUBREAPER): an engine that crashes leaves its
+language host and providers running — measured: the pinned engine panics after a state backend
+outage (docs/operations.md) and they lingered, re-parented to init. Here they are re-parented to
+this process instead, which ends them once the engine has exited.
+
 It exits with the engine's exit code, and removes RUN_DIR (the engine's output files) when the CLI
 that would have removed it is gone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
+import time
+from pathlib import Path
 from types import FrameType
 
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36  # linux/prctl.h
+_ORPHAN_GRACE_S = 10.0  # SIGTERM first; SIGKILL whatever still runs after this
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def _end_orphans() -> None:
+    """End the engine's descendants left behind (re-parented here), then reap them."""
+    deadline = time.monotonic() + _ORPHAN_GRACE_S
+    while kids := _children(os.getpid()):
+        for kid in kids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(kid, signal.SIGTERM if time.monotonic() < deadline else signal.SIGKILL)
+        time.sleep(0.1)
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
 
 
 def main(argv: list[str]) -> int:
@@ -51,7 +87,9 @@ def main(argv: list[str]) -> int:
         import ctypes
 
         signal.signal(signal.SIGUSR1, on_parent_death)
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGUSR1)
+        libc = ctypes.CDLL(None)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGUSR1)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1)
     if os.getppid() != cli_pid:  # the CLI died before the line above
         on_parent_death(signal.SIGUSR1, None)
     pid = os.fork()
@@ -61,6 +99,8 @@ def main(argv: list[str]) -> int:
     for signum in early:
         os.kill(engine, signum)
     _, status = os.waitpid(engine, 0)
+    if sys.platform.startswith("linux"):
+        _end_orphans()
     if parent_gone:
         import shutil
 
