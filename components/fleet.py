@@ -170,9 +170,13 @@ def build_fleet(plan: FleetPlan, *, api_key: pulumi.Output[str] | None, stack: s
                 api_key_secret=API_KEY_SECRET if api_key_secret is not None else None,
                 api_key_secret_key=API_KEY_SECRET_KEY, skip_await=s.cluster.skip_await,
             ),
+            # On the cache's PVC, not its download Job: the pods' init container waits for the download.
+            # A dependency on a Job that fails would end the program in the Python SDK (3.260:
+            # ResourceRegistrationFailed raised from depends_on) and abandon other models' pending
+            # registrations; the failed download is reported per model instead (docs/operations.md).
             opts=pulumi.ResourceOptions(
                 providers=[provider],
-                depends_on=[fits[e.name], namespace, cache, gpu_operator, *([sharing] if sharing else []),
+                depends_on=[fits[e.name], namespace, cache.pvc, gpu_operator, *([sharing] if sharing else []),
                             *prerequisites.dependencies,
                             *([api_key_secret] if api_key_secret is not None else [])],
             ),

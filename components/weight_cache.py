@@ -7,13 +7,14 @@ PVC, one Job).
 
 Why ``up`` waits for the Job (``serving.awaitWeightDownload``, on by default against a cluster): a
 download that fails for good (revision gone, token revoked) must fail *its* models, by name and with
-the Job's reason, and nothing else. Awaited, the Job's failure is an engine error on the Job; with
-continue-on-error the engine then skips only what depends on it (those models' workloads), and the
-CLI attributes the failure to the models this cache serves (``consumers``, registered as the
-component's ``models`` output). The wait is bounded by the checkpoint size
-(`download_timeout_seconds`). A failed Job is replaced by the next ``up`` (``replaceUnready``), so
-fixing the cause and running ``up`` again retries the download, which resumes. Serving pods still
-wait for the Job's marker file with an init container: with the wait off, that is the only gate.
+the Job's reason, and nothing else. Awaited, the Job's failure is an engine error on the Job, and the
+CLI attributes it to every model this cache serves (``consumers``, registered as the component's
+``models`` output). The wait is bounded by the checkpoint size (`download_timeout_seconds`). Serving
+pods wait for the Job's marker file with an init container, so a model's workload can be created
+while its weights download, and a failed download leaves it waiting, never half-started (the
+workload depends on the PVC, not the Job: see `components.fleet`). A failed Job is replaced by the
+next ``up`` (``replaceUnready``), so fixing the cause and running ``up`` again retries the download,
+which resumes.
 
 Removing a model keeps its PVC (``retain_on_delete``) unless ``serving.pruneWeightCache`` is set:
 re-adding the model, or rolling back, must not cost another download. ``serving.protect`` (prod)

@@ -177,6 +177,12 @@ def state_of(es: EngineStack) -> dict[str, Any]:
     return dict(es.stack.export_stack().deployment or {})
 
 
+def workload_objects(model: str) -> set[tuple[str, str]]:
+    """(apiVersion/kind, name) of a model's objects on the vllm backend (single node)."""
+    return {("apps/v1/Deployment", names.workload(model)), ("v1/Service", names.alias_service(model)),
+            ("networking.k8s.io/v1/NetworkPolicy", names.network_policy(model))}
+
+
 def server_objects(kube: KubeClient, namespace: str) -> list[tuple[str, str]]:
     """(apiVersion/kind, name) of every object in the namespace, as the server holds them."""
     return sorted((key, o["metadata"]["name"]) for key, items in kube.all_objects(namespace).items() for o in items)
@@ -231,6 +237,9 @@ def wait_applying(es: EngineStack, run: Cli, kube: KubeClient, namespace: str, j
     def file_holders() -> list[int]:
         return [lock_holder_pid(p) for p in lock_files(es)]
 
+    doc = yaml.safe_load((es.project / f"Pulumi.{es.stack.name}.yaml").read_text())
+    workloads = [o for m in doc["config"]["tkf-infra:models"] for o in workload_objects(m["name"])]
+
     def ready() -> dict[str, str] | None:
         assert run.proc is not None and run.proc.poll() is None, f"the run ended early: {run.wait()}"
         pids = (holders or file_holders)()
@@ -239,9 +248,14 @@ def wait_applying(es: EngineStack, run: Cli, kube: KubeClient, namespace: str, j
         uids = job_uids(kube, namespace, jobs)
         if len(uids) != len(jobs) or any(uids[j] == (replacing or {}).get(j) for j in jobs):
             return None
-        # The provider says it waits: the Jobs are created and the run is inside their await.
+        # The provider says it waits: the Jobs are created and the run is inside their await. And
+        # everything else is applied (the workloads do not wait for the downloads), so the run's one
+        # operation in flight is the wait.
         output = engine_output(engine)
-        return uids if all(f'Waiting for Job "{namespace}/{j}"' in output for j in jobs) else None
+        if not all(f'Waiting for Job "{namespace}/{j}"' in output for j in jobs):
+            return None
+        live = set(server_objects(kube, namespace))
+        return uids if all(w in live for w in workloads) else None
 
     found: dict[str, str] = wait_until(ready, f"{run.args} to hold the lock and wait for {jobs}")
     return found

@@ -11,8 +11,18 @@ from collections.abc import Callable
 
 import pytest
 
+from components.vllm_args import MARKER_FILE
 from tests.engine_fixtures import EngineStack
-from tests.faults.harness import CPU_MODELS, Cli, aim, assert_converged, download_jobs, server_objects, wait_applying
+from tests.faults.harness import (
+    CPU_MODELS,
+    Cli,
+    aim,
+    assert_converged,
+    download_jobs,
+    server_objects,
+    wait_applying,
+    workload_objects,
+)
 from tests.kube.apiserver import KubeAPIServer
 from tests.kube.client import KubeClient
 from tests.kube.jobs import BACKOFF_LIMIT_EXCEEDED, BACKOFF_LIMIT_MESSAGE, complete_job, fail_job
@@ -20,11 +30,6 @@ from tkf_infra import names
 from tkf_infra.ops.exit_codes import ExitCode
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.engine]
-
-
-def workload_objects(model: str) -> set[tuple[str, str]]:
-    return {("apps/v1/Deployment", names.workload(model)), ("v1/Service", names.alias_service(model)),
-            ("networking.k8s.io/v1/NetworkPolicy", names.network_policy(model))}
 
 
 def test_a_failed_download_fails_its_model_alone_and_keeps_the_cache(
@@ -51,8 +56,12 @@ def test_a_failed_download_fails_its_model_alone_and_keeps_the_cache(
     assert "The weight cache is kept" in reason and "run `up` again" in reason
     assert summary["errors"] == [], "nothing unexplained, no traceback: the model's own reason says it all"
     live = set(server_objects(kube, ns))
-    assert workload_objects(good["name"]) <= live
-    assert not workload_objects(bad["name"]) & live, "what depends on the download was never created"
+    assert workload_objects(good["name"]) | workload_objects(bad["name"]) <= live
+    # The failed model's pods wait for weights that are not there: never half-started.
+    deployment = kube.get("apps/v1", "Deployment", names.workload(bad["name"]), ns)
+    assert deployment is not None
+    [wait] = deployment["spec"]["template"]["spec"]["initContainers"]
+    assert f"/{bad['revision']}/{MARKER_FILE}" in " ".join(wait["command"] + wait.get("args", []))
     pvc = kube.get("v1", "PersistentVolumeClaim", bad_cache, ns)
     assert pvc is not None, "the cache PVC is kept"
 
@@ -64,9 +73,9 @@ def test_a_failed_download_fails_its_model_alone_and_keeps_the_cache(
     complete_job(kube, ns, bad_job)
     code, summary, err = run.wait()
     assert code == ExitCode.OK, (code, err, summary)
-    assert summary["models"][bad["name"]]["status"] == "replaced"  # created, its failed Job replaced
+    assert summary["models"][bad["name"]]["status"] == "replaced"  # its failed Job replaced, nothing else
+    assert set(summary["models"][bad["name"]]["changes"]) == {"replace", "same"}, summary["models"][bad["name"]]
     assert summary["models"][good["name"]]["status"] == "unchanged"
-    assert workload_objects(bad["name"]) <= set(server_objects(kube, ns))
     kept = kube.get("v1", "PersistentVolumeClaim", bad_cache, ns)
     assert kept is not None and kept["metadata"]["uid"] == pvc["metadata"]["uid"], "the same volume"
     assert_converged(es, kube, ns)

