@@ -119,3 +119,36 @@ def test_s3_locks_under_a_bucket_prefix(monkeypatch: pytest.MonkeyPatch) -> None
 def test_backends_whose_locks_cannot_be_read_are_named() -> None:
     with pytest.raises(locks.UnsupportedBackend, match="gs://bucket"):
         locks.open_store("gs://bucket")
+
+
+def test_the_engines_own_refusals_become_one_line_each(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
+    """The engine's messages as the pinned engine prints them (lock.go:87-106; the passphrase
+    manager; gocloud's blob errors), mapped to the operator's one line and exit code."""
+    from tkf_infra.ops.exit_codes import ExitCode
+    from tkf_infra.ops.stacks import engine_error
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "Pulumi.yaml").write_text(f"name: {PROJECT}\nruntime: python\n")
+    write_lock(tmp_path, sleeper.pid, datetime.now(UTC))
+    url = f"file://{tmp_path}"
+    locked = engine_error(
+        "error: the stack is currently locked by 1 lock(s). Either wait for the other process(es) to end or "
+        f"delete the lock file with `pulumi cancel`.\n  {url}/.pulumi/locks/organization/{PROJECT}/{STACK}/a1.json: "
+        f"created by ci@host (pid {sleeper.pid}) at 2026-01-01T00:00:00Z", STACK, url, project)
+    assert locked is not None and locked.code == ExitCode.LOCKED
+    assert f"(pid {sleeper.pid})" in str(locked) and "still going" in str(locked)
+    wrong = engine_error("error: getting stack configuration: get stack secrets manager: incorrect passphrase",
+                         STACK, url, project)
+    assert wrong is not None and wrong.code == ExitCode.USAGE
+    assert f"the passphrase of stack '{STACK}' is wrong" in str(wrong)
+    down = engine_error(
+        'error: post-step event returned an error: failed to save snapshot: An IO error occurred while writing the '
+        'new snapshot file: blob (key ".pulumi/stacks/tkf-infra/prod.json") (code=Unknown): operation error S3: '
+        "PutObject, exceeded maximum number of attempts, 3, https response error StatusCode: 0, RequestID: , "
+        "HostID: , request send failed, Put \"http://127.0.0.1:9/tkf-state/x\": dial tcp 127.0.0.1:9: connect: "
+        "connection refused", STACK, "s3://tkf-state?endpoint=127.0.0.1:9&disableSSL=true", project)
+    assert down is not None and down.code == ExitCode.UNAVAILABLE
+    assert str(down).startswith("the state backend s3://tkf-state (endpoint 127.0.0.1:9) did not answer (saving "
+                                "the state: dial tcp 127.0.0.1:9: connect: connection refused)")
+    assert engine_error("error: preview failed: 2 resources failed", STACK, url, project) is None

@@ -197,7 +197,9 @@ def locked_message(stack: str, locks: Iterable[StackLock]) -> str:
     for lk in locks:
         state = lk.holder
         if state is Holder.RUNNING:
-            how = f"that run is still going: wait for it to end (or interrupt it: kill -INT {lk.pid})"
+            how = (f"that run is still going: wait for it to end, or interrupt it (kill -INT {lk.pid}: it releases "
+                   f"the lock itself); a lock whose run is gone is cleared with "
+                   f"`python -m tkf_infra unlock --stack {stack}`")
         elif state is Holder.GONE:
             how = ("that process is gone (the run was killed): clear the stale lock with "
                    f"`python -m tkf_infra unlock --stack {stack}`")
