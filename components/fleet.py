@@ -121,9 +121,10 @@ def build_fleet(plan: FleetPlan, *, api_key: pulumi.Output[str] | None, stack: s
     gpu_operator = GpuOperator(
         "gpu-operator",
         GpuOperatorArgs(settings=s.platform.gpu_operator, namespace=s.namespaces.gpu_operator,
-                        mig_config=MIG_CONFIG_NAME if mig else None),
+                        mig_config=MIG_CONFIG_NAME if mig else None,
+                        source=s.chart_source, skip_await=s.cluster.skip_await),
         opts=pulumi.ResourceOptions(providers=[provider], depends_on=list(pools.values())),
-    )
+    )  # fmt: skip
     # MIG pools only: the geometries and node labels mig-manager applies (nothing otherwise).
     sharing = GpuSharing(
         "gpu-sharing", GpuSharingArgs(plan.layouts, s.namespaces.gpu_operator),
@@ -135,7 +136,8 @@ def build_fleet(plan: FleetPlan, *, api_key: pulumi.Output[str] | None, stack: s
         ServingPrerequisitesArgs(
             platform=s.platform, namespaces=s.namespaces, backend=s.serving.backend,
             pipeline_parallel_preset=kserve and any(m.entry.is_multi_node for m in plan.models),
-            vllm_image=s.serving.vllm_image,
+            vllm_image=s.serving.vllm_image, source=s.chart_source, render=s.cluster.mode == "render",
+            skip_await=s.cluster.skip_await,
         ),
         opts=k8s_opts,
     )  # fmt: skip

@@ -1,13 +1,14 @@
-"""GpuOperator: NVIDIA's GPU Operator Helm chart, at a pinned version.
+"""GpuOperator: NVIDIA's GPU Operator chart at a pinned version, as a Chart v4 (every object a resource).
 
-Why the operator: it installs what turns a GPU node into schedulable ``nvidia.com/gpu``
-capacity (driver unless the AMI ships one, container toolkit, device plugin), the feature
-discovery labels our node selectors use (``nvidia.com/gpu.product``) and the DCGM exporter our
-inventory reads. Why ``helm.v3.Release``: the chart relies on Helm hooks (CRD upgrade/cleanup
-Jobs), which only a real Helm release runs.
+Why the operator: it installs what turns a GPU node into schedulable ``nvidia.com/gpu`` capacity
+(driver unless the image ships one, container toolkit, device plugin), the feature-discovery labels
+our node selectors use (``nvidia.com/gpu.product``) and the DCGM exporter our inventory reads.
 
-Time-slicing is the device plugin's config, a ConfigMap named in ``devicePlugin.config``; it is
-created before the release. ``alreadyInstalled: true`` registers nothing.
+The chart has no values schema: a misspelt key is ignored without a word. Every key set here is
+therefore checked by a test against the rendered objects (tests/engine/test_platform_charts.py).
+Chart v4 does not run the chart's hooks (CRD-upgrade Job: Pulumi applies ``crds/`` itself; GPUCluster
+cleanup and NFD label pruning on delete): docs/platform.md. ``alreadyInstalled: true`` registers nothing.
+With a MIG pool, ``migManager.config.name`` names the mig-parted ConfigMap `components.gpu_sharing` makes.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.platform_charts import chart_spec, helm_chart
 from tkf_infra.config import GpuOperatorSettings
+from tkf_infra.config.stack import ChartSource
 
 CHART = "gpu-operator"
-REPOSITORY = "https://helm.ngc.nvidia.com/nvidia"
 TIME_SLICING_CONFIG = "tkf-time-slicing"
 TIME_SLICING_KEY = "any"
 
@@ -32,6 +34,8 @@ class GpuOperatorArgs:
     namespace: str = "gpu-operator"
     mig_config: str | None = None
     """The custom mig-parted ConfigMap mig-manager reads (`components.gpu_sharing`), when a pool is MIG."""
+    source: ChartSource = "upstream"
+    skip_await: bool = False
 
 
 def time_slicing_config(replicas: int, mig_strategy: str) -> str:
@@ -45,22 +49,31 @@ def time_slicing_config(replicas: int, mig_strategy: str) -> str:
 
 
 def chart_values(settings: GpuOperatorSettings, mig_config: str | None = None) -> dict[str, Any]:
+    v = settings.pinned
     values: dict[str, Any] = {
+        # The repository's chart says appVersion "main-latest" (the release job rewrites it); these three
+        # images default to it. Pinned here, the published and the vendored chart run the same images.
+        "operator": {"version": v}, "validator": {"version": v}, "nodeStatusExporter": {"version": v},
         "driver": {"enabled": settings.driver_enabled},
         "toolkit": {"enabled": settings.toolkit_enabled},
         "dcgmExporter": {"enabled": settings.dcgm_exporter_enabled,
                          "serviceMonitor": {"enabled": settings.dcgm_exporter_enabled}},
-        "mig": {"strategy": settings.mig_strategy},
+        "mig": {"strategy": settings.mig_strategy},  # the chart's default is "single"
     }  # fmt: skip
     if settings.time_slicing_replicas > 1:
-        values["devicePlugin"] = {"config": {"name": TIME_SLICING_CONFIG, "default": TIME_SLICING_KEY}}
-    if mig_config:  # the layout planner's geometries; nodes without the label keep MIG off
+        # The chart creates the ConfigMap itself (templates/plugin_config.yaml) and names it in the ClusterPolicy.
+        values["devicePlugin"] = {"config": {
+            "create": True, "name": TIME_SLICING_CONFIG, "default": TIME_SLICING_KEY,
+            "data": {TIME_SLICING_KEY: time_slicing_config(settings.time_slicing_replicas, settings.mig_strategy)}}}
+    if mig_config:
+        # The layout planner's geometries, in a ConfigMap of ours (`components.gpu_sharing`), not the chart's
+        # (`config.create` stays off); nodes without the `nvidia.com/mig.config` label keep MIG off.
         values["migManager"] = {"config": {"name": mig_config, "default": "all-disabled"}}
     return values
 
 
 class GpuOperator(pulumi.ComponentResource):
-    """The operator release (plus the time-slicing ConfigMap); empty when already installed."""
+    """The operator's namespace and chart; empty when already installed."""
 
     resources: list[pulumi.Resource]
 
@@ -75,25 +88,9 @@ class GpuOperator(pulumi.ComponentResource):
                 metadata={"name": args.namespace, "labels": {"pod-security.kubernetes.io/enforce": "privileged"}},
                 opts=pulumi.ResourceOptions(parent=self),
             )
-            self.resources.append(ns)
-            deps: list[pulumi.Resource] = [ns]
-            if s.time_slicing_replicas > 1:
-                cm = k8s.core.v1.ConfigMap(
-                    f"{name}-time-slicing",
-                    metadata={"name": TIME_SLICING_CONFIG, "namespace": args.namespace},
-                    data={TIME_SLICING_KEY: time_slicing_config(s.time_slicing_replicas, s.mig_strategy)},
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
-                )
-                self.resources.append(cm)
-                deps.append(cm)
-            self.resources.append(k8s.helm.v3.Release(
-                f"{name}-release",
-                name=CHART,
-                chart=CHART,
-                version=s.pinned,
-                repository_opts={"repo": REPOSITORY},
-                namespace=args.namespace,
-                values=chart_values(s, args.mig_config),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
-            ))  # fmt: skip
+            chart = helm_chart(
+                f"{name}-chart", CHART, chart_spec("gpuOperator", CHART, s, args.source), args.namespace,
+                chart_values(s, args.mig_config), skip_await=args.skip_await,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]))  # fmt: skip
+            self.resources += [ns, chart]
         self.register_outputs({"installed": not s.already_installed, "version": s.version})

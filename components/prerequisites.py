@@ -1,24 +1,25 @@
 """ServingPrerequisites: what must exist before any model can be served, in dependency order.
 
-- cert-manager: KServe's webhooks get their certificates from it, so it comes first;
-- Gateway API CRDs and the Gateway API Inference Extension CRDs: KServe's LLMInferenceService
-  controller watches HTTPRoutes and InferencePools and will not start without the CRDs;
-- KServe ``kserve-llmisvc-crd`` → ``kserve-llmisvc-resources`` (controller, webhooks) →
-  ``kserve-runtime-configs`` with ``kserve.llmisvcConfigs.enabled=true`` (the presets are off by
-  default, and without them every service stays ``PresetsCombined=False``);
-- LeaderWorkerSet: multi-node workloads (KServe's, and the vllm backend's) are LWS objects;
-- our ``kserve-config-llm-worker-pipeline-parallel`` preset: KServe picks that name for a
-  multi-node service with pipeline parallelism but does not ship it (see
-  ``components/data/pipeline-parallel-preset.yaml``).
+1. cert-manager (``crds.enabled``): KServe's webhooks get their certificates from it;
+2. KServe ``kserve-llmisvc-crd``: LLMInferenceService(Config) and ClusterStorageContainer CRDs;
+3. Gateway API CRDs (KServe's controller watches HTTPRoutes and will not start without them) and
+   LeaderWorkerSet (multi-node workloads, KServe's and the vllm backend's, are LWS objects);
+4. ``kserve-llmisvc-resources``: controller, webhooks, Issuer/Certificate, and the Inference
+   Extension's InferencePool CRDs (``createGIECRDs``, so no second copy is applied);
+5. ``kserve-runtime-configs`` with ``kserve.llmisvcConfigs.enabled`` (``platform.kserve.presets``):
+   the presets every LLMInferenceService is combined with (off by default in the chart);
+6. our ``kserve-config-llm-worker-pipeline-parallel`` preset: KServe picks that name for a multi-node
+   service with pipeline parallelism but does not ship it (``components/data/pipeline-parallel-preset.yaml``).
 
-Each piece is pinned (``platform.<piece>.version``) and can be marked ``alreadyInstalled``, which
-registers nothing for it. Helm releases (``helm.v3.Release``) rather than Chart v4: the KServe
-CRD chart uses Helm ``lookup``, which only a real release evaluates. ``dependencies`` is the
-handle ModelServing waits on.
+Every chart is a Chart v4 (components/platform_charts.py); each step ``depends_on`` the charts before
+it, which Pulumi resolves only once their objects exist, so a chart's custom resources find their
+CRDs. The charts create no namespaces: they are created here. ``dependencies`` is what ModelServing
+waits on. The vllm backend needs only LeaderWorkerSet.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,19 +28,21 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
+from components.platform_charts import (
+    GATEWAY_API_URL,
+    ChartSpec,
+    chart_spec,
+    config_group,
+    helm_chart,
+    local_dir,
+    render_shim_chart,
+    static_crd_files,
+)
 from tkf_infra.config import Backend, Namespaces, Platform
-from tkf_infra.config.stack import VLLM_GPU_IMAGE
+from tkf_infra.config.stack import VLLM_GPU_IMAGE, ChartSource, installed_pieces
 
 DATA = Path(__file__).resolve().parent / "data"
-CERT_MANAGER_REPO = "https://charts.jetstack.io"
-KSERVE_CHARTS = "oci://ghcr.io/kserve/charts"
-LWS_CHART = "oci://registry.k8s.io/lws/charts/lws"
-GATEWAY_API_URL = "https://github.com/kubernetes-sigs/gateway-api/releases/download/{version}/standard-install.yaml"
-#: Inference Extension CRDs (InferencePool inference.networking.k8s.io/v1), as pinned by KServe v0.20.0.
-GIE_VERSION = "v1.5.0"
-GIE_URL = (
-    "https://github.com/kubernetes-sigs/gateway-api-inference-extension/releases/download/{version}/v1-manifests.yaml"
-)
+PRESET = "kserve-config-llm-worker-pipeline-parallel"
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,36 @@ class ServingPrerequisitesArgs:
     pipeline_parallel_preset: bool = False
     """Install the PP preset (only useful when a multi-node model runs on KServe)."""
     vllm_image: str = VLLM_GPU_IMAGE
+    source: ChartSource = "upstream"
+    render: bool = False
+    """Render mode: cert-manager and the KServe CRDs go through their stand-ins (platform_charts)."""
+    skip_await: bool = False
+
+
+def cert_manager_values() -> dict[str, Any]:
+    return {"crds": {"enabled": True}}
+
+
+def lws_values(version: str) -> dict[str, Any]:
+    """The repository's chart runs ``lws:main`` with ``Always`` (its release job rewrites both): pin the release."""
+    return {"image": {"manager": {"tag": f"v{version.removeprefix('v')}", "pullPolicy": "IfNotPresent"}}}
+
+
+def runtime_configs_values() -> dict[str, Any]:
+    return {"kserve": {"llmisvcConfigs": {"enabled": True}}}
+
+
+def split_crds(files: Sequence[Path]) -> tuple[list[str], list[dict[str, Any]]]:
+    """Files holding only CRDs, and every document of the other files."""
+    crd_files: list[str] = []
+    others: list[dict[str, Any]] = []
+    for path in files:
+        docs = [d for d in yaml.load_all(path.read_text(), Loader=yaml.CSafeLoader) if d]
+        if all(d.get("kind") == "CustomResourceDefinition" for d in docs):
+            crd_files.append(str(path))
+        else:
+            others += docs
+    return crd_files, others
 
 
 def pipeline_parallel_preset(namespace: str, image: str) -> dict[str, Any]:
@@ -64,72 +97,130 @@ def pipeline_parallel_preset(namespace: str, image: str) -> dict[str, Any]:
 
 
 class ServingPrerequisites(pulumi.ComponentResource):
-    """cert-manager, Gateway API (+ Inference Extension) CRDs, KServe, LWS, the PP preset."""
+    """cert-manager, KServe (CRDs, controller, presets), Gateway API CRDs, LWS, the PP preset."""
 
     dependencies: list[pulumi.Resource]
-    """Everything registered here; ModelServing ``depends_on`` it."""
+    """What ModelServing waits on: the last step of each chain (earlier steps come before it)."""
+    charts: dict[str, pulumi.Resource]
+    """Every chart (or YAML group) registered, by step name."""
 
     def __init__(self, name: str, args: ServingPrerequisitesArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:  # fmt: skip
         super().__init__("tkf:platform:ServingPrerequisites", name, None, opts)
+        self._name, self._args = name, args
         p, ns = args.platform, args.namespaces
-        self.dependencies = []
-        kserve = args.backend == Backend.KSERVE
+        installed = installed_pieces(p, args.backend)
+        self.charts = {}
+        self._namespaces: dict[str, k8s.core.v1.Namespace] = {}
 
         cert_manager: list[pulumi.Resource] = []
-        if kserve and not p.cert_manager.already_installed:
-            cert_manager.append(self._release(
-                f"{name}-cert-manager", "cert-manager", "cert-manager", p.cert_manager.pinned, ns.cert_manager,
-                repo=CERT_MANAGER_REPO, values={"crds": {"enabled": True}}, deps=[]))  # fmt: skip
+        if "certManager" in installed:
+            cert_manager = [self._cert_manager(ns.cert_manager)]
 
-        gateway: list[pulumi.Resource] = []
-        if kserve and not p.gateway_api.already_installed:
-            for suffix, url in (("gateway-api-crds", GATEWAY_API_URL.format(version=p.gateway_api.pinned)),
-                                ("inference-extension-crds", GIE_URL.format(version=GIE_VERSION))):  # fmt: skip
-                cf = k8s.yaml.v2.ConfigFile(f"{name}-{suffix}", file=url, opts=pulumi.ResourceOptions(parent=self))
-                gateway.append(cf)
-                self.dependencies.append(cf)
+        crds: list[pulumi.Resource] = []
+        if "kserve" in installed:
+            crds = [self._kserve_crds(ns.kserve, after=cert_manager)]
 
-        kserve_crd: list[pulumi.Resource] = []
-        if kserve and not p.kserve.already_installed:
-            crd = self._release(
-                f"{name}-kserve-llmisvc-crd", "kserve-llmisvc-crd", f"{KSERVE_CHARTS}/kserve-llmisvc-crd",
-                p.kserve.pinned, ns.kserve, deps=[])  # fmt: skip
-            kserve_crd = [crd]
-            controller = self._release(
-                f"{name}-kserve-llmisvc-resources", "kserve-llmisvc-resources",
-                f"{KSERVE_CHARTS}/kserve-llmisvc-resources", p.kserve.pinned, ns.kserve,
-                deps=[crd, *cert_manager, *gateway])  # fmt: skip
-            self._release(
-                f"{name}-kserve-runtime-configs", "kserve-runtime-configs", f"{KSERVE_CHARTS}/kserve-runtime-configs",
-                p.kserve.pinned, ns.kserve, values={"kserve": {"llmisvcConfigs": {"enabled": True}}},
-                deps=[crd, controller])  # fmt: skip
+        third: list[pulumi.Resource] = []
+        if "gatewayApi" in installed:
+            third += self._gateway_api(after=crds)
+        if "lws" in installed:
+            third.append(self._chart("lws", "lws", "lws", ns.lws, lws_values(p.lws.pinned), after=crds))
 
-        if not p.lws.already_installed:
-            self._release(f"{name}-lws", "lws", LWS_CHART, p.lws.pinned, ns.lws, deps=[])
+        controller: list[pulumi.Resource] = []
+        if "kserve" in installed:
+            controller = [self._chart("kserve-llmisvc-resources", "kserve", "kserve-llmisvc-resources", ns.kserve, {},
+                                      after=[*cert_manager, *crds, *third])]  # fmt: skip
+            if p.kserve.presets:
+                controller.append(self._chart("kserve-runtime-configs", "kserve", "kserve-runtime-configs",
+                                              ns.kserve, runtime_configs_values(), after=controller))  # fmt: skip
 
-        if kserve and args.pipeline_parallel_preset:
+        last: list[pulumi.Resource] = controller or third
+        if args.backend == Backend.KSERVE and args.pipeline_parallel_preset:
             doc = pipeline_parallel_preset(ns.kserve, args.vllm_image)
-            self.dependencies.append(k8s.apiextensions.CustomResource(
+            last = [*last, self._add("pipeline-parallel-preset", k8s.apiextensions.CustomResource(
                 f"{name}-pipeline-parallel-preset",
                 api_version=doc["apiVersion"], kind=doc["kind"], metadata=doc["metadata"], spec=doc["spec"],
-                opts=pulumi.ResourceOptions(parent=self, depends_on=kserve_crd),
-            ))  # fmt: skip
-        self.register_outputs({"count": len(self.dependencies)})
+                opts=self._opts(after=controller or crds)))]  # fmt: skip
+        self.dependencies = list(dict.fromkeys([*last, *third]))
+        self.register_outputs({"charts": sorted(self.charts)})
 
-    def _release(self, rname: str, release: str, chart: str, version: str, namespace: str, *,
-                 deps: list[pulumi.Resource], repo: str | None = None,
-                 values: dict[str, Any] | None = None) -> k8s.helm.v3.Release:  # fmt: skip
-        r = k8s.helm.v3.Release(
-            rname,
-            name=release,
-            chart=chart,
-            version=version,
-            repository_opts={"repo": repo} if repo else None,
-            namespace=namespace,
-            create_namespace=True,
-            values=values or {},
-            opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
-        )
-        self.dependencies.append(r)
-        return r
+    # -- steps ----------------------------------------------------------------------------------
+
+    def _cert_manager(self, namespace: str) -> pulumi.Resource:
+        a = self._args
+        piece = a.platform.cert_manager
+        if a.render:
+            folder = local_dir("certManager", piece, a.source)
+            assert folder is not None, "settings refuse an upstream cert-manager in render mode"
+            return self._add("cert-manager", helm_chart(
+                f"{self._name}-cert-manager", "cert-manager",
+                ChartSpec(render_shim_chart(folder, "cert-manager"), local=True), namespace,
+                {"cert-manager": cert_manager_values()}, skip_await=a.skip_await,
+                opts=self._opts(namespace=namespace)))  # fmt: skip
+        return self._chart("cert-manager", "certManager", "cert-manager", namespace, cert_manager_values(), after=[])
+
+    def _kserve_crds(self, namespace: str, after: list[pulumi.Resource]) -> pulumi.Resource:
+        a = self._args
+        if a.render:
+            folder = local_dir("kserve", a.platform.kserve, a.source)
+            assert folder is not None, "settings refuse an upstream KServe in render mode"
+            return self._add("kserve-llmisvc-crd", config_group(
+                f"{self._name}-kserve-llmisvc-crd", static_crd_files(folder / "kserve-llmisvc-crd"),
+                skip_await=a.skip_await, opts=self._opts(after=after)))  # fmt: skip
+        return self._chart("kserve-llmisvc-crd", "kserve", "kserve-llmisvc-crd", namespace, {}, after=after)
+
+    def _gateway_api(self, after: list[pulumi.Resource]) -> list[pulumi.Resource]:
+        """Gateway API's standard channel: its CRDs, and the safe-upgrades ValidatingAdmissionPolicy.
+
+        From local files the policy and its binding are registered as objects of their own: the
+        provider's YAML machinery needs every kind's scope, and pulumi-kubernetes 4.25 knows a
+        ValidatingAdmissionPolicy's only from a cluster (render mode has none). From the release URL
+        (needs a cluster anyway to answer that) the whole file goes through one YAML group.
+        """
+        a, piece = self._args, self._args.platform.gateway_api
+        folder = local_dir("gatewayApi", piece, a.source)
+        opts = self._opts(after=after)
+        if folder is None:
+            return [self._add("gateway-api", config_group(f"{self._name}-gateway-api",
+                                                          [GATEWAY_API_URL.format(version=piece.pinned)],
+                                                          skip_await=a.skip_await, opts=opts))]  # fmt: skip
+        crd_files, others = split_crds(sorted(folder.glob("*.yaml")))
+        out = [self._add("gateway-api", config_group(f"{self._name}-gateway-api", crd_files,
+                                                     skip_await=a.skip_await, opts=opts))]  # fmt: skip
+        for doc in others:
+            kind, meta = doc["kind"], doc["metadata"]
+            fields = {k: v for k, v in doc.items() if k not in {"apiVersion", "kind", "metadata"}}
+            out.append(self._add(f"gateway-api-{kind}-{meta['name']}", k8s.apiextensions.CustomResource(
+                f"{self._name}-gateway-api-{meta['name']}-{kind.lower()}", api_version=doc["apiVersion"],
+                kind=kind, metadata=meta, opts=pulumi.ResourceOptions(parent=self, depends_on=out[:1]),
+                **fields)))  # fmt: skip
+        return out
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _chart(self, step: str, key: str, chart: str, namespace: str, values: dict[str, Any], *,
+               after: list[pulumi.Resource]) -> pulumi.Resource:  # fmt: skip
+        piece = self._args.platform.pieces()[key]
+        spec = chart_spec(key, chart, piece, self._args.source)
+        return self._add(step, helm_chart(f"{self._name}-{step}", chart, spec, namespace, values,
+                                          skip_await=self._args.skip_await,
+                                          opts=self._opts(after=after, namespace=namespace)))  # fmt: skip
+
+    def _opts(self, *, after: Sequence[pulumi.Resource] = (), namespace: str | None = None) -> pulumi.ResourceOptions:
+        deps = list(after)
+        if namespace is not None:
+            deps.append(self._namespace(namespace))
+        return pulumi.ResourceOptions(parent=self, depends_on=deps)
+
+    def _namespace(self, namespace: str) -> k8s.core.v1.Namespace:
+        """The charts create none of their namespaces; each is created once, here."""
+        if namespace not in self._namespaces:
+            self._namespaces[namespace] = k8s.core.v1.Namespace(
+                f"{self._name}-namespace-{namespace}", metadata={"name": namespace},
+                opts=pulumi.ResourceOptions(parent=self))
+        return self._namespaces[namespace]
+
+    def _add(self, step: str, resource: pulumi.Resource) -> pulumi.Resource:
+        self.charts[step] = resource
+        return resource

@@ -299,8 +299,8 @@ def stack_doc(*models: dict[str, Any], backend: str = "kserve", installed: bool 
         "cluster": {"mode": "render", "renderDir": "rendered/test"},
         "nodePools": [{"name": "h100", "gpuProduct": "H100-80GB", "gpusPerNode": 8, "nodeCount": 3}],
         # settings.Component requires `version` once a piece is spelled out: reuse the defaults.
-        "platform": {k: {"alreadyInstalled": installed, "version": v}
-                     for k, v in Platform().model_dump(by_alias=True).items() for v in [v["version"]]},
+        "platform": {k: {"alreadyInstalled": installed, "version": v["version"]}
+                     for k, v in Platform().model_dump(by_alias=True).items() if isinstance(v, dict)},
         "serving": {"backend": backend, "allowCpu": True},
         "models": [dict(m) for m in models],
     }  # fmt: skip

@@ -15,11 +15,15 @@ import yaml
 
 from tests.mocks import CPU, MULTI_NODE, SINGLE_GPU, TP4, Registered, program, prune_nulls, stack_doc, unwrap_secrets
 
-CRDS = Path(__file__).resolve().parent.parent / "components" / "data" / "crds"
+# The CRDs of the charts the platform installs (components/data/charts/, at the pinned versions).
+CHARTS = Path(__file__).resolve().parent.parent / "components" / "data" / "charts"
 CRD_FILES = {
-    ("serving.kserve.io", "LLMInferenceService"): "serving.kserve.io_llminferenceservices.yaml",
-    ("serving.kserve.io", "LLMInferenceServiceConfig"): "serving.kserve.io_llminferenceserviceconfigs.yaml",
-    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
+    ("serving.kserve.io", "LLMInferenceService"):
+        "kserve-v0.20.0/kserve-llmisvc-crd/templates/serving.kserve.io_llminferenceservices.yaml",
+    ("serving.kserve.io", "LLMInferenceServiceConfig"):
+        "kserve-v0.20.0/kserve-llmisvc-crd/templates/serving.kserve.io_llminferenceserviceconfigs.yaml",
+    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"):
+        "lws-v0.8.0/lws/crds/leaderworkerset.x-k8s.io_leaderworkersets.yaml",
 }
 K8S_VERSION = kubernetes_validate.latest_version()
 
@@ -28,7 +32,7 @@ K8S_VERSION = kubernetes_validate.latest_version()
 def crd_validator(group: str, kind: str, version: str) -> Any:
     """A validator on the CRD's structural schema (built once: the KServe schemas are 2.7 MB, and
     ``jsonschema.validate`` would re-check the whole schema on every call)."""
-    doc = yaml.load((CRDS / CRD_FILES[(group, kind)]).read_text(), Loader=yaml.CSafeLoader)
+    doc = yaml.load((CHARTS / CRD_FILES[(group, kind)]).read_text(), Loader=yaml.CSafeLoader)
     match = [v for v in doc["spec"]["versions"] if v["name"] == version]
     assert match, f"{kind} has no version {version}"
     return jsonschema.Draft7Validator(match[0]["schema"]["openAPIV3Schema"])

@@ -56,7 +56,11 @@ def test_dev_stack_registers_two_cpu_models_and_no_platform(config: dict[str, An
     types = by_type(h)
     assert types["tkf:serving:ModelServing"] == 2
     assert types["kubernetes:serving.kserve.io/v1alpha2:LLMInferenceService"] == 2
-    assert types["kubernetes:helm.sh/v3:Release"] == 0  # every platform piece is alreadyInstalled in dev
+    # dev renders its platform from the vendored charts (render mode: two pieces through their stand-ins)
+    charts = {r.inputs["name"]: r.inputs["chart"] for r in h.resources if r.type == "kubernetes:helm.sh/v4:Chart"}
+    assert set(charts) == {"gpu-operator", "cert-manager", "lws", "kserve-llmisvc-resources", "kserve-runtime-configs"}
+    assert all("version" not in r.inputs for r in h.resources if r.type == "kubernetes:helm.sh/v4:Chart")
+    assert types["kubernetes:yaml/v2:ConfigGroup"] == 2  # the KServe CRDs and the Gateway API CRDs
     servings = {r.name: r for r in h.resources if r.type == "tkf:serving:ModelServing"}
     for isvc in (r for r in h.resources if r.type.endswith(":LLMInferenceService")):
         assert isvc.parent == servings[isvc.inputs["metadata"]["name"]].urn, "a workload is its ModelServing's child"
@@ -81,8 +85,9 @@ def test_prod_stack_renders_every_profile(config: dict[str, Any], tmp_path: Path
     assert h.result.plan.catalog.ok and not h.result.plan.excluded and not h.result.plan.errors
     types = by_type(h)
     assert types["tkf:serving:ModelServing"] == 4
-    releases = {r.inputs["name"]: r.inputs["version"] for r in h.resources if r.type == "kubernetes:helm.sh/v3:Release"}
-    assert releases["gpu-operator"] == "v26.7.0" and releases["kserve-llmisvc-crd"] == "v0.20.0"
+    charts = {r.inputs["name"]: r.inputs for r in h.resources if r.type == "kubernetes:helm.sh/v4:Chart"}
+    assert charts["gpu-operator"]["version"] == "v26.7.0" and charts["kserve-llmisvc-crd"]["version"] == "v0.20.0"
+    assert charts["kserve-llmisvc-crd"]["chart"] == "oci://ghcr.io/kserve/charts/kserve-llmisvc-crd"  # upstream
     isvcs = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in h.resources
              if r.type.endswith(":LLMInferenceService")}
     gpus = {name: spec["template"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]

@@ -218,6 +218,11 @@ class Component(SettingsModel):
     already_installed: bool = Field(
         False, description="True: someone else installed it; tkf-infra registers nothing for it.")
     version: str | None = Field(None, description="Pinned chart/release version (required unless alreadyInstalled).")
+    chart_path: str | None = Field(
+        None, description="Local chart directory (air-gapped sites), absolute or relative to the project; it "
+        "replaces the upstream repository and `platform.charts`. gatewayApi: the folder of its standard-channel "
+        "YAML files; kserve: the folder holding its kserve-llmisvc-crd, kserve-llmisvc-resources and "
+        "kserve-runtime-configs charts (KServe's charts/).")
 
     @field_validator("version")
     @classmethod
@@ -250,14 +255,63 @@ class GpuOperatorSettings(Component):
     mig_strategy: Literal["none", "single", "mixed"] = "none"
 
 
+class KServeSettings(Component):
+    presets: bool = Field(
+        True, description="Install KServe's LLMInferenceServiceConfig presets (kserve-runtime-configs); without "
+        "them, or an equivalent set of your own, every LLMInferenceService stays PresetsCombined=False.")
+
+
+#: The chart sources shipped in components/data/charts/ (`platform.charts: vendored`), one version each;
+#: components/data/charts/SOURCES.md records their upstream repository, tag and commit.
+VENDORED_CHARTS = {"gpuOperator": "v26.7.0", "certManager": "v1.17.0", "gatewayApi": "v1.5.1",
+                   "kserve": "v0.20.0", "lws": "v0.8.0"}  # fmt: skip
+
+
+def same_release(a: str, b: str) -> bool:
+    """`0.8.0` and `v0.8.0` name one release (LWS publishes its chart as v0.8.0, and Helm accepts both)."""
+    return a.removeprefix("v") == b.removeprefix("v")
+
+
+ChartSource = Literal["upstream", "vendored"]
+
+
 class Platform(SettingsModel):
+    charts: ChartSource | None = Field(
+        None, description="Where chart sources come from: `upstream` = each project's repository at the piece's "
+        "version (needs the network); `vendored` = the copies shipped in components/data/charts/ (offline; the "
+        "pinned versions only). Default: vendored in render mode, upstream otherwise. A piece's chartPath "
+        "overrides both.")
     gpu_operator: GpuOperatorSettings = Field(default_factory=lambda: GpuOperatorSettings())
     # The versions KServe v0.20.0 pins in its kserve-deps.env (CERT_MANAGER_VERSION, GATEWAY_API_VERSION,
     # LWS_VERSION) at commit 1fb781055dd1567164358233e1125142ca6ef1fe.
     cert_manager: Component = Field(default_factory=lambda: Component(version="v1.17.0"))
     gateway_api: Component = Field(default_factory=lambda: Component(version="v1.5.1"))
-    kserve: Component = Field(default_factory=lambda: Component(version="v0.20.0"))
+    kserve: KServeSettings = Field(default_factory=lambda: KServeSettings(version="v0.20.0"))
     lws: Component = Field(default_factory=lambda: Component(version="0.8.0"))
+
+    def pieces(self) -> dict[str, Component]:
+        """Each piece under its stack-file key."""
+        return {"gpuOperator": self.gpu_operator, "certManager": self.cert_manager, "gatewayApi": self.gateway_api,
+                "kserve": self.kserve, "lws": self.lws}  # fmt: skip
+
+
+#: Namespaces the upstream charts hard-code: KServe's CRDs name their conversion webhook
+#: kserve/llmisvc-webhook-server-service and its presets live in `kserve`; the LWS CRD (crds/, not
+#: templated) names lws-system/lws-webhook-service.
+KSERVE_NAMESPACE = "kserve"
+LWS_NAMESPACE = "lws-system"
+#: Why render mode needs these pieces from local files (components/platform_charts.py and
+#: components/prerequisites.py work around each; docs/platform.md).
+RENDER_BLOCKERS = {"certManager": "its kubeVersion >= 1.22 gate; Helm assumes v1.20 offline",
+                   "kserve": "the `lookup` in its CRD chart",
+                   "gatewayApi": "the scope of its ValidatingAdmissionPolicy, which pulumi-kubernetes 4.25 asks a "
+                                 "cluster for"}  # fmt: skip
+
+
+def installed_pieces(platform: Platform, backend: Backend) -> dict[str, Component]:
+    """The pieces tkf-infra installs: the vllm backend needs only the GPU Operator and LeaderWorkerSet."""
+    wanted = ("gpuOperator", "lws") if backend == Backend.VLLM else tuple(platform.pieces())
+    return {k: c for k, c in platform.pieces().items() if k in wanted and not c.already_installed}
 
 
 def image_version(image: str) -> str | None:
@@ -376,3 +430,34 @@ class StackSettings(SettingsModel):
         """Whether `up` waits for the download Jobs: only against a cluster, by default unless skipAwait."""
         wanted = self.serving.await_weight_download
         return self.cluster.mode == "kubeconfig" and (not self.cluster.skip_await if wanted is None else wanted)
+
+    @property
+    def chart_source(self) -> ChartSource:
+        """`platform.charts`, defaulting to the offline copies where no cluster is involved (render mode)."""
+        return self.platform.charts or ("vendored" if self.cluster.mode == "render" else "upstream")
+
+    @model_validator(mode="after")
+    def _platform_fits_its_charts(self) -> StackSettings:
+        """What the upstream charts impose, said at load rather than by the API server or a chart render."""
+        installed = installed_pieces(self.platform, self.serving.backend)
+        problems = []
+        for key, field, fixed in (("kserve", "kserve", KSERVE_NAMESPACE), ("lws", "lws", LWS_NAMESPACE)):
+            actual = getattr(self.namespaces, field)
+            if key in installed and actual != fixed:
+                problems.append(f"namespaces.{field} is {actual!r}, but the {key} charts hard-code namespace "
+                                f"{fixed!r} (webhook and CRD references); keep {fixed!r}, or set "
+                                f"platform.{key}.alreadyInstalled: true for an installation of your own")
+        source = self.chart_source
+        for key, c in installed.items():
+            if source == "vendored" and not c.chart_path and not same_release(c.pinned, VENDORED_CHARTS[key]):
+                problems.append(f"platform.{key}.version is {c.version!r} but the vendored chart is "
+                                f"{VENDORED_CHARTS[key]}; pin {VENDORED_CHARTS[key]}, give the piece a chartPath, "
+                                "or set platform.charts: upstream")
+            if (self.cluster.mode == "render" and key in RENDER_BLOCKERS and source == "upstream"
+                    and not c.chart_path):
+                problems.append(f"render mode cannot template {key} from its repository (no cluster to answer "
+                                f"{RENDER_BLOCKERS[key]}); use platform.charts: vendored or "
+                                f"platform.{key}.chartPath, or set platform.{key}.alreadyInstalled: true")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
