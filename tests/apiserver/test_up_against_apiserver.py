@@ -1,15 +1,21 @@
-"""The program through the Automation API against a real kube-apiserver (issue 8, second half).
+"""The program through the Automation API against a real kube-apiserver: the platform from its charts, then
+every model, in one `up`.
 
-`up` of a catalog covering every profile (CPU, single GPU, tensor parallel, multi-node) on both
-serving backends, read back from the API server as it stored the objects (defaults included); a
-second `up` that changes nothing; drift made out of band reported per model by
-`python -m tkf_infra refresh --json` and undone by `up`; a removed model's objects deleted but its
-weight cache kept; KServe's CEL rules enforced on what Pulumi sends; no process left behind.
+- the prod stack previews on a fresh server (no CRD installed) without "failed to determine if the
+  following GVK is namespaced" (pulumi-kubernetes 4.25; docs/platform.md has the reproduction);
+- per backend, one `up` installs the platform from the vendored charts (the CRDs come from the
+  charts, no fixture) and every profile (CPU, single GPU, tensor parallel, multi-node), read back as
+  the server stored them; a second `up` changes nothing; drift made out of band is reported per
+  model by `python -m tkf_infra refresh --json` and undone by `up`; a removed model's objects go but
+  its weight cache stays; KServe's CEL rules are enforced on what Pulumi sends;
+- `destroy` respects `protect` (prod's setting): it fails on the protected weight caches and serving
+  namespace, which stay; once an operator unprotects them a second destroy finishes, and what is
+  retained by design (weight caches, serving namespace, cert-manager's CRDs) is still there.
 
-The server (tests/kube/apiserver.py) runs no Deployment/PVC/Service/KServe/LWS controllers and no
-webhooks, so nothing ever becomes ready: the stacks here set `cluster.skipAwait` (see
-`target_config`). Everything else — admission, defaulting, CEL, server-side apply, field managers,
-garbage collection of deleted namespaces — is the real thing.
+The server (tests/kube/apiserver.py) runs no Deployment/PVC/KServe/LWS controllers and calls no
+webhooks, so nothing ever becomes ready: the stacks set `cluster.skipAwait`. Everything else —
+admission, defaulting, CEL, the Gateway API's ValidatingAdmissionPolicy, server-side apply, field
+managers, garbage collection of deleted namespaces — is the real thing.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import os
 import subprocess
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,28 +34,37 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from components.fleet import API_KEY_SECRET, API_KEY_SECRET_KEY
-from tests.engine_fixtures import EngineStack, dev_config
+from components.fleet import API_KEY_SECRET
+from tests.apiserver.readback import (
+    CRD_API,
+    GATEWAY_NS,
+    H100_LABELS,
+    KSERVE_PRESETS,
+    LLMISVC,
+    LWS,
+    MONITORING_NS,
+    assert_model_objects,
+    assert_no_secret_value,
+    assert_platform,
+    container,
+    merge_patch,
+    names_of,
+    read_back,
+    release_pvcs,
+)
+from tests.engine_fixtures import EngineStack, dev_config, resource_events
 from tests.kube.apiserver import KubeAPIServer
-from tests.kube.client import KubeAPIError, KubeClient
+from tests.kube.client import KubeClient
 from tkf_infra import names
-from tkf_infra.ops.stacks import DEV_PASSPHRASE, pulumi_home
+from tkf_infra.ops.stacks import DEV_PASSPHRASE, copy_project, engine_env, pulumi_home
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.engine]
 
 ROOT = Path(__file__).resolve().parents[2]
-CRD_DIR = ROOT / "components" / "data" / "crds"
-CRD_NAMES = {
-    "serving.kserve.io_llminferenceservices.yaml": "llminferenceservices.serving.kserve.io",
-    "serving.kserve.io_llminferenceserviceconfigs.yaml": "llminferenceserviceconfigs.serving.kserve.io",
-    "leaderworkerset.x-k8s.io_leaderworkersets.yaml": "leaderworkersets.leaderworkerset.x-k8s.io",
-}
-LLMISVC = "serving.kserve.io/v1alpha2"
-LWS = "leaderworkerset.x-k8s.io/v1"
 CEL_MESSAGE = "replicas and scaling are mutually exclusive"
-GATEWAY_NS, MONITORING_NS = "llm-gateway", "monitoring"
-H100_LABELS = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "tkf.io/pool": "h100"}
+DEV_API_KEY = "tkf-dev-api-key"  # the dev stack's documented dev-only key
 H100_TAINT = {"key": "tkf.io/dedicated", "value": "llm", "effect": "NoSchedule"}
+PLATFORM_NAMESPACES = ("cert-manager", "kserve", "lws-system", "gpu-operator")
 
 # Revisions and gating from models.lock.json.
 QWEN3_8B: dict[str, Any] = {
@@ -64,6 +80,7 @@ LLAMA_405B: dict[str, Any] = {"name": "llama-3-1-405b", "repo": "meta-llama/Llam
 CPU_MODELS: list[dict[str, Any]] = dev_config()["config"]["tkf-infra:models"]  # the two dev CPU models
 CATALOG = [QWEN3_8B, QWEN_72B, LLAMA_405B, *CPU_MODELS]
 GPUS_PER_POD = {QWEN3_8B["name"]: "1", QWEN_72B["name"]: "4", LLAMA_405B["name"]: "8"}
+TIMINGS: dict[str, float] = {}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -71,78 +88,31 @@ GPUS_PER_POD = {QWEN3_8B["name"]: "1", QWEN_72B["name"]: "4", LLAMA_405B["name"]
 # ------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def crds(kube: KubeClient) -> None:
-    """The charts cannot be fetched here: apply the copied CRDs (server-side) and wait Established."""
-    for file, name in CRD_NAMES.items():
-        crd = yaml.load((CRD_DIR / file).read_text(), Loader=yaml.CSafeLoader)
-        assert crd["metadata"]["name"] == name
-        kube.apply(crd)
-    for name in CRD_NAMES.values():
-        kube.wait_condition("apiextensions.k8s.io/v1", "CustomResourceDefinition", name, "Established", timeout=120)
-    for api_version, kind in ((LLMISVC, "LLMInferenceService"), (LLMISVC, "LLMInferenceServiceConfig"),
-                              (LWS, "LeaderWorkerSet")):
-        def warm(a: str = api_version, k: str = kind) -> list[dict[str, Any]]:
-            return kube.list_objects(a, k)
-
-        retry_429(warm)  # warm the storage (see retry_429)
+def timed(label: str, call: Callable[[], Any]) -> Any:
+    t = time.monotonic()
+    try:
+        return call()
+    finally:
+        TIMINGS[label] = round(time.monotonic() - t, 1)
 
 
-def retry_429(call: Callable[[], Any], timeout: float = 60.0) -> Any:
-    """A custom kind's storage answers 429 "storage is (re)initializing" until its watch cache is
-    ready, which the server starts on first use, some seconds after the CRD is Established."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return call()
-        except KubeAPIError as err:
-            if err.status_code != 429 or time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+def changes(res: auto.UpResult) -> dict[str, int]:
+    return {str(k): v for k, v in (res.summary.resource_changes or {}).items() if str(k) != "same"}
 
 
-def read_back(kube: KubeClient, namespace: str) -> dict[str, list[dict[str, Any]]]:
-    objects: dict[str, list[dict[str, Any]]] = retry_429(lambda: kube.all_objects(namespace))
-    return objects
-
-
-def release_pvcs(kube: KubeClient, namespace: str) -> None:
-    """Act as the pvc-protection controller (not run by the test server): the StorageObjectInUseProtection
-    admission plugin puts `kubernetes.io/pvc-protection` on every PVC, and only that controller removes
-    it. Without this a deleted namespace holding our (retained) weight caches stays Terminating and
-    `pulumi destroy` waits the full 10-minute delete timeout on the Namespace."""
-    for pvc in kube.list_objects("v1", "PersistentVolumeClaim", namespace):
-        if pvc["metadata"].get("finalizers"):
-            kube.request("PATCH", f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{pvc['metadata']['name']}",
-                         json={"metadata": {"finalizers": None}},
-                         headers={"Content-Type": "application/merge-patch+json"})
-
-
-def merge_patch(kube: KubeClient, api_version: str, kind: str, name: str, namespace: str, patch: dict[str, Any],
-                manager: str = "kubectl-patch") -> dict[str, Any]:
-    """What `kubectl patch --type merge` sends (and the field manager it records)."""
-    path = kube.resource(api_version, kind).path(namespace, name)
-    patched: dict[str, Any] = kube.request("PATCH", path, params={"fieldManager": manager}, json=patch,
-                                           headers={"Content-Type": "application/merge-patch+json"})
-    return patched
-
-
-def target_config(es: EngineStack, kube_apiserver: KubeAPIServer, backend: str, suffix: str) -> dict[str, str]:
-    """Point the stack at the test server; namespaces of its own so the backends never collide."""
-    ns = {"serving": f"llm-{backend}-{suffix}", "gateway": GATEWAY_NS, "monitoring": MONITORING_NS,
-          "kserve": f"kserve-{suffix}"}
+def target_config(es: EngineStack, kube_apiserver: KubeAPIServer, backend: str) -> str:
+    """Point the stack at the test server, platform installed from the vendored charts (offline);
+    the serving namespace is per stack, the platform's are the ones its charts hard-code."""
+    serving = f"llm-{backend}-{uuid.uuid4().hex[:6]}"
     path = es.project / f"Pulumi.{es.stack.name}.yaml"
     doc = yaml.safe_load(path.read_text())
     cfg = doc["config"]
-    # skipAwait: the test server runs no Deployment/PVC/KServe/LWS controllers, so no object would
-    # ever report ready and every await would time out. Only this test target sets it.
+    # skipAwait: the test server runs no controllers, so no object would ever report ready.
     cfg["tkf-infra:cluster"] = {"mode": "kubeconfig", "kubeconfig": str(kube_apiserver.kubeconfig),
                                 "skipAwait": True}
-    cfg["tkf-infra:namespaces"] = ns
-    for piece in cfg["tkf-infra:platform"].values():
-        piece["alreadyInstalled"] = True
-    cfg["tkf-infra:serving"]["backend"] = backend
-    cfg["tkf-infra:serving"]["allowCpu"] = True
+    cfg["tkf-infra:namespaces"] = {"serving": serving, "gateway": GATEWAY_NS, "monitoring": MONITORING_NS}
+    assert cfg["tkf-infra:platform"]["charts"] == "vendored"  # the dev stack's switch
+    cfg["tkf-infra:serving"].update(backend=backend, allowCpu=True)
     cfg["tkf-infra:nodePools"] = [
         {"name": "h100", "kind": "existing", "gpuProduct": "H100-80GB", "gpusPerNode": 8, "nodeCount": 4,
          "labels": H100_LABELS, "taints": [H100_TAINT]},
@@ -150,7 +120,7 @@ def target_config(es: EngineStack, kube_apiserver: KubeAPIServer, backend: str, 
     ]
     cfg["tkf-infra:models"] = CATALOG
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return ns
+    return serving
 
 
 def cli(es: EngineStack, *args: str) -> tuple[int, dict[str, Any], str]:
@@ -158,7 +128,7 @@ def cli(es: EngineStack, *args: str) -> tuple[int, dict[str, Any], str]:
     env = {**os.environ, **es.env, "PULUMI_CONFIG_PASSPHRASE": DEV_PASSPHRASE}
     proc = subprocess.run([str(es.project / ".venv" / "bin" / "python"), "-m", "tkf_infra", *args,
                            "--stack", es.stack.name, "--json"],
-                          cwd=es.project, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=es.project, env=env, capture_output=True, text=True, timeout=900)
     try:
         summary: dict[str, Any] = json.loads(proc.stdout)
     except json.JSONDecodeError:
@@ -166,203 +136,101 @@ def cli(es: EngineStack, *args: str) -> tuple[int, dict[str, Any], str]:
     return proc.returncode, summary, proc.stderr
 
 
-def up(es: EngineStack) -> auto.UpResult:
-    return es.stack.up(color="never")
+def pulumi_cli(es: EngineStack, *args: str) -> subprocess.CompletedProcess[str]:
+    """The pulumi CLI on the stack (what an operator types), e.g. `state unprotect`."""
+    env = {**os.environ, **es.env, "PULUMI_CONFIG_PASSPHRASE": DEV_PASSPHRASE}
+    return subprocess.run([str(pulumi_home() / "bin" / "pulumi"), *args, "--stack", es.stack.name, "--yes",
+                           "--non-interactive"], cwd=es.project, env=env, capture_output=True, text=True, timeout=300)
 
 
-def changes(res: auto.UpResult) -> dict[str, int]:
-    return {str(k): v for k, v in (res.summary.resource_changes or {}).items() if str(k) != "same"}
-
-
-def container(pod_spec: dict[str, Any]) -> dict[str, Any]:
-    mains: list[dict[str, Any]] = [c for c in pod_spec["containers"] if c["name"] == "main"]
-    assert len(mains) == 1
-    return mains[0]
-
-
-def workload_pod_specs(kube: KubeClient, backend: str, ns: str, model: dict[str, Any]) -> list[dict[str, Any]]:
-    """(leader/only pod spec, worker pod spec if multi-node) as the server stored them."""
-    name = names.workload(model["name"])
-    multi = model.get("nodeCount", 1) > 1
-    if backend == "kserve":
-        obj = kube.get(LLMISVC, "LLMInferenceService", name, ns)
-        assert obj is not None, name
-        spec = obj["spec"]
-        return [spec["template"], spec["worker"]] if multi else [spec["template"]]
-    if multi:
-        lws = kube.get(LWS, "LeaderWorkerSet", name, ns)
-        assert lws is not None and kube.get("apps/v1", "Deployment", name, ns) is None
-        tmpl = lws["spec"]["leaderWorkerTemplate"]
-        return [tmpl["leaderTemplate"]["spec"], tmpl["workerTemplate"]["spec"]]
-    dep = kube.get("apps/v1", "Deployment", name, ns)
-    assert dep is not None, name
-    return [dep["spec"]["template"]["spec"]]
-
-
-# ------------------------------------------------------------------------------------------------
-# Read-back assertions
-# ------------------------------------------------------------------------------------------------
-
-
-def assert_model_objects(kube: KubeClient, backend: str, ns: dict[str, str], model: dict[str, Any]) -> None:
-    serving = ns["serving"]
-    name = model["name"]
-    gpu = name in GPUS_PER_POD
-    multi = model.get("nodeCount", 1) > 1
-    pods = workload_pod_specs(kube, backend, serving, model)
-    assert len(pods) == (2 if multi else 1)
-    for i, pod in enumerate(pods):
-        main = container(pod)
-        req, lim = main["resources"]["requests"], main["resources"]["limits"]
-        if gpu:
-            assert req["nvidia.com/gpu"] == lim["nvidia.com/gpu"] == GPUS_PER_POD[name], (name, main["resources"])
-            assert pod["nodeSelector"] == H100_LABELS
-            assert pod["tolerations"] == [
-                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-                {"key": "tkf.io/dedicated", "operator": "Equal", "value": "llm", "effect": "NoSchedule"}]
-        else:
-            assert "nvidia.com/gpu" not in req and "nvidia.com/gpu" not in lim
-            # The CPU profile lands on its CPU pool (the dev stack's pool selects on kubernetes.io/os).
-            assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"} and "tolerations" not in pod
-        # The API key only ever as a secretKeyRef.
-        env = {e["name"]: e for e in main.get("env", [])}
-        assert env["VLLM_API_KEY"] == {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {
-            "name": API_KEY_SECRET, "key": API_KEY_SECRET_KEY}}}
-        # Defaults the server filled in for a core kind (a Deployment's pod template); pod templates
-        # inside custom resources (LLMInferenceService, LeaderWorkerSet) get only their CRD's defaults.
-        if backend == "vllm" and not multi:
-            assert pod["restartPolicy"] == "Always" and pod["dnsPolicy"] == "ClusterFirst"
-            assert main["terminationMessagePolicy"] == "File" and main["imagePullPolicy"] == "IfNotPresent"
-            if i == 0:
-                assert main["startupProbe"]["successThreshold"] == 1
-        weights = [v for v in pod["volumes"] if "persistentVolumeClaim" in v]
-        assert [v["persistentVolumeClaim"]["claimName"] for v in weights] == [
-            names.weight_cache(model["repo"], model["revision"])]
-        if gpu and i == 0:
-            args = main["args"] if backend == "kserve" else main["command"]
-            text = " ".join(args)
-            assert f"--max-model-len {model['maxModelLen']}" in text
-            if backend == "vllm" and not multi:
-                assert f"--tensor-parallel-size {model.get('tensorParallelSize', 1)}" in text
-                assert f"--served-model-name {model['servedName']}" in text
-    if backend == "kserve":
-        isvc = kube.get(LLMISVC, "LLMInferenceService", name, serving)
-        assert isvc is not None
-        spec = isvc["spec"]
-        pvc = names.weight_cache(model["repo"], model["revision"])
-        assert spec["model"]["uri"] == f"pvc://{pvc}/{model['revision']}"
-        assert spec["model"]["name"] == model["servedName"]
-        assert ("worker" in spec) is multi
-        if gpu:
-            want = {"tensor": model.get("tensorParallelSize", 1)}
-            if multi:
-                want["pipeline"] = model["pipelineParallelSize"]
-            assert spec["parallelism"] == want
-        if multi:
-            assert spec["baseRefs"] == [{"name": "kserve-config-llm-worker-pipeline-parallel"}]
-            assert [e["name"] for e in container(spec["template"])["env"]].count("VLLM_API_KEY") == 1
-    elif multi:
-        lws = kube.get(LWS, "LeaderWorkerSet", name, serving)
-        assert lws is not None
-        tmpl = lws["spec"]["leaderWorkerTemplate"]
-        assert tmpl["size"] == model["nodeCount"]
-        assert tmpl["restartPolicy"] == "RecreateGroupOnPodRestart"
-        assert lws["spec"]["startupPolicy"] == "LeaderCreated"
-
-    # NetworkPolicy: 8000 from the gateway and monitoring namespaces only (+ group-internal traffic).
-    pol = kube.get("networking.k8s.io/v1", "NetworkPolicy", names.network_policy(name), serving)
-    assert pol is not None
-    rules = pol["spec"]["ingress"]
-    port = [{"protocol": "TCP", "port": 8000}]
-    assert rules[:2] == [
-        {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": GATEWAY_NS}}}], "ports": port},
-        {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": MONITORING_NS}}}],
-         "ports": port},
-    ]
-    assert len(rules) == (3 if multi else 2)
-    assert pol["spec"]["policyTypes"] == ["Ingress"]
-    assert pol["spec"]["podSelector"] == {"matchLabels": {"tkf.io/model": name}}
-
-    svc = kube.get("v1", "Service", names.alias_service(name), serving)
-    assert svc is not None
-    assert svc["spec"]["ports"] == [{"name": "http", "port": 8000, "targetPort": 8000, "protocol": "TCP"}]
-    assert svc["spec"]["type"] == "ClusterIP" and svc["spec"]["clusterIP"]  # allocated by the server
-    assert svc["spec"]["sessionAffinity"] == "None"  # a server default
-
-
-def assert_no_secret_value(objects: dict[str, list[dict[str, Any]]]) -> None:
-    """The API key is only in its Secret: never in a workload, Service or policy."""
-    for key, items in objects.items():
-        if key == "v1/Secret":
-            continue
-        text = json.dumps(items)
-        assert "tkf-dev-api-key" not in text, key
-
-
-# ------------------------------------------------------------------------------------------------
-# Tests
-# ------------------------------------------------------------------------------------------------
-
-
-TIMINGS: dict[str, float] = {}
-MakeTarget = Callable[[str], tuple[EngineStack, dict[str, str]]]
+def wait_namespaces_gone(kube: KubeClient, namespaces: tuple[str, ...]) -> None:
+    for ns in namespaces:
+        if kube.get("v1", "Namespace", ns) is not None:
+            kube.delete("v1", "Namespace", ns)
+            kube.wait_gone("v1", "Namespace", ns, timeout=180)
 
 
 @pytest.fixture
-def on_apiserver(crds: None, kube: KubeClient, kube_apiserver: KubeAPIServer,
-                 make_stack: Callable[..., EngineStack]) -> Iterator[MakeTarget]:
-    """A stack of the project aimed at the test server; destroyed here (before make_stack's own
-    teardown) once the PVCs are released, and its namespaces deleted."""
-    made: list[tuple[EngineStack, dict[str, str]]] = []
+def on_apiserver(kube: KubeClient, kube_apiserver: KubeAPIServer, lean_engine_env: dict[str, str],
+                 make_stack: Callable[..., EngineStack]) -> Iterator[Callable[[str], tuple[EngineStack, str]]]:
+    """A stack of the project aimed at the test server; whatever its test left is cleaned up here."""
+    made: list[tuple[EngineStack, str]] = []
 
-    def make(backend: str) -> tuple[EngineStack, dict[str, str]]:
-        es = make_stack()
-        ns = target_config(es, kube_apiserver, backend, uuid.uuid4().hex[:6])
-        # On a real cluster the KServe namespace exists (platform alreadyInstalled); the PP preset goes there.
-        kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns["kserve"]}})
-        made.append((es, ns))
-        return es, ns
+    def make(backend: str) -> tuple[EngineStack, str]:
+        es = make_stack(platform=True, extra_env=lean_engine_env)
+        made.append((es, target_config(es, kube_apiserver, backend)))
+        return made[-1]
 
     yield make
-    for es, ns in made:
-        release_pvcs(kube, ns["serving"])
-        t = time.monotonic()
-        es.stack.destroy(color="never")
-        TIMINGS[f"destroy {es.stack.name}"] = time.monotonic() - t
-        for name in (ns["serving"], ns["kserve"]):
-            kube.delete("v1", "Namespace", name)
+    for es, serving in made:
+        release_pvcs(kube, serving)
+        pulumi_cli(es, "state", "unprotect", "--all")
+        es.stack.destroy(color="never", continue_on_error=True)
+        release_pvcs(kube, serving)
+        wait_namespaces_gone(kube, (serving, *PLATFORM_NAMESPACES))
+        for crd in kube.list_objects(CRD_API, "CustomResourceDefinition"):  # retained by the keep policy
+            kube.delete(CRD_API, "CustomResourceDefinition", crd["metadata"]["name"])
+            kube.wait_gone(CRD_API, "CustomResourceDefinition", crd["metadata"]["name"], timeout=120)
 
 
+# ------------------------------------------------------------------------------------------------
+# Tests (in this order: the first needs a server with no CRD on it)
+# ------------------------------------------------------------------------------------------------
 
 
-def timed(label: str, call: Callable[[], Any]) -> Any:
-    t = time.monotonic()
-    try:
-        return call()
-    finally:
-        TIMINGS[label] = time.monotonic() - t
+def test_prod_first_preview_on_a_fresh_server_has_no_gvk_error(kube: KubeClient, kube_apiserver: KubeAPIServer,
+                                                               lean_engine_env: dict[str, str], engine_ready: None,
+                                                               tmp_path: Path) -> None:  # fmt: skip
+    """Pulumi.prod.yaml as committed, aimed at the test server and the vendored charts (no network)."""
+    assert kube.list_objects(CRD_API, "CustomResourceDefinition") == []  # fresh: nothing installed
+    project = copy_project(tmp_path / "project")
+    doc = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())
+    cfg = doc["config"]
+    cfg["tkf-infra:cluster"] = {**cfg["tkf-infra:cluster"], "kubeconfig": str(kube_apiserver.kubeconfig)}
+    del cfg["tkf-infra:cluster"]["context"]  # the test kubeconfig's current context
+    cfg["tkf-infra:platform"]["charts"] = "vendored"
+    cfg["tkf-infra:prometheusUrl"] = ""  # no Prometheus here
+    (project / "Pulumi.prod.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    (tmp_path / "state").mkdir()
+    env = {**engine_env("prod", project, f"file://{tmp_path / 'state'}"), "PULUMI_CONFIG_PASSPHRASE": "prod-test",
+           **lean_engine_env}  # fmt: skip
+    opts = auto.LocalWorkspaceOptions(env_vars=env, pulumi_command=auto.PulumiCommand(root=str(pulumi_home())))
+    stack = auto.create_stack("prod", work_dir=str(project), opts=opts)
+    stack.set_config("tkf-infra:apiKey", auto.ConfigValue("prod-test-key", secret=True))
+    events: list[auto.events.EngineEvent] = []
+    lines: list[str] = []
+    timed("prod: first preview", lambda: stack.preview(color="never", on_event=events.append,
+                                                             on_output=lines.append))
+    output = "\n".join(lines)
+    assert "failed to determine if the following GVK is namespaced" not in output
+    created = Counter(t for op, t, _ in resource_events(events) if op == "create")
+    assert created["kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"] == 30  # every chart's CRDs
+    assert created["kubernetes:serving.kserve.io/v1alpha2:LLMInferenceServiceConfig"] == KSERVE_PRESETS + 1  # + PP
+    assert created["kubernetes:nvidia.com/v1:ClusterPolicy"] == 1
+    assert created["kubernetes:cert-manager.io/v1:Certificate"] == 1
+    assert created["kubernetes:serving.kserve.io/v1alpha2:LLMInferenceService"] == 4  # every prod model
+    assert kube.list_objects(CRD_API, "CustomResourceDefinition") == []  # a preview installs nothing
 
 
 @pytest.mark.parametrize("backend", ["kserve", "vllm"])
-def test_up_refresh_drift_and_removal(backend: str, kube: KubeClient,
-                                      on_apiserver: MakeTarget) -> None:
-    es, ns = on_apiserver(backend)
-    serving = ns["serving"]
+def test_platform_and_every_profile_in_one_up(backend: str, kube: KubeClient, kube_apiserver: KubeAPIServer,
+                                              on_apiserver: Callable[[str], tuple[EngineStack, str]]) -> None:
+    es, serving = on_apiserver(backend)
 
-    # 1-2. up creates every object; read back as the server stored them.
-    first = timed(f"{backend}: up", lambda: up(es))
+    # 1. One up installs the platform from its charts and every model; read back as the server stored them.
+    first = timed(f"{backend}: up (platform + models)", lambda: es.stack.up(color="never"))
     assert first.summary.result == "succeeded"
     assert changes(first) == {"create": first.summary.resource_changes["create"]}
+    assert_platform(kube, backend)
     objects = read_back(kube, serving)
-    found = {k: sorted(o["metadata"]["name"] for o in v) for k, v in objects.items()}
+    found = names_of(objects)
     workloads = sorted(m["name"] for m in CATALOG)
     if backend == "kserve":
         assert found[f"{LLMISVC}/LLMInferenceService"] == workloads
         assert "apps/v1/Deployment" not in found and f"{LWS}/LeaderWorkerSet" not in found
         assert found["v1/ServiceAccount"] == [names.service_account(LLAMA_405B["name"])]  # gated: HF_TOKEN
-        preset = kube.get(LLMISVC, "LLMInferenceServiceConfig", "kserve-config-llm-worker-pipeline-parallel",
-                          ns["kserve"])
-        assert preset is not None
+        assert kube.get(LLMISVC, "LLMInferenceServiceConfig", "kserve-config-llm-worker-pipeline-parallel",
+                        "kserve") is not None
     else:
         assert found[f"{LWS}/LeaderWorkerSet"] == [LLAMA_405B["name"]]
         assert found["apps/v1/Deployment"] == sorted(set(workloads) - {LLAMA_405B["name"]})
@@ -374,14 +242,14 @@ def test_up_refresh_drift_and_removal(backend: str, kube: KubeClient,
     assert found["batch/v1/Job"] == sorted(f"{p}-download" for p in pvcs)
     assert found["v1/Secret"] == [API_KEY_SECRET]
     for model in CATALOG:
-        assert_model_objects(kube, backend, ns, model)
-    assert_no_secret_value(objects)
+        assert_model_objects(kube, backend, serving, model, GPUS_PER_POD)
+    assert_no_secret_value(objects, DEV_API_KEY)
 
-    # 3. A second up changes nothing.
-    second = timed(f"{backend}: second up", lambda: up(es))
+    # 2. A second up changes nothing (platform included).
+    second = timed(f"{backend}: second up", lambda: es.stack.up(color="never"))
     assert changes(second) == {}, second.summary.resource_changes
 
-    # 4. Drift: a NetworkPolicy deleted and an alias Service (and, on KServe, a vLLM arg) edited out of band.
+    # 3. Drift: a NetworkPolicy deleted, an alias Service (and on KServe a vLLM arg) edited by hand.
     gone, edited = QWEN3_8B["name"], QWEN_72B["name"]
     kube.delete("networking.k8s.io/v1", "NetworkPolicy", names.network_policy(gone), serving)
     merge_patch(kube, "v1", "Service", names.alias_service(edited), serving,
@@ -395,7 +263,6 @@ def test_up_refresh_drift_and_removal(backend: str, kube: KubeClient,
         merge_patch(kube, LLMISVC, "LLMInferenceService", edited, serving,
                     {"spec": {"template": {"containers": containers}}})
     _code, summary, stderr = timed(f"{backend}: refresh (CLI)", lambda: cli(es, "refresh"))
-    print(json.dumps(summary, indent=1))
     assert summary, stderr
     models = summary["models"]
     assert any(names.network_policy(gone) in d and "deleted" in d for d in models[gone].get("drift", [])), models[gone]
@@ -404,36 +271,65 @@ def test_up_refresh_drift_and_removal(backend: str, kube: KubeClient,
     if backend == "kserve":
         assert any(f"{edited}-llmisvc" in d and "spec.template.containers" in d
                    for d in models[edited]["drift"]), models[edited]
-    untouched = set(workloads) - {gone, edited}
-    assert all("drift" not in models[n] for n in untouched), models
+    assert all("drift" not in models[n] for n in set(workloads) - {gone, edited}), models
 
-    restore = timed(f"{backend}: up after drift", lambda: up(es))
+    # 4. One up undoes the drift and removes a model (one run, not two: each costs a minute here):
+    # its objects go, its weight cache stays.
+    removed = CPU_MODELS[1]
+    es.set_models([m for m in CATALOG if m["name"] != removed["name"]])
+    restore = timed(f"{backend}: up (drift undone, {removed['name']} removed)", lambda: es.stack.up(color="never"))
     assert restore.summary.result == "succeeded"
+    assert changes(restore).get("delete", 0) >= 4, restore.summary.resource_changes
     assert kube.get("networking.k8s.io/v1", "NetworkPolicy", names.network_policy(gone), serving) is not None
     svc = kube.get("v1", "Service", names.alias_service(edited), serving)
     assert svc is not None and svc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "tkf-infra"
     for model in CATALOG:
-        assert_model_objects(kube, backend, ns, model)
-
-    # 5. Removing a model deletes its objects and keeps its weight cache.
-    es.set_models([m for m in CATALOG if m["name"] != gone])
-    removal = timed(f"{backend}: up without {gone}", lambda: up(es))
-    assert removal.summary.result == "succeeded"
-    assert changes(removal).get("delete", 0) >= 4, removal.summary.resource_changes
-    after = {k: sorted(o["metadata"]["name"] for o in v) for k, v in read_back(kube, serving).items()}
+        if model is not removed:
+            assert_model_objects(kube, backend, serving, model, GPUS_PER_POD)
+    after = names_of(read_back(kube, serving))
     for key, items in after.items():
         if key != "v1/PersistentVolumeClaim":
-            assert not [n for n in items if n.startswith(gone)], (key, items)
-    cache = names.weight_cache(QWEN3_8B["repo"], QWEN3_8B["revision"])
+            assert not [n for n in items if n.startswith(removed["name"])], (key, items)
+    cache = names.weight_cache(removed["repo"], removed["revision"])
     assert cache in after["v1/PersistentVolumeClaim"]
     assert f"{cache}-download" not in after["batch/v1/Job"]
+
+    if backend == "kserve":
+        cel_rule_is_enforced_through_pulumi(kube, kube_apiserver, serving, es.env, es.project.parent)
+
+    # 5. destroy: with prod's `serving.protect` (set here on kserve) it fails on the weight caches and
+    # the serving namespace, which stay; everything else goes. (Set from the start, protect also makes
+    # step 4 fail: the removed model's weight cache is protected, though only retained.)
+    release_pvcs(kube, serving)
+    if backend == "kserve":
+        doc = yaml.safe_load((path := es.project / f"Pulumi.{es.stack.name}.yaml").read_text())
+        doc["config"]["tkf-infra:serving"]["protect"] = True
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        assert timed(f"{backend}: up (protect)", lambda: es.stack.up(color="never")).summary.result == "succeeded"
+        with pytest.raises(auto.CommandError) as refused:
+            timed(f"{backend}: destroy (protected)", lambda: es.stack.destroy(color="never"))
+        assert "protect" in str(refused.value)
+        assert kube.get("v1", "Namespace", serving) is not None
+        assert kube.list_objects("v1", "PersistentVolumeClaim", serving)
+        unprotect = pulumi_cli(es, "state", "unprotect", "--all")  # the operator's deliberate step
+        assert unprotect.returncode == 0, unprotect.stderr
+    timed(f"{backend}: destroy", lambda: es.stack.destroy(color="never"))
+    # Retained by design: the serving namespace and its weight caches (retainOnDelete unless
+    # pruneWeightCache), and cert-manager's CRDs (the chart's helm.sh/resource-policy: keep).
+    assert kube.get("v1", "Namespace", serving) is not None
+    assert sorted(p["metadata"]["name"] for p in kube.list_objects("v1", "PersistentVolumeClaim", serving)) == [
+        p for p in found["v1/PersistentVolumeClaim"]]
+    left = {c["metadata"]["name"] for c in kube.list_objects(CRD_API, "CustomResourceDefinition")}
+    kept = {n for n in left if n.endswith(".cert-manager.io")}
+    assert left == kept and len(kept) == (6 if backend == "kserve" else 0), left
+    assert all(kube.get("v1", "Namespace", ns) is None for ns in PLATFORM_NAMESPACES)
     print(TIMINGS)
 
 
-def test_kserve_cel_rule_is_enforced_through_pulumi(crds: None, kube: KubeClient, kube_apiserver: KubeAPIServer,
-                                                    kube_namespace: str, tmp_path: Path) -> None:
+def cel_rule_is_enforced_through_pulumi(kube: KubeClient, kube_apiserver: KubeAPIServer, namespace: str,
+                                        env: dict[str, str], tmp: Path) -> None:  # fmt: skip
     """No catalog input produces `replicas` together with `scaling` (the program only ever sets
-    replicas), so the CEL rule is exercised through Pulumi's Kubernetes provider in an inline program."""
+    replicas), so the CEL rule of the chart's CRD is exercised through the provider in an inline program."""
     import pulumi
     import pulumi_kubernetes as k8s
 
@@ -441,23 +337,23 @@ def test_kserve_cel_rule_is_enforced_through_pulumi(crds: None, kube: KubeClient
         provider = k8s.Provider("k8s", kubeconfig=kube_apiserver.kubeconfig.read_text())
         k8s.apiextensions.CustomResource(
             "conflict", api_version=LLMISVC, kind="LLMInferenceService",
-            metadata={"name": "conflict", "namespace": kube_namespace,
+            metadata={"name": "conflict", "namespace": namespace,
                       "annotations": {"pulumi.com/skipAwait": "true"}},  # no KServe controller runs here
             spec={"model": {"uri": "hf://Qwen/Qwen3-0.6B"}, "replicas": 1,
                   "scaling": {"minReplicas": 1, "maxReplicas": 2, "wva": {"hpa": {}}}},
             opts=pulumi.ResourceOptions(provider=provider))
 
-    (tmp_path / "state").mkdir()
-    env = {"PULUMI_BACKEND_URL": f"file://{tmp_path / 'state'}", "PULUMI_CONFIG_PASSPHRASE": DEV_PASSPHRASE,
-           "PULUMI_SKIP_UPDATE_CHECK": "true"}
-    opts = auto.LocalWorkspaceOptions(env_vars=env, work_dir=str(tmp_path),
-                                      pulumi_command=auto.PulumiCommand(root=str(pulumi_home())))
+    work = tmp / "cel"
+    (work / "state").mkdir(parents=True)
+    opts = auto.LocalWorkspaceOptions(
+        env_vars={**env, "PULUMI_BACKEND_URL": f"file://{work / 'state'}", "PULUMI_CONFIG_PASSPHRASE": DEV_PASSPHRASE},
+        work_dir=str(work), pulumi_command=auto.PulumiCommand(root=str(pulumi_home())))
     stack = auto.create_stack(f"cel{uuid.uuid4().hex[:6]}", project_name="tkf-cel", program=program, opts=opts)
     try:
         with pytest.raises(auto.CommandError) as refused:
             stack.up(color="never")
         assert CEL_MESSAGE in str(refused.value)
-        assert kube.get(LLMISVC, "LLMInferenceService", "conflict", kube_namespace) is None
+        assert kube.get(LLMISVC, "LLMInferenceService", "conflict", namespace) is None
     finally:
         stack.destroy(color="never")
         stack.workspace.remove_stack(stack.name)
@@ -488,15 +384,15 @@ def _descendants(root: int) -> dict[int, str]:
 
 def test_no_process_left_behind(kube_apiserver: KubeAPIServer, tmp_path: Path) -> None:
     """After the engine runs above: no engine, provider or language host of ours remains, and the only
-    server processes are the session server's own (stopped by its fixture; a private one is started and
-    stopped here to check that stopping leaves nothing)."""
+    server processes are this package's server (stopped by its fixture) and maybe the session's; a
+    private one is started and stopped here to check that stopping leaves nothing."""
     from tests.kube.apiserver import start_apiserver, stop_apiserver
 
     ours = _descendants(os.getpid())
     engine = {p: c for p, c in ours.items() if "pulumi" in c}
     assert engine == {}, engine
     servers = {p for p, c in ours.items() if "tkf-kube-apiserver" in c}
-    assert kube_apiserver.pid in servers and len(servers) <= 2, servers  # the server + its controller-manager
+    assert kube_apiserver.pid in servers and len(servers) <= 4, servers  # server + controller-manager, ×2 at most
 
     proc, server = start_apiserver(tmp_path)
     started = {p for p, c in _descendants(os.getpid()).items() if str(tmp_path) in c}

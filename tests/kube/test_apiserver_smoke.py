@@ -17,11 +17,14 @@ import yaml
 from tests.kube.apiserver import BINARY_ENV, BUILD_HINT, KubeAPIServer, require_binary
 from tests.kube.client import KubeAPIError, KubeClient
 
-DATA = Path(__file__).parent / "data"
-GO_MOD = Path(__file__).parents[2] / "tools" / "kube-apiserver" / "go.mod"
+ROOT = Path(__file__).parents[2]
+GO_MOD = ROOT / "tools" / "kube-apiserver" / "go.mod"
+CHARTS = ROOT / "components" / "data" / "charts"  # the CRDs of the charts the platform installs
 CRDS = {
-    "llminferenceservices.serving.kserve.io": DATA / "serving.kserve.io_llminferenceservices.yaml",
-    "leaderworkersets.leaderworkerset.x-k8s.io": DATA / "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
+    "llminferenceservices.serving.kserve.io":
+        CHARTS / "kserve-v0.20.0" / "kserve-llmisvc-crd" / "templates" / "serving.kserve.io_llminferenceservices.yaml",
+    "leaderworkersets.leaderworkerset.x-k8s.io":
+        CHARTS / "lws-v0.8.0" / "lws" / "crds" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
 }
 CEL_MESSAGE = "replicas and scaling are mutually exclusive"
 LLMISVC_API = "serving.kserve.io/v1alpha2"  # the storage version: no conversion webhook involved
