@@ -152,9 +152,9 @@ def test_the_mig_manager_config_and_the_node_label_carve_the_node_as_planned(
 
 def test_an_operator_tkf_installs_reads_the_config() -> None:
     h, _ = run(mig_doc(TEN_SMALL[:2], installed=False))
-    release = next(r for r in h.resources if r.type == "kubernetes:helm.sh/v3:Release" and
-                   r.inputs.get("chart") == "gpu-operator")
-    values = release.inputs["values"]
+    chart = next(r for r in h.resources if r.type == "kubernetes:helm.sh/v4:Chart" and
+                 r.inputs.get("name") == "gpu-operator")
+    values = chart.inputs["values"]  # keys the chart reads: tests/engine/test_platform_charts.py
     assert values["migManager"] == {"config": {"name": MIG_CONFIG_NAME, "default": "all-disabled"}}
     assert values["mig"] == {"strategy": "mixed"}
 

@@ -64,6 +64,31 @@ def retry_429(call: Callable[[], Any], timeout: float = 60.0) -> Any:
             time.sleep(0.5)
 
 
+def install_chart_crds(kube: KubeClient, names: set[str]) -> None:
+    """Apply some of the vendored charts' CRDs (server-side) and wait until they are served: for a test
+    whose platform is `alreadyInstalled`, as on a cluster someone else set up."""
+    crds = chart_crds(GPU_AND_LWS_CRD_FILES + KSERVE_CRD_FILES)
+    assert names <= set(crds), sorted(names - set(crds))
+    for name in sorted(names):
+        kube.apply(crds[name])
+    for name in sorted(names):
+        kube.wait_condition(CRD_API, "CustomResourceDefinition", name, "Established", timeout=120)
+        spec = crds[name]["spec"]
+        api_version, kind = f"{spec['group']}/{spec['versions'][0]['name']}", spec["names"]["kind"]
+
+        def warm(a: str = api_version, k: str = kind) -> list[dict[str, Any]]:
+            return kube.list_objects(a, k)
+
+        retry_429(warm)  # a new kind's storage answers 429 until its watch cache is ready
+
+
+def remove_crds(kube: KubeClient, names: set[str]) -> None:
+    """Delete CRDs and wait until they are gone (the package's server must be left without CRDs)."""
+    for name in sorted(names):
+        kube.delete(CRD_API, "CustomResourceDefinition", name)
+        kube.wait_gone(CRD_API, "CustomResourceDefinition", name, timeout=120)
+
+
 def read_back(kube: KubeClient, namespace: str) -> dict[str, list[dict[str, Any]]]:
     objects: dict[str, list[dict[str, Any]]] = retry_429(lambda: kube.all_objects(namespace))
     return objects

@@ -5,7 +5,8 @@ the mig-parted ConfigMap in the GPU Operator's namespace with the geometry the l
 the node carrying both the pool's labels and taint (one server-side-apply patch) and its
 `nvidia.com/mig.config` label (another patch, another field manager) — so mig-manager would carve it.
 A second `up` changes nothing. The server runs no controllers (`cluster.skipAwait`, see
-tests/apiserver/test_up_against_apiserver.py).
+tests/apiserver/test_up_against_apiserver.py). The platform is `alreadyInstalled`; KServe's CRDs come
+from its vendored chart.
 """
 
 from __future__ import annotations
@@ -17,18 +18,19 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pulumi import automation as auto
 
 from components.gpu_sharing import MIG_CONFIG_KEY, MIG_CONFIG_LABEL, MIG_CONFIG_NAME
-from tests.apiserver.test_up_against_apiserver import (
+from tests.apiserver.readback import (
     GATEWAY_NS,
     LLMISVC,
     MONITORING_NS,
-    changes,
     container,
-    crds,  # noqa: F401 (the fixture)
+    install_chart_crds,
     release_pvcs,
-    up,
+    remove_crds,
 )
+from tests.apiserver.test_up_against_apiserver import changes
 from tests.engine_fixtures import EngineStack
 from tests.kube.apiserver import KubeAPIServer
 from tests.kube.client import KubeClient
@@ -39,10 +41,24 @@ pytestmark = [pytest.mark.apiserver, pytest.mark.engine]
 
 ALL = [*TEN_SMALL, WHOLE_TP2]
 TAINT = {"key": "tkf.io/dedicated", "value": "llm", "effect": "NoSchedule"}
+KSERVE_CRDS = {"llminferenceservices.serving.kserve.io", "llminferenceserviceconfigs.serving.kserve.io"}
+
+
+@pytest.fixture(scope="module")
+def crds(kube: KubeClient) -> Iterator[None]:
+    """KServe's CRDs from its vendored chart, as an operator who installed KServe would have them; removed
+    afterwards, as this package's platform test needs a server without CRDs."""
+    install_chart_crds(kube, KSERVE_CRDS)
+    yield
+    remove_crds(kube, KSERVE_CRDS)
+
+
+def up(es: EngineStack) -> auto.UpResult:
+    return es.stack.up(color="never")
 
 
 @pytest.fixture
-def packed_stack(crds: None, kube: KubeClient, kube_apiserver: KubeAPIServer,  # noqa: F811
+def packed_stack(crds: None, kube: KubeClient, kube_apiserver: KubeAPIServer,
                  make_stack: Callable[..., EngineStack]) -> Iterator[tuple[EngineStack, dict[str, str], str]]:
     suffix = uuid.uuid4().hex[:6]
     node = f"gpu-node-{suffix}"

@@ -20,6 +20,7 @@ import yaml
 from pulumi import automation as auto
 
 from components.gpu_operator import TIME_SLICING_CONFIG, TIME_SLICING_KEY, GpuOperator, GpuOperatorArgs
+from components.gpu_sharing import MIG_CONFIG_NAME
 from tests.engine_fixtures import EngineStack
 from tkf_infra.config import GpuOperatorSettings
 from tkf_infra.ops.stacks import DEV_PASSPHRASE, pulumi_home
@@ -133,6 +134,7 @@ def test_dev_defaults_reach_the_cluster_policy(dev_platform: list[dict[str, Any]
     assert spec["dcgmExporter"]["enabled"] is True and spec["dcgmExporter"]["serviceMonitor"]["enabled"] is True
     assert spec["mig"] == {"strategy": "none"}  # the chart's own default is "single"
     assert "config" not in spec["devicePlugin"]  # no time-slicing
+    assert spec["migManager"]["config"] == {"default": "all-disabled"}  # mig-manager's built-in configs
     assert spec["validator"]["version"] == spec["nodeStatusExporter"]["version"] == "v26.7.0"
     assert not [d for d in dev_platform if d["kind"] == "ConfigMap" and d["metadata"]["name"] == TIME_SLICING_CONFIG]
 
@@ -170,10 +172,13 @@ def test_every_gpu_operator_option_changes_the_rendered_objects(tmp_path: Path, 
         "single": {"migStrategy": "single", "timeSlicingReplicas": 2},
     }  # fmt: skip
 
+    mig_config = {"flipped": MIG_CONFIG_NAME}  # what build_fleet passes when a pool is MIG (components/fleet.py)
+
     def program(provider_for: Callable[[str], Any]) -> None:
         for variant, settings in variants.items():
             GpuOperator(f"gpu-{variant}",
-                        GpuOperatorArgs(GpuOperatorSettings.model_validate(settings), source="vendored"),
+                        GpuOperatorArgs(GpuOperatorSettings.model_validate(settings), source="vendored",
+                                        mig_config=mig_config.get(variant)),
                         opts=provider_for(variant))  # fmt: skip
 
     rendered = render_inline(tmp_path, lean_engine_env, program)
@@ -187,9 +192,13 @@ def test_every_gpu_operator_option_changes_the_rendered_objects(tmp_path: Path, 
     sharing = yaml.safe_load(config_map["data"][TIME_SLICING_KEY])
     assert sharing["sharing"]["timeSlicing"]["resources"] == [{"name": "nvidia.com/gpu", "replicas": 4}]
     assert sharing["flags"] == {"migStrategy": "mixed"}
+    # mig-manager reads the layout planner's ConfigMap (components/gpu_sharing.py makes it), not one of the chart's
+    assert spec["migManager"]["config"] == {"name": MIG_CONFIG_NAME, "default": "all-disabled"}
+    assert ("ConfigMap", f"gpu-operator/{MIG_CONFIG_NAME}") not in keyed(flipped)
 
     single = keyed(read_rendered(rendered / "single"))
     assert cluster_policy(single)["mig"] == {"strategy": "single"}
+    assert "name" not in cluster_policy(single)["migManager"]["config"]
     sharing = yaml.safe_load(single[("ConfigMap", f"gpu-operator/{TIME_SLICING_CONFIG}")]["data"][TIME_SLICING_KEY])
     assert sharing["sharing"]["timeSlicing"]["resources"][0]["replicas"] == 2
 
