@@ -21,7 +21,7 @@ import pulumi_kubernetes as k8s
 
 from components.platform_charts import chart_spec, helm_chart
 from tkf_infra.config import GpuOperatorSettings
-from tkf_infra.config.stack import ChartSource
+from tkf_infra.config.charts import ChartSource
 
 CHART = "gpu-operator"
 TIME_SLICING_CONFIG = "tkf-time-slicing"

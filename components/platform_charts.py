@@ -27,7 +27,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from tkf_infra.config import Component
-from tkf_infra.config.stack import VENDORED_CHARTS, ChartSource
+from tkf_infra.config.charts import VENDORED_CHARTS, ChartSource
 
 PROJECT = Path(__file__).resolve().parents[1]
 VENDORED = Path(__file__).resolve().parent / "data" / "charts"

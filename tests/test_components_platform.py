@@ -25,7 +25,8 @@ from tkf_infra.config import (
     SettingsError,
     validate_catalog,
 )
-from tkf_infra.config.stack import VENDORED_CHARTS, VLLM_GPU_IMAGE
+from tkf_infra.config.charts import VENDORED_CHARTS
+from tkf_infra.config.stack import VLLM_GPU_IMAGE
 from tkf_infra.plan.pools import PoolFacts, PoolProblem, resolve_pool
 from tkf_infra.program import ec2_facts
 

@@ -4,6 +4,7 @@
 - `flags`: the serving-flag table (`ServingSpec`): every catalog field that becomes a vLLM flag;
 - `catalog`: one entry (`ModelEntry`) and the GPU arithmetic rule;
 - `stack`: cluster, namespaces, node pools, platform pieces, serving defaults;
+- `charts`: the platform charts' facts the settings check (vendored versions, hard-coded namespaces);
 - `validate`: raw document → `Catalog` (strict for the stack, per item for pools and entries);
 - `reader`: the engine's config, a committed stack file, the JSON Schema.
 """

@@ -17,6 +17,14 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from tkf_infra.config import kube_syntax as ks
 from tkf_infra.config.base import SettingsModel
 from tkf_infra.config.catalog import DNS1035_RE, Backend, ModelEntry
+from tkf_infra.config.charts import (
+    KSERVE_NAMESPACE,
+    LWS_NAMESPACE,
+    RENDER_BLOCKERS,
+    VENDORED_CHARTS,
+    ChartSource,
+    same_release,
+)
 
 #: The vLLM release the platform deploys and the fit check sizes for: the one pin. The images below
 #: are derived from it; what cannot import Python (requirements-vllm.txt for the test tier, the
@@ -261,20 +269,6 @@ class KServeSettings(Component):
         "them, or an equivalent set of your own, every LLMInferenceService stays PresetsCombined=False.")
 
 
-#: The chart sources shipped in components/data/charts/ (`platform.charts: vendored`), one version each;
-#: components/data/charts/SOURCES.md records their upstream repository, tag and commit.
-VENDORED_CHARTS = {"gpuOperator": "v26.7.0", "certManager": "v1.17.0", "gatewayApi": "v1.5.1",
-                   "kserve": "v0.20.0", "lws": "v0.8.0"}  # fmt: skip
-
-
-def same_release(a: str, b: str) -> bool:
-    """`0.8.0` and `v0.8.0` name one release (LWS publishes its chart as v0.8.0, and Helm accepts both)."""
-    return a.removeprefix("v") == b.removeprefix("v")
-
-
-ChartSource = Literal["upstream", "vendored"]
-
-
 class Platform(SettingsModel):
     charts: ChartSource | None = Field(
         None, description="Where chart sources come from: `upstream` = each project's repository at the piece's "
@@ -293,19 +287,6 @@ class Platform(SettingsModel):
         """Each piece under its stack-file key."""
         return {"gpuOperator": self.gpu_operator, "certManager": self.cert_manager, "gatewayApi": self.gateway_api,
                 "kserve": self.kserve, "lws": self.lws}  # fmt: skip
-
-
-#: Namespaces the upstream charts hard-code: KServe's CRDs name their conversion webhook
-#: kserve/llmisvc-webhook-server-service and its presets live in `kserve`; the LWS CRD (crds/, not
-#: templated) names lws-system/lws-webhook-service.
-KSERVE_NAMESPACE = "kserve"
-LWS_NAMESPACE = "lws-system"
-#: Why render mode needs these pieces from local files (components/platform_charts.py and
-#: components/prerequisites.py work around each; docs/platform.md).
-RENDER_BLOCKERS = {"certManager": "its kubeVersion >= 1.22 gate; Helm assumes v1.20 offline",
-                   "kserve": "the `lookup` in its CRD chart",
-                   "gatewayApi": "the scope of its ValidatingAdmissionPolicy, which pulumi-kubernetes 4.25 asks a "
-                                 "cluster for"}  # fmt: skip
 
 
 def installed_pieces(platform: Platform, backend: Backend) -> dict[str, Component]:
