@@ -27,9 +27,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from tkf_infra.config import Component
-from tkf_infra.config.charts import VENDORED_CHARTS, ChartSource
+from tkf_infra.config.charts import VENDORED_CHARTS, ChartSource, chart_dir
 
-PROJECT = Path(__file__).resolve().parents[1]
 VENDORED = Path(__file__).resolve().parent / "data" / "charts"
 
 #: Upstream coordinates: (chart or OCI reference, Helm repository or None for OCI).
@@ -62,8 +61,7 @@ class ChartSpec:
 def local_dir(key: str, piece: Component, source: ChartSource) -> Path | None:
     """The piece's local folder (its chartPath, else the vendored copy), or None for upstream."""
     if piece.chart_path:
-        path = Path(piece.chart_path).expanduser()
-        return path if path.is_absolute() else PROJECT / path
+        return chart_dir(piece.chart_path)
     if source == "vendored":
         return VENDORED / VENDORED_FOLDERS[key].format(v=VENDORED_CHARTS[key])
     return None

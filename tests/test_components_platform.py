@@ -303,6 +303,43 @@ def test_chart_sources_are_checked_at_load() -> None:
     assert validate_catalog(fine).settings.platform.kserve.pinned == "v0.21.0"
 
 
+def test_each_piece_from_a_chart_path_of_its_own() -> None:
+    """An air-gapped site's copies (here the vendored folders, given relative to the project): each piece's
+    chartPath wins over `platform.charts: upstream`, and nothing is fetched."""
+    paths = {key: f"components/data/charts/{VENDORED_FOLDERS[key].format(v=v)}" for key, v in VENDORED_CHARTS.items()}
+    doc: dict[str, Any] = {"cluster": {"mode": "kubeconfig", "kubeconfig": "k"}, "platform": {"charts": "upstream"}}
+    for key, path in paths.items():
+        doc["platform"][key] = {"version": VENDORED_CHARTS[key], "chartPath": path}
+    s = validate_catalog(doc).settings
+    assert s.chart_source == "upstream"
+    h = prereqs(s.platform, source=s.chart_source)
+    c = charts(h)
+    assert c["cert-manager"].inputs["chart"] == str(ROOT / paths["certManager"])
+    assert c["lws"].inputs["chart"] == str(ROOT / paths["lws"])
+    for chart in ("kserve-llmisvc-crd", "kserve-llmisvc-resources", "kserve-runtime-configs"):
+        assert c[chart].inputs["chart"] == str(ROOT / paths["kserve"] / chart)
+    assert not [r for r in c.values() if "version" in r.inputs or "repositoryOpts" in r.inputs]
+    files = next(r for r in h.resources if r.type == GROUP).inputs["files"]
+    assert files and all(f.startswith(str(ROOT / paths["gatewayApi"])) for f in files)
+    h = run(lambda: GpuOperator("gpu-operator", GpuOperatorArgs(s.platform.gpu_operator, source=s.chart_source)))
+    assert charts(h)["gpu-operator"].inputs["chart"] == str(ROOT / paths["gpuOperator"])
+
+
+def test_a_chart_path_that_holds_no_chart_is_refused_at_load_for_every_piece() -> None:
+    lws = f"components/data/charts/{VENDORED_FOLDERS['lws'].format(v='v0.8.0')}"
+    doc = {"platform": {"gpuOperator": {"chartPath": "/nowhere/gpu-operator"},
+                        "certManager": {"version": "v1.17.0", "chartPath": "charts/cert-manager"},
+                        "kserve": {"version": "v0.20.0", "chartPath": lws},  # a chart, not KServe's folder of three
+                        "gatewayApi": {"version": "v1.5.1", "chartPath": lws},  # YAML files, but no Gateway API CRD
+                        "lws": {"version": "v0.8.0", "chartPath": lws}}}  # fmt: skip
+    text = settings_problems(doc)
+    assert "platform.gpuOperator.chartPath '/nowhere/gpu-operator' (/nowhere/gpu-operator) is not a chart" in text
+    assert f"platform.certManager.chartPath 'charts/cert-manager' ({ROOT / 'charts/cert-manager'}) is not" in text
+    assert "platform.kserve.chartPath" in text and "kserve-llmisvc-crd, kserve-llmisvc-resources" in text
+    assert "platform.gatewayApi.chartPath" in text and "Gateway API's standard-channel YAML files" in text
+    assert "platform.lws.chartPath" not in text  # the one right path
+
+
 def test_vendored_charts_are_the_unedited_upstream_files() -> None:
     """components/data/charts/SHA256SUMS lists every vendored file (SOURCES.md says where each is from)."""
     root = CHARTS

@@ -7,7 +7,13 @@ Chart v4 arguments and docs/platform.md explains each.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
+
+#: A relative `chartPath` is taken from the project's root (where the program runs).
+PROJECT = Path(__file__).resolve().parents[2]
+#: KServe's piece is three charts, found side by side in its folder (KServe's charts/).
+KSERVE_CHARTS = ("kserve-llmisvc-crd", "kserve-llmisvc-resources", "kserve-runtime-configs")
 
 #: Where a piece's chart comes from: each project's repository, or the copies in components/data/charts/.
 ChartSource = Literal["upstream", "vendored"]
@@ -34,3 +40,28 @@ RENDER_BLOCKERS = {"certManager": "its kubeVersion >= 1.22 gate; Helm assumes v1
 def same_release(a: str, b: str) -> bool:
     """`0.8.0` and `v0.8.0` name one release (LWS publishes its chart as v0.8.0, and Helm accepts both)."""
     return a.removeprefix("v") == b.removeprefix("v")
+
+
+def chart_dir(chart_path: str) -> Path:
+    """A piece's `chartPath` as a directory: absolute, or relative to the project."""
+    path = Path(chart_path).expanduser()
+    return path if path.is_absolute() else PROJECT / path
+
+
+def chart_path_problem(key: str, chart_path: str) -> str | None:
+    """What is wrong with piece ``key``'s chartPath, checked at load: a wrong folder would otherwise fail
+    deep in the provider, or (Gateway API, a folder of plain files) install nothing without a word."""
+    folder = chart_dir(chart_path)
+    if key == "gatewayApi":
+        found = any("CustomResourceDefinition" in (text := f.read_text(errors="replace"))
+                    and "gateway.networking.k8s.io" in text for f in folder.glob("*.yaml"))
+        wanted = "a folder of Gateway API's standard-channel YAML files (its CRDs)"
+    elif key == "kserve":
+        found = all((folder / c / "Chart.yaml").is_file() for c in KSERVE_CHARTS)
+        wanted = f"a folder holding KServe's {', '.join(KSERVE_CHARTS)} charts (KServe's charts/)"
+    else:
+        found, wanted = (folder / "Chart.yaml").is_file(), "a chart directory (one with a Chart.yaml)"
+    if found:
+        return None
+    return (f"platform.{key}.chartPath {chart_path!r} ({folder}) is not {wanted}; fix the path, or remove "
+            "chartPath to use platform.charts")

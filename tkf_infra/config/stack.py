@@ -23,6 +23,7 @@ from tkf_infra.config.charts import (
     RENDER_BLOCKERS,
     VENDORED_CHARTS,
     ChartSource,
+    chart_path_problem,
     same_release,
 )
 
@@ -430,6 +431,8 @@ class StackSettings(SettingsModel):
                                 f"platform.{key}.alreadyInstalled: true for an installation of your own")
         source = self.chart_source
         for key, c in installed.items():
+            if c.chart_path and (problem := chart_path_problem(key, c.chart_path)):
+                problems.append(problem)
             if source == "vendored" and not c.chart_path and not same_release(c.pinned, VENDORED_CHARTS[key]):
                 problems.append(f"platform.{key}.version is {c.version!r} but the vendored chart is "
                                 f"{VENDORED_CHARTS[key]}; pin {VENDORED_CHARTS[key]}, give the piece a chartPath, "
