@@ -71,8 +71,7 @@ def packed_stack(crds: None, kube: KubeClient, kube_apiserver: KubeAPIServer,
     settings = mig_settings(ALL, nodes=[node])
     cfg["tkf-infra:cluster"] = {"mode": "kubeconfig", "kubeconfig": str(kube_apiserver.kubeconfig), "skipAwait": True}
     cfg["tkf-infra:namespaces"] = ns
-    for piece in cfg["tkf-infra:platform"].values():
-        piece["alreadyInstalled"] = True
+    assert all(p["alreadyInstalled"] for p in cfg["tkf-infra:platform"].values() if isinstance(p, dict))
     cfg["tkf-infra:platform"]["gpuOperator"]["migStrategy"] = "mixed"
     cfg["tkf-infra:nodePools"] = [{**settings["nodePools"][0], "taints": [TAINT]}]
     cfg["tkf-infra:serving"].update({"backend": "kserve", "allowCpu": False})
