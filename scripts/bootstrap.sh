@@ -16,7 +16,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=scripts/versions.sh
 source "$here/scripts/versions.sh"
 
-PULUMI_HOME="${PULUMI_HOME:-$HOME/.pulumi}"
+PULUMI_HOME="${TKF_PULUMI_HOME:-${PULUMI_HOME:-$HOME/.pulumi}}"  # the installation, not the run home (env.sh)
 bin="$PULUMI_HOME/bin"
 k8s_plugin_dir="$PULUMI_HOME/plugins/resource-kubernetes-v$PULUMI_KUBERNETES_VERSION"
 mkdir -p "$bin"

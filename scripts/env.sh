@@ -3,8 +3,18 @@
 # - the local file backend inside the project (dev only; git-ignored) unless PULUMI_BACKEND_URL is set;
 # - PULUMI_PYTHON_CMD: the project's virtualenv python, for the language host (see docs/engine.md).
 _tkf_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-export PULUMI_HOME="${PULUMI_HOME:-$HOME/.pulumi}"
-export PATH="$PULUMI_HOME/bin:$_tkf_root/.venv/bin:$PATH"
+# - PULUMI_HOME: a home of tkf's own beside the installation (TKF_PULUMI_HOME), without the engine's
+#   always-on debug log, which costs half the CLI's CPU (tkf_infra/ops/engine_home.py; TKF_ENGINE_LOGS=1 keeps it);
+export TKF_PULUMI_HOME="${TKF_PULUMI_HOME:-${PULUMI_HOME:-$HOME/.pulumi}}"
+export PATH="$TKF_PULUMI_HOME/bin:$_tkf_root/.venv/bin:$PATH"
+if [ -x "$_tkf_root/.venv/bin/python" ]; then
+  PULUMI_HOME="$(PULUMI_HOME="$TKF_PULUMI_HOME" "$_tkf_root/.venv/bin/python" -c \
+    'import sys; sys.path.insert(0, sys.argv[1]); from tkf_infra.ops.engine_home import run_home; print(run_home())' \
+    "$_tkf_root")" || PULUMI_HOME="$TKF_PULUMI_HOME"
+  export PULUMI_HOME
+else
+  export PULUMI_HOME="$TKF_PULUMI_HOME"
+fi
 export PULUMI_SKIP_UPDATE_CHECK=true
 export PULUMI_BACKEND_URL="${PULUMI_BACKEND_URL:-file://$_tkf_root/.pulumi-state}"
 export PULUMI_PYTHON_CMD="$_tkf_root/.venv/bin/python"

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
+from tkf_infra.ops import engine_home
 from tkf_infra.ops.stacks import DEV_PASSPHRASE, copy_project, engine_env, pulumi_home
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,21 +106,16 @@ def make_stack(engine_ready: None, tmp_path: Path) -> Iterator[Callable[..., Eng
 
 
 @pytest.fixture(scope="session")
-def lean_engine_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def lean_engine_env() -> dict[str, str]:
     """Engine settings for runs that register the platform's multi-megabyte CRDs (about 11 MB of state).
 
     Measured on the dev stack's `up` with its platform (2 cores): 244 s of CPU as shipped, 41 s with
     both settings. ``PULUMI_SKIP_CHECKPOINTS``: the engine otherwise rewrites the whole state file
     after every step; only the final state is written (a crash mid-run loses the journal: test stacks
-    only). ``PULUMI_HOME`` whose ``logs`` is a file: Pulumi 3.260 writes an always-on, compressed debug
-    log of every property it marshals to $PULUMI_HOME/logs (half the engine's CPU in these runs, and
-    no setting turns it off); without that directory it writes none. The CLI and plugins stay in use.
+    only, never the product's runs). The engine's automatic log is off as in every tkf run
+    (tkf_infra/ops/engine_home.py).
     """
-    home = tmp_path_factory.mktemp("pulumi-home")
-    for sub in ("bin", "plugins"):
-        (home / sub).symlink_to(pulumi_home() / sub, target_is_directory=True)
-    (home / "logs").write_text("automatic engine logs are off for test runs (tests/engine_fixtures.py)\n")
-    return {"PULUMI_SKIP_CHECKPOINTS": "true", "PULUMI_HOME": str(home)}
+    return {"PULUMI_SKIP_CHECKPOINTS": "true", **engine_home.home_env()}
 
 
 def resource_events(collected: list[auto.events.EngineEvent]) -> list[tuple[str, str, str]]:

@@ -18,7 +18,7 @@ import yaml
 from pulumi import automation as auto
 
 from tkf_infra.config import Catalog, SettingsError, validate_catalog
-from tkf_infra.ops import locks
+from tkf_infra.ops import engine_home, locks
 from tkf_infra.ops.engine import EngineCommand
 from tkf_infra.ops.exit_codes import ExitCode
 
@@ -49,7 +49,8 @@ class BackendUnavailable(OperatorError):
 
 
 def pulumi_home() -> Path:
-    return Path(os.environ.get("PULUMI_HOME", Path.home() / ".pulumi"))
+    """The engine's installation (its bin/ and plugins/); runs get their own home (engine_home.py)."""
+    return engine_home.install_home()
 
 
 def engine_env(stack: str, project_dir: Path = PROJECT_DIR, backend_url: str | None = None) -> dict[str, str]:
@@ -61,6 +62,7 @@ def engine_env(stack: str, project_dir: Path = PROJECT_DIR, backend_url: str | N
         # The language host buildable on air-gapped machines predates runtime options: point it at
         # the project's virtualenv explicitly (docs/engine.md).
         "PULUMI_PYTHON_CMD": str(project_dir / ".venv" / "bin" / "python"),
+        **engine_home.home_env(),
         "PULUMI_BACKEND_URL": backend_url
         or os.environ.get("PULUMI_BACKEND_URL")
         or f"file://{project_dir / '.pulumi-state'}",

@@ -1,0 +1,64 @@
+"""The engine runs with tkf's own PULUMI_HOME: the real installation's binaries, no always-on debug log."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tkf_infra.ops import engine_home
+
+REAL_INSTALL = engine_home.install_home()
+
+
+@pytest.fixture
+def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An installation that shares the real engine's binaries, with its own (empty) logs."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv(engine_home.KEEP_LOGS_ENV, raising=False)
+    root = tmp_path / "install"
+    root.mkdir()
+    for name in ("bin", "plugins"):
+        if (REAL_INSTALL / name).exists():
+            (root / name).symlink_to(REAL_INSTALL / name, target_is_directory=True)
+    return root
+
+
+def test_run_home_uses_the_installation_and_has_no_log_directory(install: Path) -> None:
+    home = engine_home.run_home(install)
+    assert home != install
+    assert (home / "logs").is_file()
+    assert (home / "bin").resolve() == (install / "bin").resolve()
+    assert engine_home.run_home(install) == home  # idempotent
+
+
+def test_run_home_follows_a_moved_installation(install: Path, tmp_path: Path) -> None:
+    home = engine_home.run_home(install)
+    moved = tmp_path / "elsewhere"
+    install.rename(moved)
+    assert engine_home.run_home(moved) == home
+    assert (home / "bin").readlink() == moved / "bin"
+
+
+def test_keeping_the_engine_log_runs_with_the_real_home(install: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(engine_home.KEEP_LOGS_ENV, "1")
+    assert engine_home.run_home(install) == install
+    assert engine_home.home_env(install)["PULUMI_HOME"] == str(install)
+
+
+def _run_engine(env: dict[str, str], install: Path) -> None:
+    subprocess.run([str(install / "bin" / "pulumi"), "version"], env={**os.environ, **env}, check=True,
+                   capture_output=True, timeout=120)
+
+
+@pytest.mark.skipif(not (REAL_INSTALL / "bin" / "pulumi").exists(), reason="engine not built (scripts/setup.sh)")
+def test_the_real_engine_writes_its_log_only_when_asked(install: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _run_engine(engine_home.home_env(install), install)
+    assert not (install / "logs").exists()
+    assert (engine_home.run_home(install) / "logs").is_file()
+
+    monkeypatch.setenv(engine_home.KEEP_LOGS_ENV, "1")
+    _run_engine(engine_home.home_env(install), install)
+    assert list((install / "logs").glob("pulumi-*.log")), "the engine's own log is written when kept"

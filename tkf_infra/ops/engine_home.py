@@ -1,0 +1,73 @@
+"""Where the engine is installed, and the PULUMI_HOME tkf runs it with (the engine's own log off by default).
+
+Pulumi 3.260 writes an always-on debug log of every property it marshals, gzip-compressed and
+encrypted, to ``$PULUMI_HOME/logs`` (pkg/logging/encrypted.go@v3.260.0:86-135, enabled
+unconditionally by pulumi/pulumi#23731; no setting turns it off). On this project's previews that
+log is half of the CLI's CPU: the dev stack's preview with its platform charts took 70.7 s wall /
+55 s CPU with it and 18.7 s / 15 s without (2 cores, measured side by side), and it filled 511 MB of
+``~/.pulumi/logs`` in a day of test runs. The engine skips the log when it cannot create that
+directory (``StartLogging`` returns an error and the CLI carries on), so tkf runs the engine with a
+home of its own whose ``bin`` and ``plugins`` are the real installation's and whose ``logs`` is a
+file. ``TKF_ENGINE_LOGS=1`` runs the engine with the real home, log included (e.g. to send Pulumi a
+log with ``pulumi logs share``). Stack selections (``workspaces``) live in tkf's home; state does
+not live in a home at all (it is in the backend).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+#: The engine's installation: $TKF_PULUMI_HOME (set by scripts/env.sh once PULUMI_HOME is tkf's own),
+#: else $PULUMI_HOME, else ~/.pulumi, as scripts/bootstrap.sh installs it.
+INSTALL_ENV = "TKF_PULUMI_HOME"
+KEEP_LOGS_ENV = "TKF_ENGINE_LOGS"
+_LINKED = ("bin", "plugins", "credentials.json")
+_LOGS_NOTE = ("The Pulumi engine's automatic log is off for tkf-infra runs (tkf_infra/ops/engine_home.py); "
+              "set TKF_ENGINE_LOGS=1 to keep it.\n")
+
+
+def install_home() -> Path:
+    """The real PULUMI_HOME: the engine's binaries and plugins."""
+    explicit = os.environ.get(INSTALL_ENV) or os.environ.get("PULUMI_HOME")
+    return Path(explicit) if explicit else Path.home() / ".pulumi"
+
+
+def keeps_engine_logs() -> bool:
+    return os.environ.get(KEEP_LOGS_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def run_home(install: Path | None = None) -> Path:
+    """The PULUMI_HOME to run the engine with; created (idempotently) unless the engine log is wanted."""
+    install = install or install_home()
+    if keeps_engine_logs():
+        return install
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    home = cache / "tkf-infra" / "pulumi-home"
+    (home / "workspaces").mkdir(parents=True, exist_ok=True)
+    for name in _LINKED:
+        link, target = home / name, install / name
+        if link.is_symlink() and link.readlink() == target:
+            continue
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        if target.exists():
+            link.symlink_to(target, target_is_directory=target.is_dir())
+    logs = home / "logs"
+    if logs.is_dir() and not logs.is_symlink():
+        # A home made while TKF_ENGINE_LOGS was set and PULUMI_HOME pointed here: keep its logs aside.
+        logs.rename(home / "logs.kept")
+    if not logs.exists():
+        logs.write_text(_LOGS_NOTE)
+    return home
+
+
+def home_env(install: Path | None = None) -> dict[str, str]:
+    """PULUMI_HOME for the engine, and where its installation is for tools started under it."""
+    install = install or install_home()
+    return {"PULUMI_HOME": str(run_home(install)), INSTALL_ENV: str(install)}
+
+
+if __name__ == "__main__":  # scripts/env.sh: `export PULUMI_HOME=$(python -m tkf_infra.ops.engine_home)`
+    sys.stdout.write(f"{run_home()}\n")
