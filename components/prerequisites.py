@@ -40,7 +40,8 @@ from components.platform_charts import (
 )
 from tkf_infra.config import Backend, Namespaces, Platform
 from tkf_infra.config.charts import ChartSource
-from tkf_infra.config.stack import VLLM_GPU_IMAGE, installed_pieces
+from tkf_infra.config.platform import installed_pieces
+from tkf_infra.config.stack import VLLM_GPU_IMAGE
 
 DATA = Path(__file__).resolve().parent / "data"
 PRESET = "kserve-config-llm-worker-pipeline-parallel"

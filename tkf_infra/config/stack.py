@@ -26,6 +26,7 @@ from tkf_infra.config.charts import (
     chart_path_problem,
     same_release,
 )
+from tkf_infra.config.platform import Platform, installed_pieces
 
 #: The vLLM release the platform deploys and the fit check sizes for: the one pin. The images below
 #: are derived from it; what cannot import Python (requirements-vllm.txt for the test tier, the
@@ -37,7 +38,6 @@ VLLM_CPU_IMAGE = f"public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v{VLLM_RELEASE}
 
 _VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 #: A chart or release version: semantic versioning, optionally with a leading v (v1.17.0, 0.8.0, v0.20.0-rc1).
-_RELEASE_RE = re.compile(r"^v?\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$")
 _FLOATING_TAGS = {"", "latest", "nightly", "main", "master", "stable", "dev"}
 
 
@@ -219,81 +219,6 @@ class NodePool(SettingsModel):
             if problems:
                 raise ValueError("; ".join(problems))
         return self
-
-
-class Component(SettingsModel):
-    """A platform piece: installed by us at a pinned version, or already installed by someone else."""
-
-    already_installed: bool = Field(
-        False, description="True: someone else installed it; tkf-infra registers nothing for it.")
-    version: str | None = Field(None, description="Pinned chart/release version (required unless alreadyInstalled).")
-    chart_path: str | None = Field(
-        None, description="Local chart directory (air-gapped sites), absolute or relative to the project; it "
-        "replaces the upstream repository and `platform.charts`. gatewayApi: the folder of its standard-channel "
-        "YAML files; kserve: the folder holding its kserve-llmisvc-crd, kserve-llmisvc-resources and "
-        "kserve-runtime-configs charts (KServe's charts/).")
-
-    @field_validator("version")
-    @classmethod
-    def _pinned(cls, v: str | None) -> str | None:
-        if v is not None and v.strip().lower() in {"", "latest", "*", "stable", "main", "master"}:
-            raise ValueError(f"version {v!r} is not pinned; give an exact release such as v0.15.2")
-        if v is not None and not _RELEASE_RE.match(v):
-            raise ValueError(f"version {v!r} is not an exact release; give one such as v0.15.2 (or 0.8.0)")
-        return v
-
-    @model_validator(mode="after")
-    def _version_when_installing(self) -> Component:
-        if not self.already_installed and not self.version:
-            raise ValueError("version is required when tkf-infra installs this piece; pin an exact release "
-                             "(or set alreadyInstalled: true)")
-        return self
-
-    @property
-    def pinned(self) -> str:
-        """The pinned version; only meaningful when tkf-infra installs the piece."""
-        return self.version or ""
-
-
-class GpuOperatorSettings(Component):
-    version: str | None = "v26.7.0"
-    driver_enabled: bool = Field(True, description="False where nodes ship NVIDIA drivers.")
-    toolkit_enabled: bool = True
-    dcgm_exporter_enabled: bool = Field(True, description="Feeds GPU inventory and capacity data.")
-    time_slicing_replicas: int = Field(0, ge=0, le=48, description="Device-plugin time-slicing; 0 = off.")
-    mig_strategy: Literal["none", "single", "mixed"] = "none"
-
-
-class KServeSettings(Component):
-    presets: bool = Field(
-        True, description="Install KServe's LLMInferenceServiceConfig presets (kserve-runtime-configs); without "
-        "them, or an equivalent set of your own, every LLMInferenceService stays PresetsCombined=False.")
-
-
-class Platform(SettingsModel):
-    charts: ChartSource | None = Field(
-        None, description="Where chart sources come from: `upstream` = each project's repository at the piece's "
-        "version (needs the network); `vendored` = the copies shipped in components/data/charts/ (offline; the "
-        "pinned versions only). Default: vendored in render mode, upstream otherwise. A piece's chartPath "
-        "overrides both.")
-    gpu_operator: GpuOperatorSettings = Field(default_factory=lambda: GpuOperatorSettings())
-    # The versions KServe v0.20.0 pins in its kserve-deps.env (CERT_MANAGER_VERSION, GATEWAY_API_VERSION,
-    # LWS_VERSION) at commit 1fb781055dd1567164358233e1125142ca6ef1fe.
-    cert_manager: Component = Field(default_factory=lambda: Component(version="v1.17.0"))
-    gateway_api: Component = Field(default_factory=lambda: Component(version="v1.5.1"))
-    kserve: KServeSettings = Field(default_factory=lambda: KServeSettings(version="v0.20.0"))
-    lws: Component = Field(default_factory=lambda: Component(version="0.8.0"))
-
-    def pieces(self) -> dict[str, Component]:
-        """Each piece under its stack-file key."""
-        return {"gpuOperator": self.gpu_operator, "certManager": self.cert_manager, "gatewayApi": self.gateway_api,
-                "kserve": self.kserve, "lws": self.lws}  # fmt: skip
-
-
-def installed_pieces(platform: Platform, backend: Backend) -> dict[str, Component]:
-    """The pieces tkf-infra installs: the vllm backend needs only the GPU Operator and LeaderWorkerSet."""
-    wanted = ("gpuOperator", "lws") if backend == Backend.VLLM else tuple(platform.pieces())
-    return {k: c for k, c in platform.pieces().items() if k in wanted and not c.already_installed}
 
 
 def image_version(image: str) -> str | None:
