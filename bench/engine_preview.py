@@ -1,16 +1,32 @@
-"""Real `pulumi preview` wall time of the dev stack with generated catalogs of 1, 10 and 50 models,
-against a baseline program that registers the same number of plain ConfigMaps, run side by side.
+"""Real `pulumi preview` wall time of the dev stack with generated catalogs of N models, against the
+engine's own floor: programs that register only plain ConfigMaps through the same engine, the same
+Kubernetes provider (render mode) and the same virtualenv.
 
-Prints one line per size with both times and their ratio; target: ratio <= 1.5 at 50 models.
-Needs the engine (scripts/setup.sh). Each program gets a fresh temporary project and file backend.
+Two floors per size: `floor_per_model` (one ConfigMap per model) and `floor_same_count` (as many
+resources as the tkf preview registers, stack and provider included). The three programs are timed
+interleaved, best of `--repeat`, so machine noise hits all alike; the ratio that matters is tkf over
+the same-count floor (target <= 1.5 at 50, 200 and 500 models).
+
+Where the time goes comes from the engine's own OpenTelemetry spans (`pulumi preview --otel-traces
+file://…`, one extra traced preview per program after the timed ones; tracing is not free, so those
+runs are not the timed ones): startup before the program runs, the program's imports and planning
+(language host Run → first RegisterResource), the registration window, the busy time of the Python
+dynamic provider's Check calls (the fit checks) and of the Kubernetes provider's calls, and the
+shutdown after the program exits. Needs the engine (scripts/setup.sh). Each program gets a fresh
+temporary project and file backend.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -23,7 +39,10 @@ from pulumi import automation as auto  # noqa: E402
 from bench.catalogs import dev_stack_config, generated_models  # noqa: E402
 from tkf_infra.ops.stacks import DEV_PASSPHRASE, copy_project, engine_env, pulumi_home  # noqa: E402
 
-BASELINE_MAIN = '''
+QUICK_SIZES = "10,50"
+ALL_SIZES = "10,50,200,500"
+
+FLOOR_MAIN = '''
 import pulumi, pulumi_kubernetes as k8s
 n = pulumi.Config().require_int("count")
 prov = k8s.Provider("render", render_yaml_to_directory=pulumi.Config().require("renderDir"))
@@ -31,61 +50,193 @@ for i in range(n):
     k8s.core.v1.ConfigMap(f"cm-{i}", metadata={"name": f"cm-{i}", "namespace": "bench"}, data={"i": str(i)},
                           opts=pulumi.ResourceOptions(provider=prov))
 '''
+#: Resources a floor program registers besides its ConfigMaps: the stack and the provider.
+FLOOR_OVERHEAD = 2
 
 
-def tkf_project(tmp: Path, n: int) -> auto.Stack:
+@dataclass
+class Program:
+    label: str
+    stack: auto.Stack
+    env: dict[str, str]
+    best: float = float("inf")
+    resources: int = 0
+
+
+def _workspace(project: Path, state: Path) -> tuple[dict[str, str], auto.LocalWorkspaceOptions]:
+    state.mkdir(exist_ok=True)
+    env = engine_env("dev", project, f"file://{state}")
+    env["PULUMI_CONFIG_PASSPHRASE"] = DEV_PASSPHRASE
+    return env, auto.LocalWorkspaceOptions(env_vars=env, pulumi_command=auto.PulumiCommand(root=str(pulumi_home())))
+
+
+def tkf_program(tmp: Path, n: int) -> Program:
     project = copy_project(tmp / "tkf")
     doc = dev_stack_config()
     doc["config"]["tkf-infra:models"] = generated_models(n)
     doc["config"]["tkf-infra:cluster"]["renderDir"] = str(tmp / "rendered-tkf")
     (project / "Pulumi.bench.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    env = engine_env("dev", project, f"file://{tmp / 'state-tkf'}")
-    (tmp / "state-tkf").mkdir(exist_ok=True)
-    env["PULUMI_CONFIG_PASSPHRASE"] = DEV_PASSPHRASE
-    opts = auto.LocalWorkspaceOptions(env_vars=env, pulumi_command=auto.PulumiCommand(root=str(pulumi_home())))
-    return auto.create_stack("bench", work_dir=str(project), opts=opts)
+    env, opts = _workspace(project, tmp / "state-tkf")
+    return Program("tkf", auto.create_stack("bench", work_dir=str(project), opts=opts), env)
 
 
-def baseline_project(tmp: Path, n: int) -> auto.Stack:
-    project = tmp / "baseline"
+def floor_program(tmp: Path, label: str, configmaps: int) -> Program:
+    project = tmp / label
     project.mkdir()
-    (project / "Pulumi.yaml").write_text("name: tkf-baseline\nruntime:\n  name: python\n  options:\n"
+    (project / "Pulumi.yaml").write_text("name: tkf-floor\nruntime:\n  name: python\n  options:\n"
                                          "    virtualenv: .venv\n")
-    (project / "__main__.py").write_text(BASELINE_MAIN)
+    (project / "__main__.py").write_text(FLOOR_MAIN)
     (project / ".venv").symlink_to(ROOT / ".venv")
     (project / "Pulumi.bench.yaml").write_text(yaml.safe_dump(
-        {"config": {"tkf-baseline:count": n, "tkf-baseline:renderDir": str(tmp / "rendered-base")}}))
-    (tmp / "state-base").mkdir(exist_ok=True)
-    env = engine_env("dev", project, f"file://{tmp / 'state-base'}")
-    env["PULUMI_CONFIG_PASSPHRASE"] = DEV_PASSPHRASE
-    opts = auto.LocalWorkspaceOptions(env_vars=env, pulumi_command=auto.PulumiCommand(root=str(pulumi_home())))
-    return auto.create_stack("bench", work_dir=str(project), opts=opts)
+        {"config": {"tkf-floor:count": configmaps, "tkf-floor:renderDir": str(tmp / f"rendered-{label}")}}))
+    env, opts = _workspace(project, tmp / f"state-{label}")
+    return Program(label, auto.create_stack("bench", work_dir=str(project), opts=opts), env)
 
 
-def timed_preview(stack: auto.Stack) -> float:
+def timed_preview(p: Program) -> float:
     started = time.perf_counter()
-    stack.preview()
-    return time.perf_counter() - started
+    result = p.stack.preview()
+    elapsed = time.perf_counter() - started
+    p.best = min(p.best, elapsed)
+    p.resources = sum(result.change_summary.values())
+    return elapsed
+
+
+# ------------------------------------------------------------------------------------------------
+# Where the time goes: the engine's OpenTelemetry spans
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Span:
+    service: str
+    name: str
+    span_id: str
+    parent: str
+    start: float
+    end: float
+    peer: str
+
+
+def read_spans(path: Path) -> list[Span]:
+    spans = []
+    for line in path.read_text().splitlines():
+        for rs in json.loads(line).get("resourceSpans", []):
+            service = next((a["value"].get("stringValue", "") for a in rs["resource"]["attributes"]
+                            if a["key"] == "service.name"), "")  # fmt: skip
+            for ss in rs.get("scopeSpans", []):
+                for sp in ss.get("spans", []):
+                    attrs = {a["key"]: a["value"] for a in sp.get("attributes", [])}
+                    spans.append(Span(service, sp["name"], sp["spanId"], sp.get("parentSpanId", ""),
+                                      int(sp["startTimeUnixNano"]) / 1e9, int(sp["endTimeUnixNano"]) / 1e9,
+                                      attrs.get("net.peer.name", {}).get("stringValue", "")))  # fmt: skip
+    return spans
+
+
+def busy(intervals: Iterable[tuple[float, float]]) -> float:
+    """Wall time covered by at least one interval (concurrent calls counted once)."""
+    total, cur_s, cur_e = 0.0, None, None
+    for s, e in sorted(intervals):
+        if cur_e is None or s > cur_e:
+            total += 0.0 if cur_e is None or cur_s is None else cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_s is not None and cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def breakdown(spans: list[Span]) -> dict[str, float]:
+    """Phases of one preview from its spans (seconds).
+
+    Provider calls are told apart by the provider they went to: the Kubernetes provider (Go) traces
+    its side of each call (a server span inside the engine's client span: matched on Configure); the
+    Python dynamic provider traces nothing, so calls to any other address went to it.
+    """
+    t0 = min(s.start for s in spans)
+    t1 = max(s.end for s in spans)
+    run = next(s for s in spans if s.service == "pulumi-cli" and s.name == "pulumirpc.LanguageRuntime/Run")
+    regs = [s for s in spans if s.service == "pulumi-cli" and s.name.startswith("pulumirpc.ResourceMonitor/Register")]
+    served = [s for s in spans if s.service == "pulumi-resource-provider"]
+    calls = [s for s in spans if s.service == "pulumi-cli" and s.name.startswith("pulumirpc.ResourceProvider/")]
+    go_peers = {c.peer for c in calls if c.name.endswith("/Configure") and any(
+        s.name == "/" + c.name and c.start <= s.start <= s.end <= c.end for s in served)}
+    dynamic = [(s.start, s.end) for s in calls if s.peer not in go_peers and s.name.endswith("/Check")]
+    k8s = [(s.start, s.end) for s in calls if s.peer in go_peers]
+    first = min((s.start for s in regs), default=run.start)
+    last = max((s.end for s in regs), default=run.end)
+    return {"total": t1 - t0, "startup": run.start - t0, "imports_plan": first - run.start,
+            "registration": last - first, "fit_checks": busy(dynamic), "fit_check_calls": float(len(dynamic)),
+            "k8s_provider": busy(k8s), "shutdown": t1 - run.end}  # fmt: skip
+
+
+def traced_preview(p: Program, trace: Path) -> dict[str, float]:
+    """One preview through the CLI with the engine's OpenTelemetry export to a file."""
+    env = {**os.environ, **p.env, "PULUMI_TRACING_NO_PAYLOADS": "true"}
+    subprocess.run([str(pulumi_home() / "bin" / "pulumi"), "preview", "--stack", "bench", "--non-interactive",
+                    "--otel-traces", f"file://{trace}"],
+                   cwd=p.stack.workspace.work_dir, env=env, check=True, capture_output=True)  # fmt: skip
+    try:
+        return breakdown(read_spans(trace))
+    finally:
+        trace.unlink(missing_ok=True)  # the trace records the environment, passphrase included
+
+
+def load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load1={one:.2f} load5={five:.2f} cpus={os.cpu_count()}"
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--sizes", default="1,10,50")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default=QUICK_SIZES, help=f"comma-separated model counts (all: {ALL_SIZES})")
     ap.add_argument("--repeat", type=int, default=2, help="previews per program and size; the best is kept")
+    ap.add_argument("--no-trace", action="store_true", help="skip the traced previews (no time breakdown)")
     args = ap.parse_args()
-    last_ratio = 0.0
+    rows: list[tuple[int, Program, Program, Program]] = []
+    phases: list[tuple[int, str, dict[str, float]]] = []
+    print(f"# start {load()}", flush=True)
     for n in (int(s) for s in args.sizes.split(",")):
         with tempfile.TemporaryDirectory() as d:
             tmp = Path(d)
-            tkf, base = tkf_project(tmp, n), baseline_project(tmp, n)
-            t_tkf = t_base = float("inf")
-            for _ in range(args.repeat):  # interleaved, so machine noise hits both alike
-                t_base = min(t_base, timed_preview(base))
-                t_tkf = min(t_tkf, timed_preview(tkf))
-            last_ratio = t_tkf / t_base
-            print(f"models={n:3d} tkf_preview_s={t_tkf:6.2f} baseline_configmaps_s={t_base:6.2f} "
-                  f"ratio={last_ratio:.2f}")
-    print(f"summary ratio_at_largest={last_ratio:.2f} target<=1.5")
+            tkf = tkf_program(tmp, n)
+            timed_preview(tkf)  # also learns how many resources tkf registers
+            same = floor_program(tmp, "floor-same-count", tkf.resources - FLOOR_OVERHEAD)
+            per_model = floor_program(tmp, "floor-per-model", n)
+            for _ in range(args.repeat):  # interleaved, so machine noise hits all alike
+                for p in (per_model, same, tkf):
+                    timed_preview(p)
+            if same.resources != tkf.resources:
+                raise SystemExit(f"floor registered {same.resources} resources, tkf {tkf.resources}")
+            rows.append((n, tkf, same, per_model))
+            print(f"models={n:4d} resources={tkf.resources:5d} tkf_s={tkf.best:6.2f} "
+                  f"floor_same_count_s={same.best:6.2f} floor_per_model_s={per_model.best:6.2f} "
+                  f"ratio_same_count={tkf.best / same.best:.2f} ratio_per_model={tkf.best / per_model.best:.2f} "
+                  f"({load()})", flush=True)  # fmt: skip
+            if not args.no_trace:
+                for p in (tkf, same):
+                    phases.append((n, p.label, traced_preview(p, tmp / f"trace-{p.label}.json")))
+    print()
+    print("| models | resources | tkf preview | floor, same count | ratio | floor, one ConfigMap per model | ratio |")
+    print("|---|---|---|---|---|---|---|")
+    for n, tkf, same, per_model in rows:
+        print(f"| {n} | {tkf.resources} | {tkf.best:.2f} s | {same.best:.2f} s | {tkf.best / same.best:.2f} | "
+              f"{per_model.best:.2f} s | {tkf.best / per_model.best:.2f} |")
+    if phases:
+        print()
+        print("Where the time goes (one traced preview each; seconds; fit checks = busy time of the Python "
+              "dynamic provider's Check calls)")
+        print("| models | program | total | startup | imports+plan | registration | fit checks (calls) | "
+              "k8s provider | shutdown |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for n, label, ph in phases:
+            print(f"| {n} | {label} | {ph['total']:.2f} | {ph['startup']:.2f} | {ph['imports_plan']:.2f} | "
+                  f"{ph['registration']:.2f} | {ph['fit_checks']:.2f} ({ph['fit_check_calls']:.0f}) | "
+                  f"{ph['k8s_provider']:.2f} | {ph['shutdown']:.2f} |")
+    print(f"\n# end {load()}")
+    worst = max((tkf.best / same.best for n, tkf, same, _ in rows if n >= 50), default=0.0)
+    print(f"summary worst_ratio_same_count_at_50_plus={worst:.2f} target<=1.5")
 
 
 if __name__ == "__main__":
