@@ -16,6 +16,7 @@ Adding a vLLM flag = one annotated field here plus its test.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import math
 from collections.abc import Callable, Iterator, Mapping
@@ -235,18 +236,24 @@ class ServingSpec(SettingsModel):
         return v
 
 
+@functools.cache
+def _table() -> tuple[tuple[Row, ...], dict[str, Row]]:
+    """The rows, read once per process: every model's command line and sizing reads them (issue 18)."""
+    table = tuple(Row(name, info.alias or name, flag) for name, info in ServingSpec.model_fields.items()
+                  for flag in [next((m for m in info.metadata if isinstance(m, Flag)), None)] if flag is not None)
+    return table, {r.field: r for r in table}
+
+
 def rows() -> Iterator[Row]:
     """Every row of the table, in command-line order."""
-    for name, info in ServingSpec.model_fields.items():
-        flag = next((m for m in info.metadata if isinstance(m, Flag)), None)
-        if flag is not None:
-            yield Row(name, info.alias or name, flag)
+    return iter(_table()[0])
 
 
 def row(field: str) -> Row:
-    return next(r for r in rows() if r.field == field)
+    return _table()[1][field]
 
 
+@functools.cache
 def sized_fields() -> tuple[str, ...]:
     """Catalog fields the fit check sizes with; `tkf_infra.sizing.SizingParams` has each of them."""
     return tuple(r.field for r in rows() if r.flag.sized)

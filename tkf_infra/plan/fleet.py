@@ -284,8 +284,13 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
                 for r in catalog.rejected]  # fmt: skip
     planned: list[ModelPlan] = []
     policy = refused_by_policy or {}
+    # Positions in the stack file, found once (a search per model grew with the catalog's square).
+    positions: dict[str, int] = {}
+    for i, raw in enumerate(catalog.settings.models):
+        if isinstance(raw, Mapping) and isinstance(raw.get("name"), str):
+            positions.setdefault(raw["name"], i)
     for entry in catalog.models:
-        index = catalog.index_of(entry.name)
+        index = positions.get(entry.name, -1)
         if entry.name in policy:
             excluded.append(Exclusion(entry.name, index, Stage.POLICY, tuple(policy[entry.name])))
             continue
@@ -300,7 +305,7 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
     layouts = plan_layouts(planned, pools, s.serving.version)
     for layout in layouts.values():
         for name, reason in layout.refused.items():
-            excluded.append(Exclusion(name, catalog.index_of(name), Stage.PLACEMENT, (reason,)))
+            excluded.append(Exclusion(name, positions.get(name, -1), Stage.PLACEMENT, (reason,)))
     placed = [m for m in planned if not any(m.entry.name in lay.refused for lay in layouts.values())]
     warnings += [f"model {m.entry.name}: {w}" for m in placed for w in m.fit.warnings]
     errors += capacity_errors(placed, pools)

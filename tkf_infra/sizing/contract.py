@@ -8,6 +8,7 @@ computed once, by `evaluate`; everything else reads the result.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 
@@ -25,8 +26,10 @@ from tkf_infra.sizing.suggest import doubt_text, fit_message, suggest
 ANNOTATION_PREFIX = "tkf.io/fit-"
 
 
+@functools.cache
 def wire_name(field: str) -> str:
-    """camelCase like the stack file's keys, with the unit spelled as users write it (weightsGiB)."""
+    """camelCase like the stack file's keys, with the unit spelled as users write it (weightsGiB).
+    Cached: every model's figures are published twice (outputs, component) under the same few keys."""
     return to_camel(field).replace("Gib", "GiB")
 
 
