@@ -1,8 +1,8 @@
 """build_fleet: from a fleet plan to every resource of the stack, in dependency order.
 
 provider → namespace → node pools → GPU operator → serving prerequisites → one WeightCache per
-distinct ``repo@revision`` → one FitCheck per deployed model → ModelServing per deployed model
-(waiting on its FitCheck, its cache and the platform).
+distinct ``repo@revision`` → one FitCheck holding every deployed model's verdict → ModelServing per
+deployed model (waiting on the FitCheck, its cache and the platform).
 
 Nothing here reads the network or decides what is deployed: `tkf_infra.plan` did, from data the
 program gathered at its edge (`tkf_infra.program`). Models the plan left out register nothing.
@@ -45,7 +45,8 @@ class Fleet:
     prerequisites: ServingPrerequisites
     weight_caches: dict[str, WeightCache]
     """Keyed by ``repo@revision``."""
-    fit_checks: dict[str, FitCheck]
+    fit_check: FitCheck | None
+    """Every deployed model's verdict (None when the plan deploys no model)."""
     models: dict[str, ModelServing]
     """Keyed by catalog name: the models the plan deploys."""
     api_key_secret: k8s.core.v1.Secret | None = None
@@ -158,12 +159,16 @@ def build_fleet(plan: FleetPlan, *, api_key: pulumi.Output[str] | None, stack: s
                         "(set it with `pulumi config set --secret apiKey …`)")  # fmt: skip
 
     caches = _weight_caches(plan, provider, namespace)
-    fits: dict[str, FitCheck] = {}
+    # One check for the stack (providers/fit.py says why); only deployed models are in it.
+    fit = FitCheck(names.FIT_CHECK, {m.entry.name: {"sizedFor": m.fit_inputs.summary(),
+                                                    "result": m.fit.model_dump(by_alias=True, mode="json")}
+                                     for m in plan.models}) if plan.models else None  # fmt: skip
     models: dict[str, ModelServing] = {}
+    before_cache: list[pulumi.Resource] = [*([fit] if fit else []), namespace]
+    after_cache: list[pulumi.Resource] = [gpu_operator, *([sharing] if sharing else []), *prerequisites.dependencies,
+                                          *([api_key_secret] if api_key_secret is not None else [])]
     for m in plan.models:
         e = m.entry
-        fits[e.name] = FitCheck(names.fit_check(e.name), e.name, m.fit_inputs.summary(),
-                                m.fit.model_dump(by_alias=True, mode="json"))
         cache = caches[e.model_ref]
         models[e.name] = ModelServing(
             e.name,
@@ -178,12 +183,10 @@ def build_fleet(plan: FleetPlan, *, api_key: pulumi.Output[str] | None, stack: s
             # registrations; the failed download is reported per model instead (docs/operations.md).
             opts=pulumi.ResourceOptions(
                 providers=[provider],
-                depends_on=[fits[e.name], namespace, cache.pvc, gpu_operator, *([sharing] if sharing else []),
-                            *prerequisites.dependencies,
-                            *([api_key_secret] if api_key_secret is not None else [])],
+                depends_on=[*before_cache, cache.pvc, *after_cache],
             ),
         )  # fmt: skip
 
     return Fleet(plan=plan, provider=provider, namespace=namespace, node_pools=pools, gpu_operator=gpu_operator,
-                 prerequisites=prerequisites, weight_caches=caches, fit_checks=fits, models=models,
+                 prerequisites=prerequisites, weight_caches=caches, fit_check=fit, models=models,
                  api_key_secret=api_key_secret, gpu_sharing=sharing)  # fmt: skip

@@ -1,14 +1,21 @@
-"""The fit check in the engine: one FitCheck per deployed model, its verdict recorded in state and
-enforced by `check`, so no model's workload can be created unless its check passed.
+"""The fit check in the engine: one FitCheck per stack, holding every deployed model's verdict,
+recorded in state and enforced by `check`, so no workload can be created unless the check passed.
 
 Why the verdict is not computed here: the engine aborts a whole preview or update at the first
 failed check, which would let one refused model block every other. The program therefore sizes
 every model first (`tkf_infra.sizing.contract.evaluate`, in `tkf_infra.plan`), leaves the refused
-ones out with their reasons, and registers a FitCheck only for the models it deploys — carrying
-the verdict and what it was computed from. This provider gates on that verdict (a FitCheck built
-with a refusal fails at preview with its message), shows the figures in the preview's diff and
-keeps them in state. It imports nothing but Pulumi at module level: dill pickles it into state and
-the engine's Python host re-imports it for every call.
+ones out with their reasons, and puts only the models it deploys into the FitCheck — each with its
+verdict and what it was computed from. This provider gates on those verdicts (a FitCheck holding a
+refusal fails at preview, naming every refused model with its message), shows the figures in the
+preview's diff and keeps them in state.
+
+Why one per stack and not one per model (issue 18): each resource costs the SDK and the engine a
+registration, and each dynamic-provider call is served one at a time by one Python process; at a few
+hundred models the per-model checks were a fifth of the preview. A model's figures still reach its
+workload (the `tkf.io/fit-*` annotations), so a changed verdict still shows as that model's update.
+It imports nothing but Pulumi at module level: dill pickles it into state and the engine's Python
+host re-imports it. States written by the per-model FitCheck (provider version 2) are removed by
+the next `up` through this same class (its `delete` does nothing).
 """
 
 from __future__ import annotations
@@ -19,9 +26,9 @@ import pulumi
 import pulumi.dynamic as dyn
 
 #: Bump when what a FitCheck records changes, so existing FitCheck resources are re-recorded.
-PROVIDER_VERSION = "2"
+PROVIDER_VERSION = "3"
 _UNKNOWN_SENTINEL = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
-_KEYS = ("model", "sizedFor", "result", "providerVersion")
+_KEYS = ("models", "providerVersion")
 
 
 def _has_unknown(value: Any) -> bool:
@@ -36,24 +43,33 @@ def _has_unknown(value: Any) -> bool:
     return False
 
 
+def refusals(models: Any) -> list[tuple[str, str]]:
+    """(model, message) of every recorded verdict that is known and is not a fit, in model order."""
+    if not isinstance(models, dict):
+        return []
+    out = []
+    for name, record in models.items():
+        result = record.get("result") if isinstance(record, dict) else None
+        if _has_unknown(result) or not isinstance(result, dict) or result.get("fits") is True:
+            continue
+        out.append((str(name), str(result.get("message") or f"model {name}: the fit check refused it")))
+    return out
+
+
 class FitProvider(dyn.ResourceProvider):
-    """Gate and record: `check` refuses a recorded refusal; create/update store what was checked."""
+    """Gate and record: `check` refuses every recorded refusal; create/update store what was checked."""
 
     def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.CheckResult:
-        result = news.get("result")
-        if _has_unknown(result) or not isinstance(result, dict):
-            return dyn.CheckResult(news, [])
-        if result.get("fits") is True:
-            return dyn.CheckResult(news, [])
-        message = result.get("message") or f"model {news.get('model')}: the fit check refused it"
-        return dyn.CheckResult(news, [dyn.CheckFailure("result", str(message))])
+        refused = refusals(news.get("models"))
+        failures = [dyn.CheckFailure(f"models.{name}.result", message) for name, message in refused]
+        return dyn.CheckResult(news, failures)
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dyn.DiffResult:
         changed = [k for k in _KEYS if olds.get(k) != news.get(k)]
         return dyn.DiffResult(changes=bool(changed), replaces=[], delete_before_replace=False)
 
     def create(self, props: dict[str, Any]) -> dyn.CreateResult:
-        return dyn.CreateResult(id_=str(props.get("model")), outs={k: props.get(k) for k in _KEYS})
+        return dyn.CreateResult(id_="fleet", outs={k: props.get(k) for k in _KEYS})
 
     def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> dyn.UpdateResult:
         return dyn.UpdateResult(outs={k: news.get(k) for k in _KEYS})
@@ -63,11 +79,12 @@ class FitProvider(dyn.ResourceProvider):
 
 
 class FitCheck(dyn.Resource, module="tkf", name="FitCheck"):
-    """One per deployed model: `sizedFor` (what the verdict depends on) and `result` (the verdict)."""
+    """One per stack: `models` maps each deployed model to `sizedFor` (what its verdict depends on)
+    and `result` (the verdict and its figures)."""
 
-    result: pulumi.Output[dict[str, Any]]
+    models: pulumi.Output[dict[str, Any]]
 
-    def __init__(self, name: str, model: str, sized_for: dict[str, Any], result: dict[str, Any],
+    def __init__(self, name: str, models: dict[str, dict[str, Any]],
                  opts: pulumi.ResourceOptions | None = None) -> None:  # fmt: skip
-        props = {"model": model, "sizedFor": sized_for, "result": result, "providerVersion": PROVIDER_VERSION}
+        props = {"models": models, "providerVersion": PROVIDER_VERSION}
         super().__init__(FitProvider(), name, props, opts)

@@ -23,16 +23,18 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = Path(__file__).parent / "data" / "models" / "configs"
 
 
-def fit_inputs(config: str, gpu: str | None, **serving: Any) -> FitInputs:
+def fit_inputs(config: str, gpu: str | None, model: str = "chat", **serving: Any) -> FitInputs:
     facts = ModelFacts(repo="org/" + config, revision="0" * 40, config=json.loads((CONFIGS / config).read_text()))
-    return FitInputs(model="chat", repo=facts.repo, revision=facts.revision, facts=facts,
+    return FitInputs(model=model, repo=facts.repo, revision=facts.revision, facts=facts,
                      gpu=lookup_gpu(gpu) if gpu else None, params=SizingParams(vllm_version="0.19.0", **serving))
 
 
-def props(result: FitResult) -> dict[str, Any]:
-    """FitCheck properties as the engine hands them to the provider (JSON, camelCase)."""
-    return {"model": "chat", "sizedFor": {}, "result": result.model_dump(by_alias=True, mode="json"),
-            "providerVersion": "2"}
+def props(result: FitResult, model: str = "chat", **others: FitResult) -> dict[str, Any]:
+    """FitCheck properties as the engine hands them to the provider (JSON, camelCase): one record per model."""
+    results = {model: result, **others}
+    return {"models": {name: {"sizedFor": {}, "result": r.model_dump(by_alias=True, mode="json")}
+                       for name, r in results.items()},
+            "providerVersion": "3"}
 
 
 def test_70b_on_one_h100_is_refused_with_numbers_and_way_out() -> None:
@@ -81,18 +83,32 @@ def test_check_gates_on_the_recorded_verdict() -> None:
     assert [f.reason for f in failures] == [refused.message]
 
 
+def test_every_refused_model_in_one_check_is_named_and_the_fitting_one_is_not() -> None:
+    """One FitCheck holds the whole fleet: a refusal must still name its own model, each one apart."""
+    fits = evaluate(fit_inputs("meta-llama__Llama-3.1-8B-Instruct.json", "H100-80GB", max_model_len=8192))
+    too_big = evaluate(fit_inputs("meta-llama__Meta-Llama-3.1-70B.json", "L4", "big", max_model_len=8192))
+    too_long = evaluate(fit_inputs("Qwen__Qwen3-8B.json", "L4", "long", max_model_len=40960))
+    failures = FitProvider().check({}, props(fits, "small", big=too_big, long=too_long)).failures
+    assert [f.property for f in failures] == ["models.big.result", "models.long.result"]
+    assert failures[0].reason.startswith("model big: ") and "no memory left for the KV cache" in failures[0].reason
+    assert failures[1].reason.startswith("model long: ") and "maxModelLen <= " in failures[1].reason
+
+
 def test_unknown_result_is_skipped_at_preview() -> None:
     news = props(evaluate(fit_inputs("meta-llama__Meta-Llama-3.1-70B.json", "L4", max_model_len=8192)))
-    news["result"] = UNKNOWN
+    news["models"]["chat"]["result"] = UNKNOWN
     assert FitProvider().check({}, news).failures == []
-    news["result"] = {"fits": "04da6b54-80e4-46f7-96ec-b56ff0331ba9"}
+    news["models"]["chat"]["result"] = {"fits": "04da6b54-80e4-46f7-96ec-b56ff0331ba9"}
+    assert FitProvider().check({}, news).failures == []
+    news["models"] = UNKNOWN
     assert FitProvider().check({}, news).failures == []
 
 
 def test_create_records_what_was_checked_and_diff_follows_it() -> None:
     old = props(evaluate(fit_inputs("Qwen__Qwen3-8B.json", "H100-80GB", max_model_len=8192)))
     outs = FitProvider().create(old).outs
-    assert outs is not None and outs["result"]["fits"] is True and outs["result"]["kvCacheTokens"] > 300_000
+    assert outs is not None and outs["models"]["chat"]["result"]["fits"] is True
+    assert outs["models"]["chat"]["result"]["kvCacheTokens"] > 300_000
     assert FitProvider().diff("chat", old, dict(old)).changes is False
     new = props(evaluate(fit_inputs("Qwen__Qwen3-8B.json", "H100-80GB", max_model_len=16384)))
     assert FitProvider().diff("chat", old, new).changes is True

@@ -196,7 +196,7 @@ def test_api_key_is_a_secret_reference_never_plaintext() -> None:
 def test_model_serving_waits_for_its_fit_check_and_the_namespace() -> None:
     h = build(SINGLE_GPU)
     ms = next(r for r in h.resources if r.type == "tkf:serving:ModelServing")
-    fit = h.mocks.named("qwen3-8b-fit")
+    fit = h.mocks.named("fit-checks")
     ns = h.mocks.named("namespace-serving")
     assert fit.urn in ms.depends_on and ns.urn in ms.depends_on
     svc = workload(h, "qwen3-8b")

@@ -49,11 +49,14 @@ def service_account(model: str) -> str:
     return _check(f"{model}-sa")
 
 
+#: Pulumi name of the stack's one FitCheck (not a Kubernetes object; it belongs to no single model).
+FIT_CHECK = "fit-checks"
 FIT_CHECK_SUFFIX = "-fit"
 
 
 def fit_check(model: str) -> str:
-    """Pulumi name of a model's FitCheck (not a Kubernetes object; the CLI maps it back to the model)."""
+    """Pulumi name of a model's FitCheck before issue 18 (one per model): the CLI still maps such a
+    resource, deleted by the first `up` after the change, back to its model."""
     return f"{model}{FIT_CHECK_SUFFIX}"
 
 

@@ -36,7 +36,7 @@ def test_preview_lists_expected_resources(make_stack: Callable[..., EngineStack]
     assert types["kubernetes:networking.k8s.io/v1:NetworkPolicy"] == 2
     assert types["kubernetes:core/v1:PersistentVolumeClaim"] == 2  # two distinct repo@revision
     assert types["kubernetes:batch/v1:Job"] == 2
-    assert sum(1 for _, t, n in steps if n.endswith("-fit")) == 2
+    assert [n for _, t, n in steps if t.endswith(":FitCheck")] == ["fit-checks"]  # one for the stack
     assert res.change_summary.get(auto.events.OpType.CREATE, 0) >= sum(types.values()) - 2  # less default providers
 
 

@@ -5,7 +5,8 @@ entry, whether it was created, updated, left unchanged, failed (and why) or left
 the stage that refused it) — so one broken model is named alone and the others visibly went through.
 
 Where each fact comes from, so nothing is decided twice:
-- deployed models: the engine's events, attributed to a model by URN (its ModelServing and FitCheck;
+- deployed models: the engine's events, attributed to a model by URN (its ModelServing, or a per-model FitCheck
+  left in a state written before the stack had one FitCheck;
   a WeightCache's resources to every model it serves, from the component's `models` output, so a
   failed weight download fails exactly those models);
 - left-out models: the program's own `rejected` output (`tkf_infra.plan.Exclusion`), read from the
