@@ -70,14 +70,15 @@ def _workspace(project: Path, state: Path) -> tuple[dict[str, str], auto.LocalWo
     return env, auto.LocalWorkspaceOptions(env_vars=env, pulumi_command=auto.PulumiCommand(root=str(pulumi_home())))
 
 
-def tkf_program(tmp: Path, n: int) -> Program:
-    project = copy_project(tmp / "tkf")
+def tkf_program(tmp: Path, n: int, label: str = "tkf", checkout: Path = ROOT) -> Program:
+    """The dev stack with `n` generated models, from `checkout` (this one, or another to compare with)."""
+    project = copy_project(tmp / label, checkout)
     doc = dev_stack_config()
     doc["config"]["tkf-infra:models"] = generated_models(n)
-    doc["config"]["tkf-infra:cluster"]["renderDir"] = str(tmp / "rendered-tkf")
+    doc["config"]["tkf-infra:cluster"]["renderDir"] = str(tmp / f"rendered-{label}")
     (project / "Pulumi.bench.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    env, opts = _workspace(project, tmp / "state-tkf")
-    return Program("tkf", auto.create_stack("bench", work_dir=str(project), opts=opts), env)
+    env, opts = _workspace(project, tmp / f"state-{label}")
+    return Program(label, auto.create_stack("bench", work_dir=str(project), opts=opts), env)
 
 
 def floor_program(tmp: Path, label: str, configmaps: int) -> Program:
@@ -193,8 +194,12 @@ def main() -> None:
     ap.add_argument("--sizes", default=QUICK_SIZES, help=f"comma-separated model counts (all: {ALL_SIZES})")
     ap.add_argument("--repeat", type=int, default=2, help="previews per program and size; the best is kept")
     ap.add_argument("--no-trace", action="store_true", help="skip the traced previews (no time breakdown)")
+    ap.add_argument("--compare-with", type=Path, metavar="CHECKOUT",
+                    help="also time the program of another checkout (e.g. `git worktree add /tmp/main main`), "
+                         "interleaved with the others: a before/after in one run")  # fmt: skip
     args = ap.parse_args()
     rows: list[tuple[int, Program, Program, Program]] = []
+    others: list[tuple[int, Program, Program]] = []
     phases: list[tuple[int, str, dict[str, float]]] = []
     print(f"# start {load()}", flush=True)
     for n in (int(s) for s in args.sizes.split(",")):
@@ -204,8 +209,12 @@ def main() -> None:
             timed_preview(tkf)  # also learns how many resources tkf registers
             same = floor_program(tmp, "floor-same-count", tkf.resources - FLOOR_OVERHEAD)
             per_model = floor_program(tmp, "floor-per-model", n)
+            programs = [per_model, same, tkf]
+            if args.compare_with:
+                other = tkf_program(tmp, n, "other", args.compare_with.resolve())
+                programs.append(other)
             for _ in range(args.repeat):  # interleaved, so machine noise hits all alike
-                for p in (per_model, same, tkf):
+                for p in programs:
                     timed_preview(p)
             if same.resources != tkf.resources:
                 raise SystemExit(f"floor registered {same.resources} resources, tkf {tkf.resources}")
@@ -214,8 +223,12 @@ def main() -> None:
                   f"floor_same_count_s={same.best:6.2f} floor_per_model_s={per_model.best:6.2f} "
                   f"ratio_same_count={tkf.best / same.best:.2f} ratio_per_model={tkf.best / per_model.best:.2f} "
                   f"({load()})", flush=True)  # fmt: skip
+            if args.compare_with:
+                others.append((n, other, tkf))
+                print(f"models={n:4d} other_checkout_s={other.best:6.2f} resources={other.resources} "
+                      f"this_checkout_s={tkf.best:6.2f} speedup={other.best / tkf.best:.2f}", flush=True)
             if not args.no_trace:
-                for p in (tkf, same):
+                for p in programs[1:]:
                     phases.append((n, p.label, traced_preview(p, tmp / f"trace-{p.label}.json")))
     print()
     print("| models | resources | tkf preview | floor, same count | ratio | floor, one ConfigMap per model | ratio |")
@@ -223,6 +236,13 @@ def main() -> None:
     for n, tkf, same, per_model in rows:
         print(f"| {n} | {tkf.resources} | {tkf.best:.2f} s | {same.best:.2f} s | {tkf.best / same.best:.2f} | "
               f"{per_model.best:.2f} s | {tkf.best / per_model.best:.2f} |")
+    if others:
+        print(f"\nThis checkout against {args.compare_with} (same run, interleaved)")
+        print("| models | other: resources | other: preview | this: resources | this: preview | other / this |")
+        print("|---|---|---|---|---|---|")
+        for n, other, tkf in others:
+            print(f"| {n} | {other.resources} | {other.best:.2f} s | {tkf.resources} | {tkf.best:.2f} s | "
+                  f"{other.best / tkf.best:.2f} |")
     if phases:
         print()
         print("Where the time goes (one traced preview each; seconds; fit checks = busy time of the Python "

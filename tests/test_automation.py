@@ -23,8 +23,10 @@ def test_resources_are_attributed_to_their_model_through_parents() -> None:
     fit = "urn:pulumi:dev::tkf-infra::pulumi-python:dynamic/tkf:FitCheck::qwen-fit"
     tracker.parents.update({serving: stack, svc: serving})
     assert tracker.model_of(svc) == "qwen"
-    assert tracker.model_of(fit) == "qwen"
+    assert tracker.model_of(fit) == "qwen"  # a per-model check left in an older state
     assert tracker.model_of(stack) is None
+    fleet_fit = "urn:pulumi:dev::tkf-infra::pulumi-python:dynamic/tkf:FitCheck::fit-checks"
+    assert tracker.model_of(fleet_fit) is None, "the stack's one FitCheck holds every model: it is none of them"
     tracker.report("qwen").errors.append("does not fit")
     summary = summarize("dev", "preview", tracker, ok=False)
     assert summary["failedModels"] == ["qwen"] and summary["models"]["qwen"]["status"] == "failed"

@@ -104,8 +104,10 @@ def models_of(urn: str | None, parents: Mapping[str, str], cache_models: Mapping
         rtype, name = urn_type_and_name(urn)
         if rtype == MODEL_SERVING_TYPE:
             return [name]
-        fit_check = rtype.startswith("pulumi-python:dynamic") and name.endswith(FIT_CHECK_SUFFIX)
-        if rtype.endswith(":FitCheck") or fit_check:
+        # A per-model FitCheck (states written before the stack's one FitCheck, `names.FIT_CHECK`, which
+        # holds every model and so belongs to none).
+        dynamic = rtype.endswith(":FitCheck") or rtype.startswith("pulumi-python:dynamic")
+        if dynamic and name.endswith(FIT_CHECK_SUFFIX):
             return [name.removesuffix(FIT_CHECK_SUFFIX)]
         if rtype == WEIGHT_CACHE_TYPE:
             return list(cache_models.get(urn, []))
