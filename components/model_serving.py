@@ -11,8 +11,9 @@ What it creates, and why:
   what runs;
 - a stable alias Service ``<name>-openai`` on port 8000: the gateway's address for the model,
   whatever the backend names its own Services;
-- a NetworkPolicy: only the gateway namespace may call the API and only the monitoring namespace
-  may scrape it (vLLM serves both on 8000); pods of one multi-node model may talk to each other;
+- a NetworkPolicy: only the gateway namespace may reach the API port (8000), and the monitoring
+  namespace only the metrics sidecar's port: vLLM's key leaves routes such as ``/invocations``
+  open on 8000 (components/metrics_proxy.py); pods of one multi-node model may talk to each other;
 - for gated repos on KServe, a ServiceAccount listing the ``HF_TOKEN`` Secret (KServe's
   credential builder reads it when the model is fetched with ``hf://``).
 
@@ -232,14 +233,18 @@ class ModelServing(pulumi.ComponentResource):
     def _network_policy(self, name: str, args: ModelServingArgs) -> pulumi.CustomResource:
         e, ns = args.entry, args.namespaces
         net = k8s.networking.v1
-        port = [net.NetworkPolicyPortArgs(protocol="TCP", port=names.SERVING_PORT)]
+
+        def port(number: int) -> list[net.NetworkPolicyPortArgs]:
+            return [net.NetworkPolicyPortArgs(protocol="TCP", port=number)]
 
         def from_ns(namespace: str) -> net.NetworkPolicyPeerArgs:
             return net.NetworkPolicyPeerArgs(namespace_selector=meta.LabelSelectorArgs(
                 match_labels={"kubernetes.io/metadata.name": namespace}))
 
-        ingress = [net.NetworkPolicyIngressRuleArgs(from_=[from_ns(ns.gateway)], ports=port),
-                   net.NetworkPolicyIngressRuleArgs(from_=[from_ns(ns.monitoring)], ports=port)]  # fmt: skip
+        ingress = [
+            net.NetworkPolicyIngressRuleArgs(from_=[from_ns(ns.gateway)], ports=port(names.SERVING_PORT)),
+            net.NetworkPolicyIngressRuleArgs(from_=[from_ns(ns.monitoring)], ports=port(names.METRICS_PORT)),
+        ]
         if e.is_multi_node:
             # Leader and workers exchange tensors (NCCL / torch.distributed) on dynamic ports.
             ingress.append(net.NetworkPolicyIngressRuleArgs(from_=[net.NetworkPolicyPeerArgs(

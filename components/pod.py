@@ -17,10 +17,12 @@ import pulumi_kubernetes as k8s
 from components import vllm_args as va
 from tkf_infra.config import ModelEntry, Serving
 from tkf_infra.config.flags import rows
-from tkf_infra.names import SERVING_PORT
+from tkf_infra.names import METRICS_PORT, SERVING_PORT
 from tkf_infra.plan.share import GPU_RESOURCE
 
 core = k8s.core.v1
+#: Name of the metrics sidecar container (KServe merges our containers over its preset's by name).
+METRICS_CONTAINER = "metrics"
 
 
 @dataclass(frozen=True)
@@ -75,9 +77,10 @@ def secret_env(name: str, secret: str, key: str) -> core.EnvVarArgs:
 
 
 def env(p: PodInputs, *, offline: bool = True) -> list[core.EnvVarArgs]:
-    """Serving env. The API key arrives by ``secretKeyRef`` so it is never in args, state or outputs;
-    vLLM reads ``VLLM_API_KEY`` and guards only ``/v1``, so ``/health`` and ``/metrics`` stay open
-    for probes and Prometheus."""
+    """Serving env. The API keys arrive by ``secretKeyRef`` so no value is in the spec, state or outputs;
+    vLLM guards only ``/v1``, ``/v2``, ``/inference`` and ``/cohere`` with them, so ``/health``
+    stays open for probes (and the NetworkPolicy, not the key, keeps everyone but the gateway
+    away from the other routes)."""
     e = p.entry
     out = [core.EnvVarArgs(name="HOME", value="/home")]
     if offline:
@@ -169,10 +172,21 @@ def container(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.Contai
     )  # fmt: skip
 
 
+def metrics_container(p: PodInputs) -> core.ContainerArgs:
+    """The metrics sidecar (components/metrics_proxy.py): GET /metrics on its own port, from the vLLM image."""
+    return core.ContainerArgs(
+        name=METRICS_CONTAINER, image=va.image(p.entry, p.serving), command=va.metrics_proxy_command(),
+        ports=[core.ContainerPortArgs(name="metrics", container_port=METRICS_PORT, protocol="TCP")],
+        resources=core.ResourceRequirementsArgs(requests={"cpu": "10m", "memory": "32Mi"}, limits={"memory": "64Mi"}),
+        security_context=container_security(),
+    )  # fmt: skip
+
+
 def pod_spec(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.PodSpecArgs:
+    """A serving pod; the leader (the pod serving the API) also runs the metrics sidecar."""
     e = p.entry
     return core.PodSpecArgs(
-        containers=[container(p, kserve=kserve, leader=leader)],
+        containers=[container(p, kserve=kserve, leader=leader), *([metrics_container(p)] if leader else [])],
         init_containers=[wait_for_weights(p.cache, va.image(e, p.serving))] if p.cache else None,
         volumes=volumes(e, p.cache.pvc_name if p.cache else None),
         security_context=pod_security(),

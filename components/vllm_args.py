@@ -21,10 +21,11 @@ numbers, so a 0.5B dev model and a 405B model both get sane pods:
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from tkf_infra.config import ModelEntry, Serving
 from tkf_infra.config.flags import KServe, rows
-from tkf_infra.names import SERVING_PORT
+from tkf_infra.names import METRICS_PORT, SERVING_PORT
 from tkf_infra.sizing.params import GIB, MIB
 
 #: Where KServe mounts the model (``pvc://`` / storage-initializer); the vllm backend uses the same.
@@ -161,6 +162,15 @@ def labels(entry: ModelEntry, component: str = "model-server") -> dict[str, str]
         "tkf.io/model": entry.name,
         "tkf.io/revision": entry.revision[:12],
     }
+
+
+def metrics_proxy_command() -> list[str]:
+    """The metrics sidecar: components/metrics_proxy.py's source run by the vLLM image's ``python3``."""
+    from components import metrics_proxy
+
+    source = Path(metrics_proxy.__file__).read_text()
+    return ["python3", "-c", source, "--listen", f"0.0.0.0:{METRICS_PORT}",
+            "--upstream", f"http://127.0.0.1:{SERVING_PORT}{metrics_proxy.PATH}"]  # fmt: skip
 
 
 def image(entry: ModelEntry, serving: Serving) -> str:

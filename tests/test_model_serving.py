@@ -168,14 +168,17 @@ def test_alias_service_and_base_url(backend: str) -> None:
     assert alias["llama-405b-openai"].spec["selector"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0"
 
 
-def test_network_policy_admits_gateway_and_monitoring_on_8000_only() -> None:
-    h = build(SINGLE_GPU)
+@pytest.mark.parametrize("backend", ["kserve", "vllm"])
+def test_network_policy_admits_the_gateway_to_8000_and_monitoring_to_the_metrics_port_only(backend: str) -> None:
+    h = build(SINGLE_GPU, backend=backend)
     pol = next(r for r in h.resources if r.type == "kubernetes:networking.k8s.io/v1:NetworkPolicy")
     assert pol.metadata["name"] == "qwen3-8b-netpol"
     rules = pol.spec["ingress"]
-    sources = [r["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for r in rules]
-    assert sources == ["llm-gateway", "monitoring"]
-    assert all(r["ports"] == [{"protocol": "TCP", "port": 8000}] for r in rules)
+    by_source = {r["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]: r["ports"]
+                 for r in rules}  # fmt: skip
+    assert by_source == {"llm-gateway": [{"protocol": "TCP", "port": 8000}],
+                         "monitoring": [{"protocol": "TCP", "port": 9000}]}  # fmt: skip
+    assert len(rules) == 2
 
 
 def test_api_key_is_a_secret_reference_never_plaintext() -> None:

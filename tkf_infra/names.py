@@ -15,6 +15,9 @@ MAX_MODEL_NAME_LEN = 36
 K8S_NAME_LIMIT = 63
 #: vLLM's OpenAI server port (KServe's presets use it too): the alias Service and every pod serve on it.
 SERVING_PORT = 8000
+#: The metrics sidecar's port (components/metrics_proxy.py): the only port the monitoring namespace may
+#: reach, since port 8000 also answers inference routes vLLM's API key does not guard.
+METRICS_PORT = 9000
 
 # Suffixes tkf-infra appends to a model's name, longest first; tests check each stays within limits.
 MODEL_SUFFIXES: tuple[str, ...] = ("-kserve-mn", "-openai", "-netpol", "-fit", "-sa")
