@@ -22,17 +22,21 @@ from components.gpu_operator import GpuOperator, GpuOperatorArgs
 from components.gpu_sharing import MIG_CONFIG_NAME, GpuSharing, GpuSharingArgs, has_mig
 from components.model_serving import ModelServing, ModelServingArgs
 from components.node_pool import GpuNodePool, GpuNodePoolArgs
-from components.pod import CacheRef
+from components.pod import ApiKeyRef, CacheRef
 from components.prerequisites import ServingPrerequisites, ServingPrerequisitesArgs
 from components.weight_cache import WeightCache, WeightCacheArgs
 from providers.fit import FitCheck
 from tkf_infra import names
 from tkf_infra.config import Backend, ClusterTarget
+from tkf_infra.config.api_keys import ApiKeys
 from tkf_infra.plan import FleetPlan, ModelPlan
 
-#: Secret (in the serving namespace) holding the runtime API key, and its key.
+#: Secret (in the serving namespace) holding the runtime API keys: the gateway's key, and during a
+#: rotation the second accepted key (apiKeyNext, then apiKeyPrevious: one slot, so the pod spec
+#: does not change between the rotation's first two steps).
 API_KEY_SECRET = "vllm-api-key"
 API_KEY_SECRET_KEY = "api-key"
+API_KEY_EXTRA_SECRET_KEY = "api-key-extra"
 
 
 @dataclass
@@ -101,7 +105,7 @@ def _weight_caches(plan: FleetPlan, provider: k8s.Provider, namespace: pulumi.Re
     return caches
 
 
-def build_fleet(plan: FleetPlan, *, api_key: pulumi.Output[str] | None, stack: str) -> Fleet:
+def build_fleet(plan: FleetPlan, *, api_keys: ApiKeys | None, stack: str) -> Fleet:
     """Register the whole stack from the plan; returns handles for the outputs."""
     s = plan.catalog.settings
     provider = make_provider(s.cluster, stack)
@@ -144,16 +148,22 @@ def build_fleet(plan: FleetPlan, *, api_key: pulumi.Output[str] | None, stack: s
     )  # fmt: skip
 
     api_key_secret: k8s.core.v1.Secret | None = None
-    if api_key is not None:
+    key_ref: ApiKeyRef | None = None
+    if api_keys is not None:
+        data = {API_KEY_SECRET_KEY: pulumi.Output.secret(api_keys.current)}
+        if api_keys.extra:
+            data[API_KEY_EXTRA_SECRET_KEY] = pulumi.Output.secret(api_keys.extra)
         api_key_secret = k8s.core.v1.Secret(
             "api-key",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=API_KEY_SECRET, namespace=s.namespaces.serving,
                                                 labels={"app.kubernetes.io/part-of": va.PART_OF}),
             type="Opaque",
-            string_data={API_KEY_SECRET_KEY: pulumi.Output.secret(api_key)},  # type: ignore[arg-type]
+            string_data=data,
             opts=pulumi.ResourceOptions(provider=provider, depends_on=[namespace],
                                         additional_secret_outputs=["data", "stringData"]),
         )  # fmt: skip
+        key_ref = ApiKeyRef(API_KEY_SECRET, API_KEY_SECRET_KEY, API_KEY_EXTRA_SECRET_KEY if api_keys.extra else None,
+                            api_keys.accepted_digest)  # fmt: skip
     else:
         pulumi.log.warn("no `apiKey` secret is set: vLLM will serve without authentication "
                         "(set it with `pulumi config set --secret apiKey …`)")  # fmt: skip
@@ -174,8 +184,7 @@ def build_fleet(plan: FleetPlan, *, api_key: pulumi.Output[str] | None, stack: s
             e.name,
             ModelServingArgs(
                 plan=m, serving=s.serving, namespaces=s.namespaces, cache=CacheRef(cache.pvc_name, cache.subpath),
-                api_key_secret=API_KEY_SECRET if api_key_secret is not None else None,
-                api_key_secret_key=API_KEY_SECRET_KEY, skip_await=s.cluster.skip_await,
+                api_key=key_ref, skip_await=s.cluster.skip_await,
             ),
             # On the cache's PVC, not its download Job: the pods' init container waits for the download.
             # A dependency on a Job that fails would end the program in the Python SDK (3.260:

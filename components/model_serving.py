@@ -18,9 +18,12 @@ What it creates, and why:
   credential builder reads it when the model is fetched with ``hf://``).
 
 GPU requests are ours to set (KServe never derives ``nvidia.com/gpu`` from ``parallelism``). The
-runtime API key reaches vLLM only as ``VLLM_API_KEY`` from a Secret reference. The component waits
-for its FitCheck and the platform (``depends_on``), so a model that does not fit never reaches the
-cluster.
+runtime API keys reach vLLM only from Secret references (``components.pod.env``), and the pod
+template carries a digest of the accepted key set, so a changed set rolls the pods (on KServe via
+``spec.annotations``, which KServe v0.20.0 copies onto its pod templates:
+``pkg/controller/v1alpha2/llmisvc/workload_single_node.go:180``, ``workload_multi_node.go:265-268``).
+The component waits for its FitCheck and the platform (``depends_on``), so a model that does not
+fit never reaches the cluster.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import vllm_args as va
-from components.pod import CacheRef, Placement, PodInputs, pod_spec
+from components.pod import ApiKeyRef, CacheRef, Placement, PodInputs, pod_spec
 from tkf_infra import names
 from tkf_infra.config import Backend, ModelEntry, Namespaces, Serving
 from tkf_infra.plan import ModelPlan
@@ -60,9 +63,8 @@ class ModelServingArgs:
     namespaces: Namespaces
     cache: CacheRef | None = None
     """None: fetch from the Hub (``hf://repo:revision`` / ``--revision``) instead of the cache."""
-    api_key_secret: str | None = None
-    """Secret holding the runtime API key (key ``api_key_secret_key``); None = no auth (dev)."""
-    api_key_secret_key: str = "api-key"
+    api_key: ApiKeyRef | None = None
+    """Where the runtime keys are; None = no auth (dev)."""
     skip_await: bool = False
 
     @property
@@ -81,9 +83,14 @@ class ModelServingArgs:
 
     def pod(self, service_account: str | None = None) -> PodInputs:
         return PodInputs(entry=self.entry, serving=self.serving, weight_bytes=self.weight_bytes,
-                         placement=self.placement, cache=self.cache, api_key_secret=self.api_key_secret,
-                         api_key_secret_key=self.api_key_secret_key, service_account=service_account,
+                         placement=self.placement, cache=self.cache, api_key=self.api_key,
+                         service_account=service_account,
                          gpu_resource=self.plan.share.resource if self.plan.share else GPU_RESOURCE)
+
+    @property
+    def pod_annotations(self) -> dict[str, str]:
+        """Pod-template annotations: the accepted key set's digest (pods roll when it changes)."""
+        return {va.API_KEYS_ANNOTATION: self.api_key.digest} if self.api_key else {}
 
 
 class ModelServing(pulumi.ComponentResource):
@@ -158,6 +165,8 @@ class ModelServing(pulumi.ComponentResource):
             "labels": va.labels(e),
             "template": pod_spec(args.pod(sa_name), kserve=True),
         }
+        if args.pod_annotations:
+            spec["annotations"] = args.pod_annotations
         if not e.is_cpu:
             spec["parallelism"] = {"tensor": e.tensor_parallel_size}
             if e.pipeline_parallel_size > 1:
@@ -192,12 +201,16 @@ class ModelServing(pulumi.ComponentResource):
                                          annotations=_annotations(args, ready_condition=None)),
             spec=k8s.apps.v1.DeploymentSpecArgs(
                 replicas=e.replicas,
-                # GPUs are scarce: a rolling update would need a second set of them.
-                strategy=k8s.apps.v1.DeploymentStrategyArgs(type="Recreate"),
+                # GPUs are scarce: no surge (it would need a second set of them). One pod at a time
+                # goes down, so a model with replicas >= 2 keeps serving through a roll (a key
+                # rotation's included); with one replica this is Recreate.
+                strategy=k8s.apps.v1.DeploymentStrategyArgs(type="RollingUpdate", rolling_update=
+                    k8s.apps.v1.RollingUpdateDeploymentArgs(max_surge=0, max_unavailable=1)),
                 selector=meta.LabelSelectorArgs(match_labels={"tkf.io/model": e.name,
                                                               "app.kubernetes.io/component": "model-server"}),
-                template=core.PodTemplateSpecArgs(metadata=meta.ObjectMetaArgs(labels=lbl),
-                                                  spec=pod_spec(args.pod(), kserve=False)),
+                template=core.PodTemplateSpecArgs(
+                    metadata=meta.ObjectMetaArgs(labels=lbl, annotations=args.pod_annotations or None),
+                    spec=pod_spec(args.pod(), kserve=False)),
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
         )  # fmt: skip
@@ -206,6 +219,7 @@ class ModelServing(pulumi.ComponentResource):
                            deps: list[pulumi.Resource]) -> pulumi.CustomResource:  # fmt: skip
         e = args.entry
         lbl = va.labels(e)
+        tmpl_meta = meta.ObjectMetaArgs(labels=lbl, annotations=args.pod_annotations or None)
         return k8s.apiextensions.CustomResource(
             f"{name}-lws",
             api_version=LWS_API_VERSION,
@@ -219,9 +233,9 @@ class ModelServing(pulumi.ComponentResource):
                     "size": e.node_count,
                     # One lost rank stalls the whole pipeline: restart the group together.
                     "restartPolicy": "RecreateGroupOnPodRestart",
-                    "leaderTemplate": core.PodTemplateSpecArgs(metadata=meta.ObjectMetaArgs(labels=lbl),
+                    "leaderTemplate": core.PodTemplateSpecArgs(metadata=tmpl_meta,
                                                                spec=pod_spec(args.pod(), kserve=False)),
-                    "workerTemplate": core.PodTemplateSpecArgs(metadata=meta.ObjectMetaArgs(labels=lbl),
+                    "workerTemplate": core.PodTemplateSpecArgs(metadata=tmpl_meta,
                                                                spec=pod_spec(args.pod(), kserve=False, leader=False)),
                 },
             },

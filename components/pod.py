@@ -42,6 +42,18 @@ class CacheRef:
 
 
 @dataclass(frozen=True)
+class ApiKeyRef:
+    """Where a pod finds its runtime keys: one Secret, the gateway's key under ``key`` and, during a
+    rotation, the second accepted key under ``extra_key``; ``digest`` is the accepted set's
+    (``ApiKeys.accepted_digest``), put on the pod template so pods roll when the set changes."""
+
+    secret: str
+    key: str
+    extra_key: str | None
+    digest: str
+
+
+@dataclass(frozen=True)
 class PodInputs:
     """Everything one pod spec depends on."""
 
@@ -50,11 +62,14 @@ class PodInputs:
     weight_bytes: int
     placement: Placement = field(default_factory=Placement)
     cache: CacheRef | None = None
-    api_key_secret: str | None = None
-    api_key_secret_key: str = "api-key"
+    api_key: ApiKeyRef | None = None
     service_account: str | None = None
     gpu_resource: str = GPU_RESOURCE
     """What each GPU of the pod is requested as (`nvidia.com/mig-<profile>` for a MIG slice)."""
+
+    @property
+    def two_keys(self) -> bool:
+        return self.api_key is not None and self.api_key.extra_key is not None
 
 
 def container_security() -> core.SecurityContextArgs:
@@ -89,8 +104,10 @@ def env(p: PodInputs, *, offline: bool = True) -> list[core.EnvVarArgs]:
     elif e.hf_token_secret:
         # Without the cache vLLM downloads itself: it needs the Hub and, if gated, the token.
         out.append(secret_env("HF_TOKEN", e.hf_token_secret, "HF_TOKEN"))
-    if p.api_key_secret:
-        out.append(secret_env("VLLM_API_KEY", p.api_key_secret, p.api_key_secret_key))
+    if p.api_key:
+        out.append(secret_env(va.API_KEY_ENV, p.api_key.secret, p.api_key.key))
+        if p.api_key.extra_key:
+            out.append(secret_env(va.API_KEY_EXTRA_ENV, p.api_key.secret, p.api_key.extra_key))
     for r in rows():
         if r.flag.env and r.applies_to(e.is_cpu):
             out.append(core.EnvVarArgs(name=r.flag.env, value=r.text(getattr(e, r.field))))
@@ -148,8 +165,9 @@ def container(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.Contai
               core.VolumeMountArgs(name="tmp-dir", mount_path="/tmp")]  # fmt: skip
     command: list[str] | None = None
     args: list[str] | None = None
+    two_keys = p.two_keys and leader  # only the leader serves the API
     if kserve:
-        args = va.kserve_args(e)
+        args = va.kserve_args(e) + (va.two_key_args() if two_keys else [])
     else:
         if p.cache:
             mounts.append(core.VolumeMountArgs(name="weight-cache", mount_path=va.MODEL_MOUNT,
@@ -157,8 +175,8 @@ def container(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.Contai
             path, rev = va.MODEL_MOUNT, None
         else:
             path, rev = e.repo, e.revision
-        command = (va.lws_command(e, path, leader=leader, revision=rev) if e.is_multi_node
-                   else va.serve_command(e, path, rev))  # fmt: skip
+        command = (va.lws_command(e, path, leader=leader, revision=rev, two_keys=two_keys) if e.is_multi_node
+                   else va.serve_command(e, path, rev) + (va.two_key_args() if two_keys else []))  # fmt: skip
     return core.ContainerArgs(
         name="main", image=va.image(e, p.serving), command=command, args=args,
         env=env(p, offline=kserve or p.cache is not None), resources=resources(e, p.weight_bytes, p.gpu_resource),

@@ -37,6 +37,16 @@ MARKER_FILE = ".tkf-download-complete"
 #: A non-root user every vLLM image we use can run as (HOME and /tmp are emptyDirs).
 RUN_AS_USER = 1000
 
+#: Env vars holding the runtime keys, each from the API-key Secret (``secretKeyRef``). vLLM reads
+#: ``VLLM_API_KEY`` itself, but only one key (``vllm/envs.py``); the second key of a rotation reaches
+#: it through ``--api-key`` (``nargs="+"``, which takes precedence over the variable:
+#: ``vllm/entrypoints/serve/middleware/register.py``), by reference, never by value.
+API_KEY_ENV = "VLLM_API_KEY"
+API_KEY_EXTRA_ENV = "TKF_API_KEY_EXTRA"
+#: Pod-template annotation: digest of the accepted key set (``ApiKeys.accepted_digest``), so pods roll
+#: when the set changes and only then. Never the key: a slow salted hash (tkf_infra/config/api_keys.py).
+API_KEYS_ANNOTATION = "tkf.io/api-keys-scrypt"
+
 PART_OF = "tkf-infra"
 LOAD_BYTES_PER_SECOND = 200 * MIB
 #: Assumed throughput of one download from the Hub, for the time bounds of `up`'s waits.
@@ -125,17 +135,35 @@ def serve_command(entry: ModelEntry, model_path: str, revision: str | None = Non
     return cmd + _values(entry, {KServe.SPEC, KServe.SPEC_MULTI_NODE}) + engine_args(entry)
 
 
-def lws_command(entry: ModelEntry, model_path: str, *, leader: bool, revision: str | None = None) -> list[str]:
+def two_key_args() -> list[str]:
+    """``--api-key`` with both keys of a rotation, as Kubernetes ``$(VAR)`` references to the env.
+
+    The kubelet expands them when it starts the container, so the pod spec, the Pulumi state and the
+    rendered manifests hold only the references. What it exposes: the running process's argv (its
+    ``/proc/<pid>/cmdline``, which any process in the host's PID namespace can read) holds the keys
+    for as long as the rotation lasts; the env (read at start) holds them anyway, but readable by
+    the same user only. Only during a rotation: with one key vLLM reads ``VLLM_API_KEY`` and argv
+    holds none. Under KServe the preset runs its command line through ``eval``: the keys' alphabet
+    (tkf_infra/config/api_keys.py) makes the expanded words shell-inert.
+    """
+    return ["--api-key", f"$({API_KEY_ENV})", f"$({API_KEY_EXTRA_ENV})"]
+
+
+def lws_command(entry: ModelEntry, model_path: str, *, leader: bool, revision: str | None = None,
+                two_keys: bool = False) -> list[str]:  # fmt: skip
     """Shell command of a LeaderWorkerSet pod: vLLM's multiprocessing multi-node mode (no Ray).
 
     LWS injects ``LWS_LEADER_ADDRESS``, ``LWS_GROUP_SIZE`` and ``LWS_WORKER_INDEX``; node 0 serves
-    the API, the others run ``--headless``. A shell is needed to expand the variables.
+    the API, the others run ``--headless``. A shell is needed to expand the variables; it also
+    expands a rotation's two keys (quoted, so any value stays one word), on the leader only.
     """
     base = serve_command(entry, model_path, revision)
     dist = ["--nnodes", "${LWS_GROUP_SIZE}", "--node-rank", "${LWS_WORKER_INDEX}",
             "--master-addr", "${LWS_LEADER_ADDRESS}"]  # fmt: skip
     if not leader:
         dist.append("--headless")
+    elif two_keys:
+        dist += ["--api-key", f'"${API_KEY_ENV}"', f'"${API_KEY_EXTRA_ENV}"']
     line = " ".join(_sh_quote(a) for a in base) + " " + " ".join(dist)
     return ["/bin/sh", "-c", f"exec {line}"]
 

@@ -314,22 +314,26 @@ def stack_doc(*models: dict[str, Any], backend: str = "kserve", installed: bool 
 
 def program(doc: dict[str, Any], *, lock: Any = None, api_key: str | None = "unit-test-api-key",
             ec2_client: Any = None, preview: bool = False, outputs: Callable[[Any], dict[str, Any]] | None = None,
-            previous: dict[str, Any] | None = None) -> Harness[Any]:
+            previous: dict[str, Any] | None = None, api_key_next: str | None = None,
+            api_key_previous: str | None = None) -> Harness[Any]:
     """The whole program (`tkf_infra.program.run`) on a stack document, under mocks.
 
     A run that leaves something out ends in a RunError after every registration; it is kept in
     ``Harness.error`` and ``Harness.result`` is then None (the resources are all recorded).
     ``previous``: the stack's outputs from its last run (what `readStackOutputs` answers).
+    ``api_key*``: the stack's `apiKey`, `apiKeyNext`, `apiKeyPrevious` secrets.
     """
+    from tkf_infra.config.api_keys import ApiKeys
     from tkf_infra.hub.lock import load_lock
     from tkf_infra.program import Edge
     from tkf_infra.program import run as run_program
 
     def build() -> Any:
-        # The secret Output is made inside the mocked run: outside it there may be no event loop
-        # (a test before may have run asyncio.run(), which leaves the main thread without one).
+        # Made inside the mocked run, like every Output the program makes from it: outside it there may
+        # be no event loop (a test before may have run asyncio.run(), which leaves none behind).
+        keys = ApiKeys(api_key, api_key_next, api_key_previous) if api_key else None
         edge = Edge(settings=doc, lock=lock if lock is not None else load_lock(), ec2_client=ec2_client,
-                    api_key=pulumi.Output.secret(api_key) if api_key else None, read_api_key=False)
+                    api_keys=keys, read_api_key=False)
         return run_program(edge)
 
     return run(build, outputs, preview=preview, stack="test", expect_error=True, stack_outputs=previous)

@@ -75,7 +75,9 @@ def test_workflow_tells_refused_apart_from_usage_errors_and_crashes() -> None:
 def _outputs(**over: Any) -> dict[str, Any]:
     cat = validate_catalog(stack_doc(SINGLE_GPU))
     outs = {"contractVersion": CONTRACT_VERSION, "gatewayModelList": gateway_model_list(cat),
-            "apiKeyEnv": "TKF_VLLM_API_KEY", "runtimeApiKey": "the-key"}  # fmt: skip
+            "apiKeyEnv": "TKF_VLLM_API_KEY", "runtimeApiKey": "the-key",
+            "apiKeyRotation": {"step": "none", "acceptedKeys": 1, "acceptedKeysDigest": "scrypt:aa",
+                               "gatewayKeyDigest": "scrypt:bb"}}  # fmt: skip
     return {**outs, **over}
 
 
@@ -111,6 +113,9 @@ def test_gateway_program_builds_the_proxy_config_and_key_secret(monkeypatch: pyt
     assert "TKF_VLLM_API_KEY" in str(data) and "the-key" in str(data)
     assert data != {"TKF_VLLM_API_KEY": "the-key"}, "the key travels wrapped as a secret, never plaintext"
     assert secret.metadata["namespace"] == "llm-gateway"
+    # The proxy's pods restart on a new key by this digest (the rotation's step 2), never by the key.
+    assert secret.metadata["annotations"] == {gateway.KEY_DIGEST_ANNOTATION: "scrypt:bb"}
+    assert gateway.key_digest(None) == ""
 
 
 def test_gateway_checks_refuse_what_litellm_would_accept_silently() -> None:

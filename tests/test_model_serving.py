@@ -220,11 +220,12 @@ def test_every_kubernetes_resource_uses_the_explicit_provider() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def test_vllm_backend_single_node_is_a_recreate_deployment_with_the_full_command() -> None:
+def test_vllm_backend_single_node_is_a_no_surge_deployment_with_the_full_command() -> None:
     h = build(TP4, backend="vllm")
     dep = workload(h, "qwen-72b")
     assert dep.type == "kubernetes:apps/v1:Deployment"
-    assert dep.spec["strategy"] == {"type": "Recreate"}
+    # No second set of GPUs, and one pod down at a time: replicas >= 2 keep serving through a roll.
+    assert dep.spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
     c = main(dep.spec["template"]["spec"])
     cmd = c["command"]
     assert cmd[:3] == ["vllm", "serve", "/mnt/models"]

@@ -56,7 +56,8 @@ INFO_KEYS = {"id", "mode", "input_cost_per_token", "output_cost_per_token", "max
              "supports_function_calling"}  # fmt: skip
 REJECTED_KEYS = {"index", "name", "stage", "reasons", "kept"}
 EXPORTED = {"contractVersion", "endpoints", "gatewayModelList", "rejected", "problems", "deployed", "apiKeyEnv",
-            "gpuLayout", "runtimeApiKey"}
+            "gpuLayout", "runtimeApiKey", "apiKeyRotation"}
+ROTATION_KEYS = {"step", "acceptedKeys", "acceptedKeysDigest", "gatewayKeyDigest"}
 
 
 def catalog(*models: dict[str, Any], **overrides: Any) -> Catalog:
@@ -188,12 +189,14 @@ def test_export_outputs_publishes_the_contract_and_marks_the_key_secret(monkeypa
     assert [e["model_name"] for e in exported["gatewayModelList"]] == ["qwen3-8b"]
     assert [r["name"] for r in exported["rejected"]] == ["qwen-72b"]
     assert exported["apiKeyEnv"] == "TKF_VLLM_API_KEY"
+    assert set(exported["apiKeyRotation"]) == ROTATION_KEYS and exported["apiKeyRotation"]["step"] == "none"
 
 
 def test_docs_document_every_key_and_the_current_version() -> None:
     text = DOCS.read_text()
     assert f"`contractVersion`: {CONTRACT_VERSION}" in text
-    for key in ENDPOINT_KEYS | FIT_KEYS | GATEWAY_KEYS | PARAMS_KEYS | INFO_KEYS | REJECTED_KEYS | EXPORTED:
+    documented = ENDPOINT_KEYS | FIT_KEYS | GATEWAY_KEYS | PARAMS_KEYS | INFO_KEYS | REJECTED_KEYS | EXPORTED
+    for key in documented | ROTATION_KEYS:
         assert f"`{key}`" in text, f"docs/outputs.md does not document {key!r}"
     for mode, provider in outputs.LITELLM_PROVIDER.items():
         assert f"| {mode.value} | `{provider}/` |" in text

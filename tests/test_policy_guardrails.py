@@ -10,12 +10,15 @@ from typing import Any
 import pytest
 
 from policy.guardrails.objects import K8sObject
+from tests.mocks import program
 from tests.policy_helpers import (
     API_KEY,
     edited,
+    objects,
     pack_config,
     run_guardrail,
     stack_objects,
+    stack_settings,
     template_path,
     with_main,
     workload,
@@ -221,10 +224,23 @@ def test_api_key_as_a_literal_is_refused_without_echoing_it(backend: str) -> Non
 def test_api_key_flag_and_missing_key_are_refused() -> None:
     w = workload(stack_objects("prod", "vllm"), "gpt-oss-120b")
     flagged = with_main(w, lambda c: c.update(args=["--api-key", "x"]))
-    assert "passes the API key on the command line (--api-key)" in only("api-key-by-secret-ref", flagged)
+    assert "passes an API key on the command line (--api-key) other than as a reference" in only(
+        "api-key-by-secret-ref", flagged)
     keyless = with_main(w, lambda c: c.update(env=[{"name": "HOME", "value": "/home"}]))
     assert "serves without an API key (VLLM_API_KEY is not set)" in only("api-key-by-secret-ref", keyless)
     assert messages("api-key-by-secret-ref", [keyless], {"required": False}) == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_rotations_two_keys_by_reference_pass_and_by_value_do_not(backend: str) -> None:
+    """Mid-rotation, `--api-key` names the two Secret-backed variables (single-node and multi-node pods)."""
+    objs = objects(program(stack_settings("prod", backend), api_key=API_KEY, api_key_next="sk-policy-next-key"))
+    assert run_guardrail("api-key-by-secret-ref", objs, PROD["api-key-by-secret-ref"]) == []
+    w = workload(objs, "gpt-oss-120b")
+    literal = with_main(w, lambda c: c.update(args=[*(c.get("args") or []), "--api-key", "$(VLLM_API_KEY)", "x"]))
+    assert "other than as a reference" in only("api-key-by-secret-ref", literal)
+    unknown = with_main(w, lambda c: c.update(args=[*(c.get("args") or []), "--api-key", "$(NOT_A_SECRET_VAR)"]))
+    assert "other than as a reference" in only("api-key-by-secret-ref", unknown)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

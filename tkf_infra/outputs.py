@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tkf_infra.config import Catalog, Mode, ModelEntry
+from tkf_infra.config.api_keys import ApiKeys
 from tkf_infra.names import base_url
 
 if TYPE_CHECKING:
@@ -110,7 +111,15 @@ def share_output(plan: FleetPlan, m: ModelPlan) -> dict[str, Any]:
     return {"share": {**m.share.published(), **where}}
 
 
-def export_outputs(plan: FleetPlan, api_key: Any = None) -> None:
+def api_key_rotation(keys: ApiKeys) -> dict[str, Any]:
+    """Where the stack is in a key rotation, without any key: the step, how many keys the pods accept,
+    and digests to check against (``tkf.io/api-keys-scrypt`` on every pod once it has rolled; the
+    gateway's pods can carry ``gatewayKeyDigest`` so they roll when ``runtimeApiKey`` changes)."""
+    return {"step": keys.rotation.value, "acceptedKeys": len(keys.accepted),
+            "acceptedKeysDigest": keys.accepted_digest, "gatewayKeyDigest": keys.current_digest}  # fmt: skip
+
+
+def export_outputs(plan: FleetPlan, api_keys: ApiKeys | None = None) -> None:
     """Export the contract from the plan: the deployed models' routes, every left-out model and why.
 
     Only models the plan deploys are published (endpoints, gatewayModelList); a model left out
@@ -131,5 +140,7 @@ def export_outputs(plan: FleetPlan, api_key: Any = None) -> None:
     pulumi.export("gpuLayout", {name: layout.published() for name, layout in sorted(plan.layouts.items())})
     pulumi.export(DEPLOYED_OUTPUT, {m.entry.name: deployed_entry(m.entry) for m in plan.models})
     pulumi.export("apiKeyEnv", catalog.settings.serving.api_key_env)
-    if api_key is not None:
-        pulumi.export("runtimeApiKey", pulumi.Output.secret(api_key))
+    if api_keys is not None:
+        # The key the gateway sends: `apiKey`, which every pod accepts at every step of a rotation.
+        pulumi.export("runtimeApiKey", pulumi.Output.secret(api_keys.current))
+        pulumi.export("apiKeyRotation", api_key_rotation(api_keys))

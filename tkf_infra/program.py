@@ -16,6 +16,8 @@ from typing import Any
 import pulumi
 
 from tkf_infra.config import Catalog, SettingsError, read_pulumi_config, validate_catalog
+from tkf_infra.config.api_keys import ApiKeys
+from tkf_infra.config.reader import read_api_keys
 from tkf_infra.hub.lock import Lock, load_lock
 from tkf_infra.outputs import DEPLOYED_OUTPUT
 from tkf_infra.plan import FleetPlan, LiveFindings, plan_fleet
@@ -31,8 +33,8 @@ class Edge:
     region: str | None = None
     settings: dict[str, Any] | None = None
     """The raw stack settings; None reads them from the engine's config."""
-    api_key: Any = None
-    """The runtime API key (an Output); None reads the `apiKey` secret unless `read_api_key` is False."""
+    api_keys: ApiKeys | None = None
+    """The runtime API keys; None reads the `apiKey*` secrets unless `read_api_key` is False."""
     read_api_key: bool = True
 
 
@@ -144,13 +146,16 @@ def deploy(edge: Edge | None = None) -> Any:
     from tkf_infra.outputs import export_outputs
 
     edge = edge or Edge()
+    api_keys = edge.api_keys
+    if api_keys is None and edge.read_api_key:
+        try:
+            api_keys = read_api_keys()
+        except SettingsError as err:
+            raise pulumi.RunError(err.render()) from None
     fleet_plan = plan(edge)
     report(fleet_plan)
-    api_key = edge.api_key
-    if api_key is None and edge.read_api_key:
-        api_key = pulumi.Config().get_secret("apiKey")
-    fleet = build_fleet(fleet_plan, api_key=api_key, stack=pulumi.get_stack())
-    export_outputs(fleet_plan, api_key)
+    fleet = build_fleet(fleet_plan, api_keys=api_keys, stack=pulumi.get_stack())
+    export_outputs(fleet_plan, api_keys)
     return fleet
 
 

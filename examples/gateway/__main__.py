@@ -9,6 +9,12 @@ creates the two objects the proxy needs:
   Deployment to load with `envFrom: [{secretRef: {name: litellm-upstream-key}}]` and to start with
   `--config /etc/litellm/config.yaml` (ConfigMap mounted at /etc/litellm).
 
+Key rotation (tkf-infra's docs/api-keys.md): `runtimeApiKey` is always a key every model server
+accepts, and it changes only in the rotation's step 2. Run this program after that step, and make
+the proxy's pods restart when the key changes — env from a Secret is read at start only: put the
+exported `upstreamKeyDigest` (a digest, not the key; also on the Secret as annotation
+`tkf.io/upstream-key-digest`) on the proxy Deployment's pod template annotations.
+
 Why check here and not trust the producer: the gateway is where LiteLLM's silent traps bite (an
 entry without `api_base` calls OpenAI with the key, duplicate names are load-balanced, an unset key
 variable falls back to another provider's variable). So the deploy fails — with the reason — on an
@@ -31,6 +37,7 @@ import yaml
 SUPPORTED_CONTRACT = 1
 CONFIG_MAP = "litellm-config"
 KEY_SECRET = "litellm-upstream-key"
+KEY_DIGEST_ANNOTATION = "tkf.io/upstream-key-digest"
 
 
 def check_contract(version: Any) -> None:
@@ -66,6 +73,11 @@ def key_data(api_key_env: str, api_key: Any) -> dict[str, str]:
     return {api_key_env: str(api_key)}
 
 
+def key_digest(rotation: Any) -> str:
+    """The digest of `runtimeApiKey` tkf-infra publishes in `apiKeyRotation` ("" from a stack without keys)."""
+    return str((rotation or {}).get("gatewayKeyDigest") or "")
+
+
 def build(infra_stack: str, namespace: str) -> tuple[k8s.core.v1.ConfigMap, k8s.core.v1.Secret]:
     """Read the contract from `infra_stack` and declare the proxy's ConfigMap and Secret."""
     infra = pulumi.StackReference(infra_stack)
@@ -73,6 +85,7 @@ def build(infra_stack: str, namespace: str) -> tuple[k8s.core.v1.ConfigMap, k8s.
     model_list = infra.require_output("gatewayModelList")
     api_key_env = infra.require_output("apiKeyEnv")
     api_key = pulumi.Output.secret(infra.get_output("runtimeApiKey"))
+    digest = infra.get_output("apiKeyRotation").apply(key_digest)
 
     def config_text(args: list[Any]) -> str:
         check_contract(args[0])
@@ -85,7 +98,8 @@ def build(infra_stack: str, namespace: str) -> tuple[k8s.core.v1.ConfigMap, k8s.
     )
     secret = k8s.core.v1.Secret(
         KEY_SECRET,
-        metadata=k8s.meta.v1.ObjectMetaArgs(name=KEY_SECRET, namespace=namespace),
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=KEY_SECRET, namespace=namespace,
+                                            annotations={KEY_DIGEST_ANNOTATION: digest}),
         type="Opaque",
         string_data=pulumi.Output.all(api_key_env, api_key).apply(lambda a: key_data(str(a[0]), a[1])),
     )
@@ -98,6 +112,9 @@ def main() -> None:
     config, secret = build(infra_stack, cfg.get("namespace") or "llm-gateway")
     pulumi.export("litellmConfigMap", config.metadata.name)
     pulumi.export("litellmKeySecret", secret.metadata.name)
+    # For the proxy Deployment's pod template: its pods restart when the upstream key changes.
+    pulumi.export("upstreamKeyDigest",
+                  secret.metadata.apply(lambda m: (m.annotations or {}).get(KEY_DIGEST_ANNOTATION)))
 
 
 if __name__ == "__main__":  # Pulumi runs a program's __main__.py as __main__

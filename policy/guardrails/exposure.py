@@ -5,11 +5,13 @@ audit log) and only monitoring may scrape them. So no Service of a model opens a
 load balancer, every model-server pod is selected by a NetworkPolicy that admits only those
 namespaces, and the runtime API key reaches vLLM only through a Secret reference — never as a
 literal in a pod spec, where it would sit in the Pulumi state, `kubectl get -o yaml` and the
-rendered manifests.
+rendered manifests. On the command line (a key rotation passes two keys with `--api-key`) only
+references to such variables are allowed: `$(VAR)` (expanded by the kubelet) or `"$VAR"` (a shell).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,6 +19,31 @@ from .base import Guardrail, Violation, owner_fix, violation
 from .objects import MODEL_LABEL, K8sObject, as_list, as_map, as_str, command_words, containers, pod_groups
 
 DEFAULT_FORBIDDEN_TYPES = ("LoadBalancer", "NodePort")
+#: A command-line word that names an env variable instead of holding a value.
+_VAR_REFERENCE = re.compile(r'"?\$(?:\((\w+)\)|\{(\w+)\}|(\w+))"?')
+
+
+def _api_key_words(words: Sequence[str]) -> list[str]:
+    """The values following each `--api-key` (nargs "+": up to the next flag)."""
+    out: list[str] = []
+    for i, w in enumerate(words):
+        if w.startswith("--api-key="):
+            out.append(w.split("=", 1)[1])
+        elif w == "--api-key":
+            for value in words[i + 1 :]:
+                if value.startswith("-"):
+                    break
+                out.append(value)
+    return out
+
+
+def _literal_api_keys(words: Sequence[str], secret_vars: set[str]) -> bool:
+    """Whether any `--api-key` value is something other than a reference to a Secret-backed variable."""
+    for value in _api_key_words(words):
+        m = _VAR_REFERENCE.fullmatch(value)
+        if not m or next(g for g in m.groups() if g) not in secret_vars:
+            return True
+    return False
 
 
 def check_services(obj: K8sObject, config: Mapping[str, Any]) -> list[Violation]:
@@ -55,12 +82,18 @@ def check_api_key(obj: K8sObject, config: Mapping[str, Any]) -> list[Violation]:
     for group in pod_groups(obj):
         for c in containers(group.spec):
             where = f"{obj.ref} container {c.get('name')!r}"
-            if any(w == "--api-key" or w.startswith("--api-key=") for w in command_words(c)):
+            secret_vars = {
+                str(e.get("name"))
+                for e in as_list(c.get("env"))
+                if isinstance(e, Mapping) and as_map(as_map(e.get("valueFrom")).get("secretKeyRef")).get("name")
+            }
+            if _literal_api_keys(command_words(c), secret_vars):
                 out.append(
                     violation(
                         [model],
                         where,
-                        "passes the API key on the command line (--api-key)",
+                        "passes an API key on the command line (--api-key) other than as a reference to a "
+                        "variable set from a Secret",
                         f"remove --api-key; the key reaches vLLM as {env_name} from the apiKey Secret",
                     )
                 )
@@ -187,7 +220,7 @@ API_KEY_BY_SECRET = Guardrail(
     name="api-key-by-secret-ref",
     description=(
         "The runtime API key reaches vLLM only as an environment variable from a Secret reference, "
-        "never as a literal or a command-line flag."
+        "never as a literal; on the command line only as a reference to such a variable."
     ),
     scope="resource",
     check=check_api_key,

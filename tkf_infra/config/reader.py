@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tkf_infra.config.api_keys import CONFIG_KEYS as API_KEY_CONFIG_KEYS
+from tkf_infra.config.api_keys import ApiKeys, key_problems
 from tkf_infra.config.base import Problem, SettingsError
 from tkf_infra.config.catalog import ModelEntry
 from tkf_infra.config.stack import NodePool, StackSettings
@@ -94,4 +96,28 @@ def _other_keys() -> list[str]:
     keys = set(runtime_config.CONFIG.get()) | set(runtime.get_config_env())
     prefix = f"{pulumi.get_project()}:"  # the namespace pulumi.Config() reads
     ours = {k.removeprefix(prefix): k for k in keys if k.startswith(prefix)}
-    return sorted(name for name, key in ours.items() if name not in CONFIG_KEYS and not runtime.is_config_secret(key))
+    known = {*CONFIG_KEYS, *API_KEY_CONFIG_KEYS}  # a plaintext apiKey is refused by read_api_keys, by name
+    return sorted(name for name, key in ours.items() if name not in known and not runtime.is_config_secret(key))
+
+
+def read_api_keys() -> ApiKeys | None:
+    """The runtime API keys (`apiKey`, `apiKeyNext`, `apiKeyPrevious`), checked; None when `apiKey` is unset.
+
+    Read as plaintext so every problem is reported at once before anything is registered (pulumi's
+    `get_secret` would hand back Outputs, checkable only inside an apply). The values are wrapped as
+    secrets wherever they are used (components/fleet.py, tkf_infra/outputs.py).
+    """
+    import pulumi.runtime
+
+    full = {name: f"tkf-infra:{name}" for name in API_KEY_CONFIG_KEYS}
+    values: dict[str, str | None] = {}
+    for name, key in full.items():
+        value = pulumi.runtime.get_config(key)
+        values[name] = None if value in (None, "") else str(value)
+    problems = key_problems(values, is_secret=lambda name: pulumi.runtime.is_config_secret(full[name]))
+    if problems:
+        raise SettingsError(problems, headline="the runtime API keys cannot be used")
+    current = values["apiKey"]
+    if current is None:
+        return None
+    return ApiKeys(current, values["apiKeyNext"], values["apiKeyPrevious"])
