@@ -4,7 +4,10 @@ stack rendered per backend, and vLLM servers started from the rendered pods' own
 Cost and order: a vLLM start is ~100 s and 3–5 GB of RAM on CPU, so one server runs at a time.
 ``PodServers`` keeps the current one while tests ask for the same (backend, model) and stops it
 before starting another; the collection hook below groups tests by the server they use so each
-is started once. Everything lives in one temporary directory removed at the end of the session.
+is started once. The key rotation (test_rotation.py) runs after the other tests of the vllm
+backend's pod, which it starts from and stops, and overlaps two servers for a while, as a rolling
+update does. A pod is its vLLM plus its metrics sidecar. Everything lives in one temporary
+directory removed at the end of the session.
 """
 
 from __future__ import annotations
@@ -13,15 +16,24 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.vllm.pod import PodCommand, deployment_command, kserve_command, load_manifests, localize
-from tests.vllm.server import Service, free_port, start_vllm
+from tests.vllm.argv import fake_vllm, run_oracle, vllm_version
+from tests.vllm.pod import (
+    PodCommand,
+    deployment_command,
+    kserve_command,
+    load_manifests,
+    localize,
+    localize_sidecar,
+    sidecar_command,
+)
+from tests.vllm.server import Service, free_port, start_service, start_vllm
 from tests.vllm.stacks import RenderedStack, render_stack
 from tkf_infra import names
 
@@ -41,11 +53,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def _server_order(item: pytest.Item) -> int:
-    """0: tests on the kserve pod; 2: tests starting the embedding model's pod; 1: the rest (vllm pod)."""
+    """0: tests on the kserve pod; 1: the vllm pod; 2: the key rotation (starts from the vllm pod, stops it);
+    3: tests starting the embedding model's pod."""
     callspec = getattr(item, "callspec", None)
     if "kserve_pod" in getattr(item, "fixturenames", ()) or (callspec and "kserve" in callspec.params.values()):
         return 0
-    return 2 if "embedding" in item.name else 1
+    if "test_rotation" in item.nodeid:
+        return 2
+    return 3 if "embedding" in item.name else 1
 
 
 @pytest.fixture(scope="session")
@@ -98,14 +113,47 @@ def stacks(engine_ready: None, tier_dir: Path) -> Stacks:
 
 @dataclass
 class RunningPod:
-    """A rendered pod's process running for real, with what the stack says about it."""
+    """A rendered pod's processes running for real (vLLM and its metrics sidecar), with what the stack
+    says about it."""
 
     backend: str
     model: str
     stack: RenderedStack
     command: PodCommand
     server: Service
+    metrics: Service
     endpoint: dict[str, Any] = field(default_factory=dict)
+
+    def stop(self) -> None:
+        """vLLM first (its own checks see its own leftovers), then the sidecar."""
+        try:
+            self.server.stop()
+        finally:
+            self.metrics.stop()
+
+
+def start_pod(stack: RenderedStack, model: str, *, venv: Path, model_dir: Path, scratch: Path) -> RunningPod:
+    """Run the pod ``stack`` rendered for ``model``: vLLM from the serving container (the kserve backend's
+    with KServe's preset), then the metrics sidecar as the pod runs it, both from the rendered spec."""
+    manifests = load_manifests(stack.render_dir)
+    workload = names.workload(model)
+    vllm = stack.backend == "vllm"
+    command = deployment_command(manifests, workload) if vllm else kserve_command(manifests, workload)
+    port = free_port()
+    argv, env = localize(command, model_dir=model_dir, port=port, scratch=scratch)
+    server = start_vllm(argv, env, port=port, api_key=command.env.get("VLLM_API_KEY"), venv=venv, workdir=scratch)
+    _TIMINGS.append(f"vLLM from the {stack.backend} backend's pod ({model}, {scratch.name}) ready in "
+                    f"{server.started_in_s:.1f} s")  # fmt: skip
+    try:
+        sidecar = sidecar_command(manifests, workload)
+        metrics_port = free_port()
+        metrics = start_service("metrics", localize_sidecar(sidecar, port=metrics_port, upstream_port=port),
+                                sidecar.env, port=metrics_port, health_path="/metrics", workdir=scratch / "metrics",
+                                path=f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin", check_shm=False)  # fmt: skip
+    except BaseException:
+        server.stop()
+        raise
+    return RunningPod(stack.backend, model, stack, command, server, metrics, stack.endpoint(model))
 
 
 class PodServers:
@@ -113,27 +161,21 @@ class PodServers:
         self.venv, self.model_dir, self.stacks, self.workdir = venv, model_dir, stacks, workdir
         self.current: RunningPod | None = None
 
+    def start(self, stack: RenderedStack, model: str, scratch: str) -> RunningPod:
+        """A pod the caller owns (and stops): it runs beside the current one."""
+        return start_pod(stack, model, venv=self.venv, model_dir=self.model_dir, scratch=self.workdir / scratch)
+
     def get(self, backend: str, model: str) -> RunningPod:
         if self.current and (self.current.backend, self.current.model) == (backend, model):
             return self.current
         self.close()
-        stack = self.stacks.get(backend)
-        manifests = load_manifests(stack.render_dir)
-        workload = names.workload(model)
-        command = deployment_command(manifests, workload) if backend == "vllm" else kserve_command(manifests, workload)
-        port = free_port()
-        scratch = self.workdir / f"pod-{backend}-{model}"
-        argv, env = localize(command, model_dir=self.model_dir, port=port, scratch=scratch)
-        server = start_vllm(argv, env, port=port, api_key=command.env.get("VLLM_API_KEY"), venv=self.venv,
-                            workdir=scratch)  # fmt: skip
-        _TIMINGS.append(f"vLLM from the {backend} backend's pod ({model}) ready in {server.started_in_s:.1f} s")
-        self.current = RunningPod(backend, model, stack, command, server, stack.endpoint(model))
+        self.current = self.start(self.stacks.get(backend), model, f"pod-{backend}-{model}")
         return self.current
 
     def close(self) -> None:
         if self.current:
             current, self.current = self.current, None
-            current.server.stop()
+            current.stop()
 
 
 @pytest.fixture(scope="session")
@@ -143,6 +185,22 @@ def pods(vllm_venv: Path, tiny_model: Path, stacks: Stacks, tier_dir: Path) -> I
         yield servers
     finally:
         servers.close()
+
+
+@pytest.fixture(scope="session")
+def oracle(vllm_venv: Path, tier_dir: Path) -> Callable[..., dict[str, Any]]:
+    """``oracle(cases, show=())``: vLLM's verdict per command line (tests/vllm/argv.py, oracle.py)."""
+
+    def run(cases: dict[str, list[str]], show: tuple[str, ...] = ()) -> dict[str, Any]:
+        return run_oracle(vllm_venv, tier_dir / "oracle-home", cases, show)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def fake_bin(tier_dir: Path) -> Path:
+    """A directory whose ``vllm`` records the argv a pod's shell hands it (tests/vllm/argv.py)."""
+    return fake_vllm(tier_dir / "oracle-bin", f"{vllm_version()}+cpu")
 
 
 #: The model of the dev stack with tool calling enabled (enableAutoToolChoice + hermes).

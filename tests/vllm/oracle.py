@@ -2,6 +2,8 @@
 
 ``<vllm-venv>/bin/python tests/vllm/oracle.py < cases.json`` reads ``[{"id": ..., "argv": ["vllm",
 "serve", ...]}, ...]`` and prints ``{"results": {id: {"ok", "stage", "error"}}, "allowed": {...}}``.
+A case may add ``"show": [dest, ...]``: the parsed values of those arguments come back in ``values``
+(e.g. ``api_key``: what vLLM will compare the Bearer token with).
 
 Each command line goes through what ``vllm serve`` itself does before it loads anything, in order
 (read at vLLM 0.32.0, ``vllm/entrypoints/cli/main.py`` and ``cli/serve.py``):
@@ -42,7 +44,7 @@ def _parser() -> tuple[Any, Any]:
     return parser, cmd
 
 
-def check(parser: Any, cmd: Any, argv: list[str]) -> dict[str, Any]:
+def check(parser: Any, cmd: Any, argv: list[str], show: tuple[str, ...] = ()) -> dict[str, Any]:
     from vllm.entrypoints.launchers.launcher import validate_api_server_args
     from vllm.model_executor.layers import quantization as quant
 
@@ -66,7 +68,7 @@ def check(parser: Any, cmd: Any, argv: list[str]) -> dict[str, Any]:
             return {"ok": False, "stage": "quantization", "error": f"Unknown quantization method: {method}"}
         if method in quant.DEPRECATED_QUANTIZATION_METHODS and not args.allow_deprecated_quantization:
             return {"ok": False, "stage": "quantization", "error": f"deprecated quantization method: {method}"}
-    return {"ok": True, "stage": "", "error": ""}
+    return {"ok": True, "stage": "", "error": "", "values": {d: getattr(args, d, None) for d in show}}
 
 
 def allowed(parser: Any) -> dict[str, list[str]]:
@@ -91,7 +93,7 @@ def main() -> None:
     cases = json.load(sys.stdin)
     with contextlib.redirect_stdout(sys.stderr):  # vLLM logs at import; keep stdout for the JSON
         parser, cmd = _parser()
-        results = {case["id"]: check(parser, cmd, case["argv"]) for case in cases}
+        results = {case["id"]: check(parser, cmd, case["argv"], tuple(case.get("show", ()))) for case in cases}
         sets = allowed(parser)
     json.dump({"results": results, "allowed": sets}, sys.stdout)
 

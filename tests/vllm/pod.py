@@ -6,6 +6,9 @@ model path and the port, so a renamed flag, a wrong env var or a bad secret refe
 vLLM that refuses to start or answers differently.
 
 - ``vllm`` backend: the Deployment's container ``main`` as is.
+- both: ``$(VAR)`` references in command and args are expanded from the container's env, as the
+  kubelet does (a key rotation passes its two keys that way), and the metrics sidecar (container
+  ``metrics``, :func:`sidecar_command`) is read from our own pod template.
 - ``kserve`` backend: KServe v0.20.0 runs its ``kserve-config-llm-template`` preset's container
   ``main`` (command: a bash script that ends in ``exec vllm serve /mnt/models ... $@``) with our
   ``LLMInferenceService`` ``spec.template`` merged over it (strategic merge by container name, env
@@ -37,6 +40,26 @@ KSERVE_PRESETS = DATA / "kserve-config-llm-template.yaml"
 KSERVE_ENABLE_TLS = False
 
 Manifests = dict[tuple[str, str], dict[str, Any]]
+
+
+def kubelet_expand(text: str, env: Mapping[str, str]) -> str:
+    """``$(VAR)`` -> the variable's value, ``$$`` -> ``$``, an unknown ``$(VAR)`` left as written: the
+    kubelet's expansion of command and args (k8s.io/kubernetes ``third_party/forked/golang/expansion``)."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        if text.startswith("$$", i):
+            out.append("$")
+            i += 2
+            continue
+        if text.startswith("$(", i) and (end := text.find(")", i + 2)) != -1:
+            name = text[i + 2 : end]
+            out.append(env[name] if name in env else text[i : end + 1])
+            i = end + 1
+            continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
 
 
 @dataclass(frozen=True)
@@ -99,12 +122,33 @@ def _probes(*containers: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _started(argv: list[str], env: Sequence[Mapping[str, Any]],
+             manifests: Manifests) -> tuple[list[str], dict[str, str]]:  # fmt: skip
+    """argv and env as the kubelet starts the process: env resolved, then ``$(VAR)`` expanded in argv."""
+    values = resolve_env(env, manifests)
+    return [kubelet_expand(a, values) for a in argv], values
+
+
 def deployment_command(manifests: Manifests, workload: str) -> PodCommand:
     """The ``vllm`` backend: the Deployment's container, command + args, env resolved."""
     spec = manifests[("Deployment", workload)]["spec"]["template"]["spec"]
     main = _main_container(spec)
-    return PodCommand([*main["command"], *main.get("args", [])], resolve_env(main.get("env", []), manifests),
-                      _mounts(main, spec), _probes(main))  # fmt: skip
+    argv, env = _started([*main["command"], *main.get("args", [])], main.get("env", []), manifests)
+    return PodCommand(argv, env, _mounts(main, spec), _probes(main))
+
+
+def pod_template(manifests: Manifests, workload: str) -> dict[str, Any]:
+    """Our own pod spec of the workload: the Deployment's template, or the LLMInferenceService's."""
+    if ("Deployment", workload) in manifests:
+        return dict(manifests[("Deployment", workload)]["spec"]["template"]["spec"])
+    return dict(manifests[("LLMInferenceService", workload)]["spec"]["template"])
+
+
+def sidecar_command(manifests: Manifests, workload: str, name: str = "metrics") -> PodCommand:
+    """A sidecar of our pod template (the preset has none: KServe adds ours by name), as started."""
+    (c,) = [c for c in pod_template(manifests, workload)["containers"] if c["name"] == name]
+    argv, env = _started([*c["command"], *c.get("args", [])], c.get("env", []), manifests)
+    return PodCommand(argv, env, {}, {})
 
 
 def localize(cmd: PodCommand, *, model_dir: Path, port: int, scratch: Path) -> tuple[list[str], dict[str, str]]:
@@ -140,6 +184,25 @@ def localize(cmd: PodCommand, *, model_dir: Path, port: int, scratch: Path) -> t
         env[name] = value
     env["TMPDIR"] = str(dirs["/tmp"])
     return argv, env
+
+
+def localize_sidecar(cmd: PodCommand, *, port: int, upstream_port: int) -> list[str]:
+    """The metrics sidecar's argv on this host: its ``--listen`` port and, in ``--upstream``, vLLM's port
+    (localhost, as in the pod) replaced — each exactly once; everything else as rendered."""
+    argv, hits = list(cmd.argv), {"--listen": 0, "--upstream": 0}
+    for i in range(1, len(argv)):
+        flag = argv[i - 1]
+        if flag == "--listen":
+            host, _, _ = argv[i].rpartition(":")
+            argv[i] = f"{host}:{port}"
+        elif flag == "--upstream":
+            argv[i], n = re.subn(r"^(http://127\.0\.0\.1:)\d+/", rf"\g<1>{upstream_port}/", argv[i])
+            assert n == 1, f"the sidecar's upstream is not vLLM on localhost: {argv[i]}"
+        else:
+            continue
+        hits[flag] += 1
+    assert hits == {"--listen": 1, "--upstream": 1}, f"expected one --listen and one --upstream in {argv[3:]}"
+    return argv
 
 
 # --------------------------------------------------------------------------------------------
@@ -230,7 +293,8 @@ def kserve_command(manifests: Manifests, workload: str, preset: Mapping[str, Any
     pod = {"volumes": _merge_by_name(rendered["template"].get("volumes", []),
                                      llmisvc["spec"]["template"].get("volumes", []))}  # fmt: skip
     container = {"volumeMounts": _merge_mounts(base.get("volumeMounts", []), ours.get("volumeMounts", []))}
-    return PodCommand([*command, *args], resolve_env(env, manifests), _mounts(container, pod), _probes(base, ours))
+    argv, values = _started([*command, *args], env, manifests)
+    return PodCommand(argv, values, _mounts(container, pod), _probes(base, ours))
 
 
 def _merge_by_name(base: list[dict[str, Any]], ours: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -78,16 +78,25 @@ class Service:
     process: subprocess.Popen[bytes]
     log: Path
     started_in_s: float
-    shm_before: set[str]
+    shm_before: set[str] | None
+    """/dev/shm before the start; None: not checked (a process that cannot create any)."""
+    stopped: bool = False
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def log_tail(self, chars: int = 4000) -> str:
-        return self.log.read_text(errors="replace")[-chars:]
+        """The log's end, and its first traceback (a worker's root cause comes long before the end)."""
+        text = self.log.read_text(errors="replace")
+        first = text.find("Traceback")
+        head = f"{text[first:first + 3000]}\n[...]\n" if 0 <= first < len(text) - chars else ""
+        return head + text[-chars:]
 
     def stop(self) -> None:
-        """SIGTERM to the process group; fail loudly on anything left behind."""
+        """SIGTERM to the process group; fail loudly on anything left behind. Once: later calls do nothing."""
+        if self.stopped:
+            return
+        self.stopped = True
         pgid = self.process.pid  # start_new_session: the leader's pid is the group id
         if self.process.poll() is None:
             os.killpg(pgid, signal.SIGTERM)
@@ -105,17 +114,18 @@ class Service:
             os.killpg(pgid, signal.SIGKILL)
             raise AssertionError(f"processes of {self.name}'s group outlived it after SIGTERM: {left}")
         assert not port_is_listening(self.port), f"something still listens on port {self.port} after {self.name} exited"
-        leaked = shm_objects() - self.shm_before
+        leaked = shm_objects() - self.shm_before if self.shm_before is not None else set()
         assert not leaked, f"{self.name} left shared-memory objects in /dev/shm: {sorted(leaked)}"
 
 
 def start_service(name: str, argv: list[str], env: Mapping[str, str], *, port: int, health_path: str,
-                  workdir: Path, api_key: str | None = None, path: str = "/usr/local/bin:/usr/bin:/bin") -> Service:
+                  workdir: Path, api_key: str | None = None, path: str = "/usr/local/bin:/usr/bin:/bin",
+                  check_shm: bool = True) -> Service:  # fmt: skip
     """Start ``argv`` in its own process group with exactly ``env`` (plus PATH) and wait for ``health_path``."""
     workdir.mkdir(parents=True, exist_ok=True)
     log = workdir / f"{name}.log"
     full_env = {"PATH": path, "LANG": "C.UTF-8", **env}
-    shm_before = shm_objects()
+    shm_before = shm_objects() if check_shm else None
     started = time.monotonic()
     with log.open("wb") as out:
         process = subprocess.Popen(argv, env=full_env, cwd=workdir, stdout=out, stderr=subprocess.STDOUT,

@@ -3,12 +3,15 @@
 Exactly what a user runs (``python -m tkf_infra up --stack dev``, then ``outputs`` and
 ``gateway-config``) on a private copy of the project, with the dev catalog changed in two ways
 only: non-zero prices (so the gateway's cost arithmetic is checked, not 0 == 0) and the backend.
+A key rotation changes secrets with ``pulumi config set --secret`` / ``config rm`` and runs ``up``
+again (:func:`apply_step`), keeping each step's rendered manifests.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +20,7 @@ from typing import Any
 import yaml
 
 from tests.engine_fixtures import copy_project, dev_config
+from tkf_infra.ops.stacks import DEV_PASSPHRASE, pulumi_home
 
 #: A model served in embedding mode (same weights as the dev chat model): the dev catalog has none.
 EMBEDDING_MODEL = "qwen-embed-0-5b"
@@ -60,8 +64,9 @@ def priced_catalog() -> list[dict[str, Any]]:
     return [dict(m, cost=PRICES[m["name"]]) for m in [*models, embed]]
 
 
-def render_stack(backend: str, workdir: Path) -> RenderedStack:
-    """``up`` the dev stack (render mode) with ``serving.backend`` set; read outputs and gateway config."""
+def render_stack(backend: str, workdir: Path, secrets: dict[str, str] | None = None) -> RenderedStack:
+    """``up`` the dev stack (render mode) with ``serving.backend`` set; read outputs and gateway config.
+    ``secrets``: stack secrets set (``pulumi config set --secret``) before the first ``up``."""
     root = copy_project(workdir / "project")
     doc = dev_config()
     config = doc["config"]
@@ -72,12 +77,53 @@ def render_stack(backend: str, workdir: Path) -> RenderedStack:
     (workdir / "state").mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PULUMI_CONFIG_PASSPHRASE")}
     env["PULUMI_BACKEND_URL"] = f"file://{workdir / 'state'}"
-    up = run_cli(root, env, "up", "--stack", "dev", "--json")
-    assert up.returncode == 0, f"`up` of the dev stack ({backend} backend) failed:\n{up.stdout}\n{up.stderr}"
-    outs = run_cli(root, env, "outputs", "--stack", "dev")
+    stack = RenderedStack(backend, root, workdir / "rendered", env, {}, {}, workdir / "litellm.yaml")
+    if secrets:
+        init = _pulumi(stack, "stack", "init")  # the CLI's `up` would create it; `config set` needs it first
+        assert init.returncode == 0, init.stderr
+        for name, value in secrets.items():
+            _config(stack, "set", "--secret", name, value)
+    return _up(stack)
+
+
+def _up(stack: RenderedStack) -> RenderedStack:
+    """``up``, then ``outputs --show-secrets`` and ``gateway-config``, as a user would."""
+    up = stack.cli("up", "--stack", "dev", "--json")
+    assert up.returncode == 0, f"`up` of the dev stack ({stack.backend} backend) failed:\n{up.stdout}\n{up.stderr}"
+    outs = stack.cli("outputs", "--stack", "dev", "--show-secrets")
     assert outs.returncode == 0, outs.stderr
-    gateway = workdir / "litellm.yaml"
-    gw = run_cli(root, env, "gateway-config", "--stack", "dev", "--format", "litellm", "-o", str(gateway))
+    gw = stack.cli("gateway-config", "--stack", "dev", "--format", "litellm", "-o", str(stack.gateway_config))
     assert gw.returncode == 0, gw.stderr
-    return RenderedStack(backend, root, workdir / "rendered", env, json.loads(up.stdout), json.loads(outs.stdout),
-                         gateway)  # fmt: skip
+    stack.summary, stack.outputs = json.loads(up.stdout), json.loads(outs.stdout)
+    return stack
+
+
+def _pulumi(stack: RenderedStack, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**stack.env, "PULUMI_CONFIG_PASSPHRASE": DEV_PASSPHRASE, "PULUMI_SKIP_UPDATE_CHECK": "true"}
+    return subprocess.run([str(pulumi_home() / "bin" / "pulumi"), *args, "--stack", "dev", "--non-interactive"],
+                          cwd=stack.root, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+def _config(stack: RenderedStack, *args: str) -> None:
+    done = _pulumi(stack, "config", *args)
+    assert done.returncode == 0, f"pulumi config {args[0]} failed: {done.stderr}"
+
+
+def apply_step(stack: RenderedStack, name: str, *, set_secrets: dict[str, str] | None = None,
+               remove: tuple[str, ...] = ()) -> RenderedStack:  # fmt: skip
+    """One step of a key rotation on ``stack``: its secrets changed as an operator does, then ``up``.
+    Returns the stack as of this step, its manifests copied aside (the next ``up`` rewrites them)."""
+    for key, value in (set_secrets or {}).items():
+        _config(stack, "set", "--secret", key, value)
+    for key in remove:
+        _config(stack, "rm", key)
+    return snapshot(_up(stack), name)
+
+
+def snapshot(stack: RenderedStack, name: str) -> RenderedStack:
+    """``stack`` as it is now, its manifests and gateway config copied aside (the next ``up`` rewrites them)."""
+    rendered = stack.render_dir.parent / f"rendered-{name}"
+    shutil.copytree(stack.render_dir, rendered)
+    gateway = stack.gateway_config.with_name(f"litellm-{name}.yaml")
+    shutil.copy(stack.gateway_config, gateway)
+    return RenderedStack(stack.backend, stack.root, rendered, stack.env, stack.summary, stack.outputs, gateway)

@@ -9,60 +9,17 @@ prices in ``model_info`` — is the program's output, so a wrong prefix, key ref
 from __future__ import annotations
 
 import json
-import secrets
-import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from tests.vllm.conftest import TOOL_MODEL, PodServers, RunningPod
+from tests.vllm.gateway import Gateway, run_gateway
 from tests.vllm.metrics import parse_metrics, sample
-from tests.vllm.server import Service, free_port, start_service
 from tests.vllm.stacks import EMBEDDING_MODEL, PRICES
-
-
-@dataclass
-class Gateway:
-    service: Service
-    master_key: str
-    config: dict[str, Any]
-
-    def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
-        return httpx.post(f"{self.service.url}{path}", json=body, timeout=120,
-                          headers={"Authorization": f"Bearer {self.master_key}"})  # fmt: skip
-
-
-@contextmanager
-def run_gateway(pod: RunningPod, workdir: Path) -> Iterator[Gateway]:
-    """The LiteLLM proxy on the gateway config of ``pod``'s stack, the model's api_base on ``pod``."""
-    config = yaml.safe_load(pod.stack.gateway_config.read_text())
-    (ours,) = [m for m in config["model_list"] if m["model_name"] == pod.endpoint["servedName"]]
-    assert ours["litellm_params"]["api_base"] == pod.endpoint["baseUrl"]
-    ours["litellm_params"]["api_base"] = f"{pod.server.url}/v1"
-    workdir.mkdir(parents=True)
-    (workdir / "litellm.yaml").write_text(yaml.safe_dump(config))
-    master_key = "sk-" + secrets.token_hex(32)
-    env = {
-        pod.stack.outputs["apiKeyEnv"]: pod.command.env["VLLM_API_KEY"],  # the gateway's copy of the runtime key
-        "LITELLM_MASTER_KEY": master_key,
-        "HOME": str(workdir / "home"),
-        "TMPDIR": str(workdir),
-    }
-    port = free_port()
-    litellm = Path(sys.executable).parent / "litellm"
-    service = start_service("litellm", [str(litellm), "--config", str(workdir / "litellm.yaml"), "--host",
-                                        "127.0.0.1", "--port", str(port), "--num_workers", "1"],
-                            env, port=port, health_path="/health/liveliness", workdir=workdir)  # fmt: skip
-    try:
-        yield Gateway(service, master_key, config)
-    finally:
-        service.stop()
 
 
 @pytest.fixture(scope="module")

