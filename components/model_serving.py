@@ -93,6 +93,20 @@ class ModelServingArgs:
         return {va.API_KEYS_ANNOTATION: self.api_key.digest} if self.api_key else {}
 
 
+def rollout(entry: ModelEntry) -> k8s.apps.v1.DeploymentStrategyArgs:
+    """How the vllm backend replaces a model's pods (a key rotation's steps 1 and 3 replace them all).
+
+    A CPU pod surges: the new pod starts beside the old one and joins the Service once ready, so the
+    model never stops answering. A GPU pod does not: a second set of GPUs is rarely free, and a surge
+    pod would stay Pending and stall the roll. Its pods go one at a time, so a model with two or more
+    replicas keeps answering and a single replica is down while its successor starts (docs/operations.md).
+    """
+    surge, unavailable = (1, 0) if entry.is_cpu else (0, 1)
+    apps = k8s.apps.v1
+    rolling = apps.RollingUpdateDeploymentArgs(max_surge=surge, max_unavailable=unavailable)
+    return apps.DeploymentStrategyArgs(type="RollingUpdate", rolling_update=rolling)
+
+
 class ModelServing(pulumi.ComponentResource):
     """One catalog entry's workload, alias Service and NetworkPolicy (see module docstring)."""
 
@@ -201,11 +215,7 @@ class ModelServing(pulumi.ComponentResource):
                                          annotations=_annotations(args, ready_condition=None)),
             spec=k8s.apps.v1.DeploymentSpecArgs(
                 replicas=e.replicas,
-                # GPUs are scarce: no surge (it would need a second set of them). One pod at a time
-                # goes down, so a model with replicas >= 2 keeps serving through a roll (a key
-                # rotation's included); with one replica this is Recreate.
-                strategy=k8s.apps.v1.DeploymentStrategyArgs(type="RollingUpdate", rolling_update=
-                    k8s.apps.v1.RollingUpdateDeploymentArgs(max_surge=0, max_unavailable=1)),
+                strategy=rollout(e),
                 selector=meta.LabelSelectorArgs(match_labels={"tkf.io/model": e.name,
                                                               "app.kubernetes.io/component": "model-server"}),
                 template=core.PodTemplateSpecArgs(

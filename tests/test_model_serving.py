@@ -220,6 +220,15 @@ def test_every_kubernetes_resource_uses_the_explicit_provider() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+def test_a_cpu_model_surges_through_a_roll_and_a_gpu_model_goes_one_pod_at_a_time() -> None:
+    """A key rotation replaces every pod: a CPU model must keep answering (the new pod starts beside the
+    old one); a GPU model must not wait for a second set of GPUs (no surge, one pod down at a time)."""
+    h = build(CPU, SINGLE_GPU, backend="vllm")
+    cpu, gpu = workload(h, str(CPU["name"])), workload(h, str(SINGLE_GPU["name"]))
+    assert cpu.spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    assert gpu.spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+
+
 def test_vllm_backend_single_node_is_a_no_surge_deployment_with_the_full_command() -> None:
     h = build(TP4, backend="vllm")
     dep = workload(h, "qwen-72b")

@@ -82,6 +82,11 @@ def test_pods_roll_only_when_the_accepted_keys_change_and_no_key_is_in_plaintext
                 "after": (NEW_KEY,)}  # fmt: skip
     deployments = {step: _deployments(s) for step, s in steps.items()}
     assert len(deployments["before"]) == 3
+    # The roll tests/vllm/service.py plays is the one these (CPU) Deployments ask for: surge, none down.
+    for step, by_name in deployments.items():
+        for name, dep in by_name.items():
+            assert dep["spec"]["strategy"] == {"type": "RollingUpdate",
+                                               "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}, (step, name)
     for step, by_name in deployments.items():
         for name, dep in by_name.items():
             annotations = dep["spec"]["template"]["metadata"]["annotations"]
