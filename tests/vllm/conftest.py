@@ -132,15 +132,23 @@ class RunningPod:
             self.metrics.stop()
 
 
-def start_pod(stack: RenderedStack, model: str, *, venv: Path, model_dir: Path, scratch: Path) -> RunningPod:
+def start_pod(stack: RenderedStack, model: str, *, venv: Path, model_dir: Path, scratch: Path,
+              cpus: str | None = None) -> RunningPod:  # fmt: skip
     """Run the pod ``stack`` rendered for ``model``: vLLM from the serving container (the kserve backend's
-    with KServe's preset), then the metrics sidecar as the pod runs it, both from the rendered spec."""
+    with KServe's preset), then the metrics sidecar as the pod runs it, both from the rendered spec.
+
+    ``cpus``: the cores vLLM binds its threads to (``VLLM_CPU_OMP_THREADS_BIND``), for a pod started
+    beside another. On its own ("auto") vLLM pins every instance to the same core (measured here:
+    ``GOMP_CPU_AFFINITY=0`` for both), so a starting pod's compiler would wait behind a serving one,
+    where a cluster would give the two pods cores of their own."""
     manifests = load_manifests(stack.render_dir)
     workload = names.workload(model)
     vllm = stack.backend == "vllm"
     command = deployment_command(manifests, workload) if vllm else kserve_command(manifests, workload)
     port = free_port()
     argv, env = localize(command, model_dir=model_dir, port=port, scratch=scratch)
+    if cpus is not None:
+        env = {**env, "VLLM_CPU_OMP_THREADS_BIND": cpus}
     server = start_vllm(argv, env, port=port, api_key=command.env.get("VLLM_API_KEY"), venv=venv, workdir=scratch)
     _TIMINGS.append(f"vLLM from the {stack.backend} backend's pod ({model}, {scratch.name}) ready in "
                     f"{server.started_in_s:.1f} s")  # fmt: skip
@@ -161,9 +169,10 @@ class PodServers:
         self.venv, self.model_dir, self.stacks, self.workdir = venv, model_dir, stacks, workdir
         self.current: RunningPod | None = None
 
-    def start(self, stack: RenderedStack, model: str, scratch: str) -> RunningPod:
-        """A pod the caller owns (and stops): it runs beside the current one."""
-        return start_pod(stack, model, venv=self.venv, model_dir=self.model_dir, scratch=self.workdir / scratch)
+    def start(self, stack: RenderedStack, model: str, scratch: str, cpus: str | None = None) -> RunningPod:
+        """A pod the caller owns (and stops): it runs beside the current one (on ``cpus``, see start_pod)."""
+        return start_pod(stack, model, venv=self.venv, model_dir=self.model_dir, scratch=self.workdir / scratch,
+                         cpus=cpus)  # fmt: skip
 
     def get(self, backend: str, model: str) -> RunningPod:
         if self.current and (self.current.backend, self.current.model) == (backend, model):

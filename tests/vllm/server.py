@@ -67,6 +67,24 @@ def shm_objects() -> set[str]:
     return {p.name for p in Path("/dev/shm").iterdir()} if Path("/dev/shm").is_dir() else set()
 
 
+def shm_in_use(names: set[str]) -> set[str]:
+    """Those of ``names`` a living process maps or holds open: another server's, not a leak (two vLLM
+    run side by side in a key rotation, each creating objects while the other runs)."""
+    used: set[str] = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            held = {line.rsplit("/dev/shm/", 1)[1].split()[0] for line in (proc / "maps").read_text().splitlines()
+                    if "/dev/shm/" in line}  # fmt: skip
+            held |= {os.readlink(fd).rsplit("/dev/shm/", 1)[1] for fd in (proc / "fd").iterdir()
+                     if os.readlink(fd).startswith("/dev/shm/")}  # fmt: skip
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        used |= held & names
+    return used
+
+
 @dataclass
 class Service:
     """A running server: its base URL, the API key it was given (None = open), its log."""
@@ -114,7 +132,8 @@ class Service:
             os.killpg(pgid, signal.SIGKILL)
             raise AssertionError(f"processes of {self.name}'s group outlived it after SIGTERM: {left}")
         assert not port_is_listening(self.port), f"something still listens on port {self.port} after {self.name} exited"
-        leaked = shm_objects() - self.shm_before if self.shm_before is not None else set()
+        new = shm_objects() - self.shm_before if self.shm_before is not None else set()
+        leaked = new - shm_in_use(new)
         assert not leaked, f"{self.name} left shared-memory objects in /dev/shm: {sorted(leaked)}"
 
 
