@@ -41,7 +41,8 @@ GATEWAY_NS, MONITORING_NS = "llm-gateway", "monitoring"  # the dev stack's names
 #: or it is a pooling server: embedding here), with what the route does. Probes and read-only facts
 #: are harmless; the rest is inference or control of the engine, which only the NetworkPolicy keeps
 #: to the gateway. Measured on vLLM 0.32.0 (docs/operations.md has the table).
-DOCS = {("GET", p): "FastAPI's API docs" for p in ("/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")}
+DOCS = {(m, p): "FastAPI's API docs" for p in ("/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")
+        for m in ("GET", "HEAD")}  # fmt: skip
 COMMON = {
     **DOCS,
     ("GET", "/health"): "probe",
@@ -63,7 +64,12 @@ OPEN: dict[str, dict[tuple[str, str], str]] = {
         ("POST", "/scale_elastic_ep"): "CONTROL: rescales expert parallelism",
         ("POST", "/is_scaling_elastic_ep"): "CONTROL: scaling state",
     },
-    "pooling": COMMON,
+    "pooling": {
+        **COMMON,
+        ("POST", "/pooling"): "INFERENCE: runs the pooling model",
+        ("POST", "/score"): "INFERENCE: scores text pairs",
+        ("POST", "/rerank"): "INFERENCE: reranks documents",
+    },
 }
 HARMLESS = {"probe", "probe (SageMaker)", "server load figure", "vLLM version", "Prometheus metrics",
             "Prometheus metrics (the mount: any method)", "KV-cache event endpoints", "FastAPI's API docs"}  # fmt: skip
@@ -77,7 +83,8 @@ def pod(request: pytest.FixtureRequest, pods: PodServers) -> RunningPod:
 
 def _tasks(pod: RunningPod) -> list[str]:
     """The tasks the running server supports, as it logged them at start."""
-    m = re.search(r"Supported tasks: \[([^\]]*)\]", pod.server.log.read_text(errors="replace"))
+    # The API server's own line (vllm/entrypoints/launchers/api_server/entry.py), not a pooler's message.
+    m = re.search(r"\[entry\.py:\d+\] Supported tasks: [\[(]([^\])]*)[\])]", pod.server.log.read_text(errors="replace"))
     assert m, "vLLM did not log its supported tasks"
     return [t.strip(" '\"") for t in m.group(1).split(",") if t.strip()]
 
