@@ -250,15 +250,16 @@ def assert_model_objects(kube: KubeClient, backend: str, serving: str, model: di
         assert tmpl["restartPolicy"] == "RecreateGroupOnPodRestart"
         assert lws["spec"]["startupPolicy"] == "LeaderCreated"
 
-    # NetworkPolicy: 8000 from the gateway and monitoring namespaces only (+ group-internal traffic).
+    # NetworkPolicy: the API port from the gateway namespace only, the metrics sidecar's port from the
+    # monitoring namespace only (+ group-internal traffic).
     pol = kube.get("networking.k8s.io/v1", "NetworkPolicy", names.network_policy(name), serving)
     assert pol is not None
     rules = pol["spec"]["ingress"]
-    port = [{"protocol": "TCP", "port": 8000}]
     assert rules[:2] == [
-        {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": GATEWAY_NS}}}], "ports": port},
+        {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": GATEWAY_NS}}}],
+         "ports": [{"protocol": "TCP", "port": names.SERVING_PORT}]},
         {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": MONITORING_NS}}}],
-         "ports": port},
+         "ports": [{"protocol": "TCP", "port": names.METRICS_PORT}]},
     ]
     assert len(rules) == (3 if multi else 2)
     assert pol["spec"]["policyTypes"] == ["Ingress"]
