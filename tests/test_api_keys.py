@@ -24,7 +24,7 @@ from tkf_infra.config.api_keys import ApiKeys, key_problems, keys_digest
 from tkf_infra.config.reader import read_api_keys
 
 OLD, NEW = "sk-old-3f9a1c7e5b", "sk-new-8d2e4a6c0f"
-#: (apiKey, apiKeyNext, apiKeyPrevious) of each step of docs/api-keys.md, from one key to the other.
+#: (apiKey, apiKeyNext, apiKeyPrevious) of each step of docs/operations.md, from one key to the other.
 STEPS = {"before": (OLD, None, None), "next-accepted": (OLD, NEW, None), "previous-accepted": (NEW, None, OLD),
          "after": (NEW, None, None)}  # fmt: skip
 WORKLOAD_KINDS = ("LLMInferenceService", "Deployment", "LeaderWorkerSet")

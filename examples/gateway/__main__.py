@@ -9,7 +9,7 @@ creates the two objects the proxy needs:
   Deployment to load with `envFrom: [{secretRef: {name: litellm-upstream-key}}]` and to start with
   `--config /etc/litellm/config.yaml` (ConfigMap mounted at /etc/litellm).
 
-Key rotation (tkf-infra's docs/api-keys.md): `runtimeApiKey` is always a key every model server
+Key rotation (tkf-infra's docs/operations.md): `runtimeApiKey` is always a key every model server
 accepts, and it changes only in the rotation's step 2. Run this program after that step, and make
 the proxy's pods restart when the key changes — env from a Secret is read at start only: put the
 exported `upstreamKeyDigest` (a digest, not the key; also on the Secret as annotation

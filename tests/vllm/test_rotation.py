@@ -1,4 +1,4 @@
-"""A runtime-key rotation on real vLLM, through the real gateway, with traffic all along (docs/api-keys.md).
+"""A runtime-key rotation on real vLLM, through the real gateway, with traffic all along (docs/operations.md).
 
 The dev stack (vllm backend) goes through the rotation's three steps as an operator runs them —
 ``pulumi config set --secret`` / ``config rm``, then ``python -m tkf_infra up`` — and each step's
@@ -60,7 +60,7 @@ OVERLAP_REQUESTS = 3
 @pytest.fixture(scope="module")
 def steps(stacks: Stacks, tier_dir: Path) -> dict[str, RenderedStack]:
     """The vllm backend's dev stack at each step: ``before`` is the tier's stack (one key, the dev
-    key); the others are a copy of it taken through docs/api-keys.md's steps."""
+    key); the others are a copy of it taken through docs/operations.md's steps."""
     before = stacks.get("vllm")
     old = before.outputs["runtimeApiKey"]
     rotating = render_stack("vllm", tier_dir / "rotation", secrets={"apiKeyNext": NEW_KEY})  # step 1

@@ -11,7 +11,7 @@ switch while every pod accepts both:
 3. ``apiKeyPrevious`` removed: pods roll to accept the new key only.
 
 The gateway always sends ``apiKey``, which every pod accepts in every step; only the second key
-comes and goes (docs/api-keys.md has the commands). The program never holds more than two keys.
+comes and goes (docs/operations.md has the commands). The program never holds more than two keys.
 
 Keys must be Bearer tokens of a shell-safe alphabet: during a rotation vLLM gets both keys on its
 command line (it reads only one from ``VLLM_API_KEY``), and KServe's preset runs that command line
@@ -130,7 +130,7 @@ def key_problems(values: Mapping[str, str | None], is_secret: Callable[[str], bo
     if nxt and prev:
         problems.append(Problem(where, API_KEY_PREVIOUS,
                                 f"is set together with {API_KEY_NEXT}: a rotation accepts two keys, not three; "
-                                f"finish the current step first (docs/api-keys.md)"))  # fmt: skip
+                                f"finish the current step first (docs/operations.md)"))  # fmt: skip
     for name, other in ((API_KEY_NEXT, nxt), (API_KEY_PREVIOUS, prev)):
         if other is not None and other == current:
             problems.append(Problem(where, name, f"equals {API_KEY}: nothing would rotate; set a new key, or "
