@@ -267,6 +267,20 @@ def test_network_policy_admitting_other_sources_is_refused() -> None:
     assert "NetworkPolicy llm-serving/llama-3-1-405b-netpol: admits namespace 'default', every source" in found[0]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_monitoring_admitted_to_the_api_port_is_refused(backend: str) -> None:
+    """Scraping through port 8000 would let the monitoring namespace call /invocations without a key."""
+    objs = stack_objects("prod", backend)
+    assert not run_guardrail("model-pods-isolated", objs, PROD["model-pods-isolated"])
+    i = next(i for i, o in enumerate(objs) if o.kind == "NetworkPolicy" and o.model == "qwen-2-5-72b")
+    rules = [dict(r, ports=[{"protocol": "TCP", "port": 8000}]) if "monitoring" in str(r) else r
+             for r in objs[i].spec["ingress"]]  # fmt: skip
+    objs[i] = edited(objs[i], "spec.ingress", rules)
+    found = [v.message for v in run_guardrail("model-pods-isolated", objs, PROD["model-pods-isolated"])]
+    assert len(found) == 1
+    assert "admits namespace 'monitoring' on 8000 (it may reach only the metrics port 9000" in found[0]
+
+
 # --- weight cache and fleet ------------------------------------------------------------------------
 
 

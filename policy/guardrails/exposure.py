@@ -131,11 +131,22 @@ def _selects(policy: K8sObject, labels: Mapping[str, Any]) -> bool:
     return all(labels.get(k) == v for k, v in match.items())
 
 
-def _admits_only(policy: K8sObject, allowed: Sequence[str], model: str) -> list[str]:
-    """Ingress sources of the policy beyond the allowed namespaces and the model's own pods."""
+def _ports(rule: Mapping[str, Any]) -> list[Any]:
+    """The ports an ingress rule opens; ["every port"] for a rule without `ports`."""
+    ports = [as_map(p).get("port") for p in as_list(rule.get("ports"))]
+    return ports or ["every port"]
+
+
+def _admits_only(policy: K8sObject, allowed: Sequence[str], model: str,
+                 metrics_only: Mapping[str, Any] | None = None) -> list[str]:  # fmt: skip
+    """Ingress sources of the policy beyond the allowed namespaces and the model's own pods, and a
+    metrics-only namespace (monitoring) admitted to a port other than the metrics port."""
     extra: list[str] = []
+    scrapers = {str(n) for n in as_list((metrics_only or {}).get("namespaces"))}
+    metrics_port = (metrics_only or {}).get("port")
     for rule in as_list(policy.spec.get("ingress")):
-        sources = as_list(as_map(rule).get("from"))
+        rule = as_map(rule)
+        sources = as_list(rule.get("from"))
         if not sources:
             extra.append("every source (an ingress rule without `from`)")
         for src in sources:
@@ -148,6 +159,10 @@ def _admits_only(policy: K8sObject, allowed: Sequence[str], model: str) -> list[
                 ns = ns_sel.get("kubernetes.io/metadata.name")
                 if ns not in allowed:
                     extra.append(f"namespace {ns!r}" if ns else f"namespaces matching {dict(ns_sel) or 'anything'}")
+                elif ns in scrapers and (other := [p for p in _ports(rule) if p != metrics_port]):
+                    extra.append(f"namespace {ns!r} on {', '.join(map(str, other))} (it may reach only the metrics "
+                                 f"port {metrics_port}: vLLM's API port answers inference routes its key does not "
+                                 "guard)")  # fmt: skip
             elif pod_sel.get(MODEL_LABEL) != model:
                 extra.append(f"pods matching {dict(pod_sel) or 'anything'}")
     return extra
@@ -155,6 +170,7 @@ def _admits_only(policy: K8sObject, allowed: Sequence[str], model: str) -> list[
 
 def check_isolation(objects: Sequence[K8sObject], config: Mapping[str, Any]) -> list[Violation]:
     allowed = [str(n) for n in as_list(config.get("allowedSourceNamespaces"))]
+    metrics_only = as_map(config.get("metricsOnly"))
     policies = [o for o in objects if o.kind == "NetworkPolicy"]
     out: list[Violation] = []
     for obj in objects:
@@ -183,7 +199,7 @@ def check_isolation(objects: Sequence[K8sObject], config: Mapping[str, Any]) -> 
                 )
                 continue
             for pol in covering:
-                extra = _admits_only(pol, allowed, model)
+                extra = _admits_only(pol, allowed, model, metrics_only)
                 if extra:
                     out.append(
                         violation(
@@ -234,7 +250,7 @@ MODEL_PODS_ISOLATED = Guardrail(
     name="model-pods-isolated",
     description=(
         "Every model-server pod is selected by a NetworkPolicy that admits only the gateway and "
-        "monitoring namespaces (and the model's own pods, for multi-node)."
+        "monitoring namespaces (and the model's own pods, for multi-node); monitoring only to the metrics port."
     ),
     scope="stack",
     check=check_isolation,
@@ -243,7 +259,13 @@ MODEL_PODS_ISOLATED = Guardrail(
             "type": "array",
             "items": {"type": "string"},
             "description": "Namespaces that may call or scrape models.",
-        }
+        },
+        "metricsOnly": {
+            "type": "object",
+            "properties": {"namespaces": {"type": "array", "items": {"type": "string"}}, "port": {"type": "integer"}},
+            "description": "Namespaces that may reach only the metrics port (the monitoring namespace: port "
+            "8000 also answers inference routes vLLM's key does not guard).",
+        },
     },
     required=("allowedSourceNamespaces",),
 )
