@@ -72,7 +72,9 @@ def steps(stacks: Stacks, tier_dir: Path) -> dict[str, RenderedStack]:
 
 
 def _deployments(stack: RenderedStack) -> dict[str, dict[str, Any]]:
-    return {name: doc for (kind, name), doc in load_manifests(stack.render_dir).items() if kind == "Deployment"}
+    """The models' Deployments (the dev stack also renders the platform's)."""
+    return {name: doc for (kind, name), doc in load_manifests(stack.render_dir).items()
+            if kind == "Deployment" and "tkf.io/model" in doc["metadata"].get("labels", {})}  # fmt: skip
 
 
 def test_pods_roll_only_when_the_accepted_keys_change_and_no_key_is_in_plaintext(
