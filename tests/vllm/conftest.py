@@ -124,10 +124,10 @@ class RunningPod:
     metrics: Service
     endpoint: dict[str, Any] = field(default_factory=dict)
 
-    def stop(self) -> None:
+    def stop(self, *, check_shm: bool = True) -> None:
         """vLLM first (its own checks see its own leftovers), then the sidecar."""
         try:
-            self.server.stop()
+            self.server.stop(check_shm=check_shm)
         finally:
             self.metrics.stop()
 
@@ -181,10 +181,10 @@ class PodServers:
         self.current = self.start(self.stacks.get(backend), model, f"pod-{backend}-{model}")
         return self.current
 
-    def close(self) -> None:
+    def close(self, *, check_shm: bool = True) -> None:
         if self.current:
             current, self.current = self.current, None
-            current.stop()
+            current.stop(check_shm=check_shm)
 
 
 @pytest.fixture(scope="session")
