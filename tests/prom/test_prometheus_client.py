@@ -70,3 +70,22 @@ def test_hung_server_is_a_timeout() -> None:
 def test_url_that_cannot_be_requested(url: str) -> None:
     error = _failure(url)
     assert error.kind is FailureKind.BAD_URL and "http://prometheus.monitoring.svc:9090" in str(error)
+
+
+@pytest.mark.prometheus
+def test_a_snapshot_reads_every_figure_at_one_instant(prom: PromServer) -> None:
+    """`status` reads its figures one query after another; with a snapshot they describe one moment,
+    so a queue is never paired with the running count of a later scrape."""
+    with PrometheusClient(prom.url, snapshot=True) as client:
+        assert client.vector('up{job="no-such-job"}') == []  # no series: nothing to pin yet
+        first = client.vector("vector(time())")
+        time.sleep(1.5)
+        later = client.vector("vector(time())")
+    assert client.at is not None
+    assert first[0].value == later[0].value == client.at
+
+    with PrometheusClient(prom.url) as live:
+        a = live.vector("vector(time())")
+        time.sleep(1.5)
+        b = live.vector("vector(time())")
+    assert a[0].value is not None and b[0].value is not None and b[0].value > a[0].value

@@ -69,9 +69,14 @@ class PrometheusClient:
     connects are never retried (a refused connect is final, and a CLI must say so at once).
     """
 
-    def __init__(self, url: str, timeout_s: float = 5) -> None:
+    def __init__(self, url: str, timeout_s: float = 5, *, snapshot: bool = False) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        #: With `snapshot`, every query after the first one that returns a series is evaluated at that
+        #: series' instant (Prometheus' own clock, so the CLI host's clock does not matter): figures
+        #: read one after another describe one moment, e.g. a queue and the requests running beside it.
+        self.snapshot = snapshot
+        self.at: float | None = None
         self._http = httpx.Client(timeout=httpx.Timeout(timeout_s), follow_redirects=True, verify=_tls_context())
 
     def __enter__(self) -> PrometheusClient:
@@ -97,11 +102,17 @@ class PrometheusClient:
             )
         if not response.is_success:
             raise PrometheusQueryError(FailureKind.HTTP, f"answered HTTP {response.status_code}{_http_hint(response)}")
-        return _parse_vector(response)
+        samples = _parse_vector(response)
+        if self.snapshot and self.at is None and samples:
+            self.at = _evaluated_at(response)
+        return samples
 
     def _get(self, promql: str) -> httpx.Response:
+        params: dict[str, str | float] = {"query": promql}
+        if self.at is not None:
+            params["time"] = self.at
         try:
-            return self._http.get(f"{self.url}/api/v1/query", params={"query": promql})
+            return self._http.get(f"{self.url}/api/v1/query", params=params)
         except httpx.TimeoutException as exc:
             # Connect timeouts included: an address that swallows SYNs is as silent as a hung server.
             raise PrometheusQueryError(FailureKind.TIMEOUT, f"no answer within {self.timeout_s:g} s") from exc
@@ -144,6 +155,14 @@ def _parse_vector(response: httpx.Response) -> list[Sample]:
             ) from exc
         samples.append(Sample(labels=labels, value=None if math.isnan(value) else value))
     return samples
+
+
+def _evaluated_at(response: httpx.Response) -> float | None:
+    """The instant Prometheus evaluated an instant query at (every sample carries it)."""
+    try:
+        return float(response.json()["data"]["result"][0]["value"][0])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
 
 
 def _api_error(response: httpx.Response) -> str:

@@ -252,7 +252,7 @@ def read_model_status(
     result = StatusResult(prometheus_url=prometheus_url, reachable=True)
     indexes: dict[str, _Index] = {}
     kv_observations: list[vm.KvObservation] = []
-    with PrometheusClient(prometheus_url, timeout_s) as client:
+    with PrometheusClient(prometheus_url, timeout_s, snapshot=True) as client:
         for figure, promql in _queries(rate_window).items():
             try:
                 indexes[figure] = _index(client.vector(promql))
