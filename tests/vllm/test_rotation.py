@@ -120,6 +120,7 @@ def _assert_keys(pod: RunningPod, accepted: tuple[str, ...], refused: tuple[str,
         assert got == want, f"the {pod.stack.render_dir.name} pod answered {got} to a key it should answer {want}"
 
 
+@pytest.mark.vllm_solo
 def test_no_request_through_the_gateway_fails_during_the_rotation(steps: dict[str, RenderedStack], pods: PodServers,
                                                                   tier_dir: Path) -> None:  # fmt: skip
     old = steps["before"].outputs["runtimeApiKey"]
