@@ -105,7 +105,7 @@ def _at(prom: Service, promql: str, when: str) -> float | None:
     return float(result[0]["value"][1]) if len(result) == 1 else None
 
 
-@pytest.mark.vllm_solo
+@pytest.mark.vllm_known_failing
 def test_status_reports_the_real_vllms_load(vllm_pod: RunningPod, prometheus: Service) -> None:
     """While vLLM runs ``maxNumSeqs`` requests and queues more, ``status`` shows exactly that.
 
