@@ -53,6 +53,7 @@ from tests.apiserver.readback import (
     release_pvcs,
 )
 from tests.engine_fixtures import EngineStack, dev_config, resource_events
+from tests.faults.harness import process_tree
 from tests.kube.apiserver import KubeAPIServer
 from tests.kube.client import KubeClient
 from tkf_infra import names
@@ -360,26 +361,8 @@ def cel_rule_is_enforced_through_pulumi(kube: KubeClient, kube_apiserver: KubeAP
 
 
 def _descendants(root: int) -> dict[int, str]:
-    """pid → cmdline of every live process whose parent chain reaches root."""
-    parents: dict[int, int] = {}
-    cmdlines: dict[int, str] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-            cmdlines[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, ValueError, IndexError):
-            continue
-    out = {}
-    for pid in parents:
-        p, seen = pid, 0
-        while p in parents and p != root and seen < 64:
-            p, seen = parents[p], seen + 1
-        if p == root and pid != root:
-            out[pid] = cmdlines.get(pid, "")
-    return out
+    """pid → cmdline of every live process whose parent chain reaches root (root itself left out)."""
+    return {pid: cmd for pid, cmd in process_tree(root).items() if pid != root}
 
 
 def test_no_process_left_behind(kube_apiserver: KubeAPIServer, tmp_path: Path) -> None:
