@@ -26,11 +26,10 @@ lint:
 typecheck:
 	.venv/bin/mypy .
 
-# Two pytest processes: the tests that keep a real vLLM busy for minutes (marker vllm_solo: the
-# rotation under traffic) run last and alone, with no other tier's servers alive. vllm_known_failing:
-# status under a loaded vLLM, failing since the metrics sidecar landed; out of the suite until fixed.
+# Two pytest processes: the tests that keep a real vLLM busy for minutes (marker vllm_solo: status
+# under load, the rotation under traffic) run last and alone, with no other tier's servers alive.
 unit:
-	bash -c 'source scripts/env.sh && .venv/bin/python -m pytest -q -m "not vllm_solo and not vllm_known_failing" && .venv/bin/python -m pytest -q -m vllm_solo'
+	bash -c 'source scripts/env.sh && .venv/bin/python -m pytest -q -m "not vllm_solo" && .venv/bin/python -m pytest -q -m vllm_solo'
 
 bench: setup-dev
 	.venv/bin/python bench/sizing_accuracy.py --cases tests/data/calibration/cases.json --cases tests/data/calibration/cases-diverse.json --by group

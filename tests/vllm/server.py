@@ -21,6 +21,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import httpx
 
@@ -157,9 +158,8 @@ def start_service(name: str, argv: list[str], env: Mapping[str, str], *, port: i
     deadline = started + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            server.stop()
-            raise AssertionError(f"{name} exited with {process.returncode} before {health_path} answered:\n"
-                                 f"{server.log_tail()}")  # fmt: skip
+            _stop_after_failed_start(server, f"{name} exited with {process.returncode} before {health_path} "
+                                             f"answered")  # fmt: skip
         try:
             if httpx.get(f"{server.url}{health_path}", timeout=2).status_code == 200:
                 server.started_in_s = time.monotonic() - started
@@ -167,8 +167,18 @@ def start_service(name: str, argv: list[str], env: Mapping[str, str], *, port: i
         except httpx.HTTPError:
             pass
         time.sleep(1)
-    server.stop()
-    raise AssertionError(f"{name} did not answer {health_path} within {START_TIMEOUT_S} s:\n{server.log_tail()}")
+    _stop_after_failed_start(server, f"{name} did not answer {health_path} within {START_TIMEOUT_S} s")
+
+
+def _stop_after_failed_start(server: Service, why: str) -> NoReturn:
+    """Raise ``why`` with the log's tail, after stopping what is left; a failure to stop is added to the
+    message instead of replacing it (the start's failure is the one to read first)."""
+    tail = server.log_tail()
+    try:
+        server.stop()
+    except AssertionError as err:
+        why += f" (and stopping it failed too: {err})"
+    raise AssertionError(f"{why}:\n{tail}")
 
 
 def start_vllm(argv: list[str], env: Mapping[str, str], *, port: int, api_key: str | None, venv: Path,

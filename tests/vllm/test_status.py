@@ -24,6 +24,14 @@ from tests.vllm.metrics import parse_metrics, sample
 from tests.vllm.server import Service, free_port, start_service
 
 SCRAPE_INTERVAL_S = 1
+#: One client for every request the test makes: an ``httpx.get``/``post`` builds a new client and so
+#: a new TLS context (the CA bundle parsed by OpenSSL 3.0) per call, even for plain http. Measured
+#: here: 24 load threads doing that at once kept both cores busy in ``ssl.create_default_context``
+#: for minutes, so vLLM saw one request at a time and Prometheus' own ``/-/ready`` took 14–80 s.
+#: No keep-alive: uvicorn closes an idle connection after 5 s, and a pooled one it has just closed
+#: fails the next request with "Server disconnected" (it failed a load run here).
+HTTP = httpx.Client(timeout=httpx.Timeout(30, read=900),
+                    limits=httpx.Limits(max_connections=64, max_keepalive_connections=0))  # fmt: skip
 #: How long to keep vLLM loaded while waiting for a `status` call that caught a steady queue.
 STATUS_PATIENCE_S = 300
 
@@ -71,7 +79,7 @@ scrape_configs:
 
 
 def _query(prom: Service, promql: str) -> list[dict[str, Any]]:
-    response = httpx.get(f"{prom.url}/api/v1/query", params={"query": promql}, timeout=5)
+    response = HTTP.get(f"{prom.url}/api/v1/query", params={"query": promql}, timeout=5)
     response.raise_for_status()
     result: list[dict[str, Any]] = response.json()["data"]["result"]
     return result
@@ -99,13 +107,13 @@ def _queried_at(query_log: Path, skip: int) -> set[str]:
 
 
 def _at(prom: Service, promql: str, when: str) -> float | None:
-    response = httpx.get(f"{prom.url}/api/v1/query", params={"query": promql, "time": when}, timeout=5)
+    response = HTTP.get(f"{prom.url}/api/v1/query", params={"query": promql, "time": when}, timeout=5)
     response.raise_for_status()
     result = response.json()["data"]["result"]
     return float(result[0]["value"][1]) if len(result) == 1 else None
 
 
-@pytest.mark.vllm_known_failing
+@pytest.mark.vllm_solo
 def test_status_reports_the_real_vllms_load(vllm_pod: RunningPod, prometheus: Service) -> None:
     """While vLLM runs ``maxNumSeqs`` requests and queues more, ``status`` shows exactly that.
 
@@ -119,7 +127,7 @@ def test_status_reports_the_real_vllms_load(vllm_pod: RunningPod, prometheus: Se
     sel = f'{{model_name="{served}"}}'
     max_num_seqs = int(vllm_pod.command.argv[vllm_pod.command.argv.index("--max-num-seqs") + 1])
     clients, max_tokens = 3 * max_num_seqs, 3000
-    before = parse_metrics(httpx.get(f"{vllm_pod.server.url}/metrics", timeout=10).text)
+    before = parse_metrics(HTTP.get(f"{vllm_pod.server.url}/metrics", timeout=10).text)
     usages: list[dict[str, int]] = []
     errors: list[str] = []
     stop = threading.Event()
@@ -128,8 +136,7 @@ def test_status_reports_the_real_vllms_load(vllm_pod: RunningPod, prometheus: Se
         body = {"model": served, "prompt": "The fleet serves", "max_tokens": max_tokens, "ignore_eos": True}
         while not stop.is_set():
             try:
-                r = httpx.post(f"{vllm_pod.server.url}/v1/completions", json=body, headers=vllm_pod.server.headers(),
-                               timeout=900)  # fmt: skip
+                r = HTTP.post(f"{vllm_pod.server.url}/v1/completions", json=body, headers=vllm_pod.server.headers())
                 r.raise_for_status()
                 usages.append(r.json()["usage"])
             except httpx.HTTPError as exc:
@@ -148,7 +155,7 @@ def test_status_reports_the_real_vllms_load(vllm_pod: RunningPod, prometheus: Se
         try:
             _wait_until(prometheus, f"vllm:num_requests_waiting{sel}", lambda v: v > 0, timeout=STATUS_PATIENCE_S)
         except AssertionError as exc:
-            now = parse_metrics(httpx.get(f"{vllm_pod.server.url}/metrics", timeout=60).text)
+            now = parse_metrics(HTTP.get(f"{vllm_pod.server.url}/metrics", timeout=60).text)
             raise AssertionError(f"{exc}; vLLM itself says waiting="
                                  f"{sample(now, 'vllm:num_requests_waiting', model_name=served)}; "
                                  f"client errors: {errors[:3]}; vLLM log:\n{vllm_pod.server.log_tail(2000)}") from None
@@ -185,7 +192,7 @@ def test_status_reports_the_real_vllms_load(vllm_pod: RunningPod, prometheus: Se
     assert record["promptTokens"] > 0 and record["generationTokensPerSecond"] > 0, record
 
     # Token counters: vLLM counted every generated token, and Prometheus scraped that count.
-    after = parse_metrics(httpx.get(f"{vllm_pod.server.url}/metrics", timeout=10).text)
+    after = parse_metrics(HTTP.get(f"{vllm_pod.server.url}/metrics", timeout=10).text)
     counted = sample(after, "vllm:generation_tokens_total", model_name=served)
     generated = sum(u["completion_tokens"] for u in usages)
     assert generated == len(usages) * max_tokens > 0
