@@ -140,8 +140,7 @@ def test_no_request_through_the_gateway_fails_during_the_rotation(steps: dict[st
         traffic.wait_until(lambda: service.served["before"] >= OVERLAP_REQUESTS, "traffic through the first pod")
 
         # Step 1 rolls out: the pod accepting both keys joins the Service, then the first one leaves it.
-        # Each new pod gets the core the serving one does not use (vLLM's "auto" put the first on core 0).
-        second = pods.start(steps["next-accepted"], TOOL_MODEL, "rotation-next-accepted", cpus="1")
+        second = pods.start(steps["next-accepted"], TOOL_MODEL, "rotation-next-accepted")
         cleanup.callback(second.stop, check_shm=False)
         _assert_keys(second, accepted=(old, NEW_KEY), refused=(NOT_A_KEY,))
         _overlap(service, traffic, ("before", first), ("next-accepted", second))
@@ -157,7 +156,7 @@ def test_no_request_through_the_gateway_fails_during_the_rotation(steps: dict[st
                            "traffic through the new gateway")  # fmt: skip
 
         # Step 3 rolls out: the pod accepting the new key only joins, then the step-1 pod leaves.
-        third = pods.start(steps["after"], TOOL_MODEL, "rotation-after", cpus="0")
+        third = pods.start(steps["after"], TOOL_MODEL, "rotation-after")
         cleanup.callback(third.stop, check_shm=False)
         _assert_keys(third, accepted=(NEW_KEY,), refused=(old, NOT_A_KEY))
         _overlap(service, traffic, ("next-accepted", second), ("after", third))
