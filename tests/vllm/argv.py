@@ -13,6 +13,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from tests.vllm.server import NO_TELEMETRY_ENV
+
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
 
@@ -48,8 +50,7 @@ def run_oracle(vllm_venv: Path, home: Path, cases: dict[str, list[str]],
     payload = [{"id": k, "argv": v, "show": list(show)} for k, v in cases.items()]
     proc = subprocess.run([str(vllm_venv / "bin" / "python"), str(HERE / "oracle.py")], capture_output=True,
                           text=True, input=json.dumps(payload), timeout=600,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(home), "VLLM_NO_USAGE_STATS": "1",
-                               "DO_NOT_TRACK": "1"})  # fmt: skip
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(home), **NO_TELEMETRY_ENV})  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     result: dict[str, Any] = json.loads(proc.stdout)
     return result

@@ -132,28 +132,16 @@ class RunningPod:
             self.metrics.stop()
 
 
-#: What this host adds to a pod's environment so that pods can share its two cores, where a cluster
-#: gives each pod cores of its own. vLLM's CPU worker otherwise pins its compute thread ("auto": core
-#: 0 for every instance), and a worker pinned and busy starved every process that came to its core:
-#: torch's CPU probe at import pins itself to each core in turn (strace: sched_setaffinity [0], [1],
-#: [0 1]), so a pod starting beside a serving one stalled there for minutes (py-spy, /proc/PID/stack:
-#: sched_setaffinity). Measured on this machine, a probe process moving onto the core of a serving
-#: pod got 7k-50k loop turns in 5 s with the worker pinned, 13-15 M unpinned (idle: ~16 M). One
-#: thread per worker, as the pinned setting gave it.
-SHARED_HOST_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
-
-
 def start_pod(stack: RenderedStack, model: str, *, venv: Path, model_dir: Path, scratch: Path) -> RunningPod:
     """Run the pod ``stack`` rendered for ``model``: vLLM from the serving container (the kserve backend's
     with KServe's preset), then the metrics sidecar as the pod runs it, both from the rendered spec
-    (plus ``SHARED_HOST_ENV``)."""
+    (vLLM with the host's ``HOST_ENV``)."""
     manifests = load_manifests(stack.render_dir)
     workload = names.workload(model)
     vllm = stack.backend == "vllm"
     command = deployment_command(manifests, workload) if vllm else kserve_command(manifests, workload)
     port = free_port()
     argv, env = localize(command, model_dir=model_dir, port=port, scratch=scratch)
-    env = {**env, **SHARED_HOST_ENV}
     server = start_vllm(argv, env, port=port, api_key=command.env.get("VLLM_API_KEY"), venv=venv, workdir=scratch)
     _TIMINGS.append(f"vLLM from the {stack.backend} backend's pod ({model}, {scratch.name}) ready in "
                     f"{server.started_in_s:.1f} s")  # fmt: skip

@@ -28,9 +28,19 @@ import httpx
 START_TIMEOUT_S = 600  # cold compile on a busy 2-core CI machine; ~100 s measured idle
 STOP_TIMEOUT_S = 60
 
-# Not in the pod spec, set for every test server: the test host is not a pod. Usage statistics
-# would try to reach the internet; the directories replace the pod's emptyDirs (see module doc).
-HOST_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+#: For every vLLM process the tests run (servers, the parser oracle, the route listing): usage
+#: statistics would try to reach the internet.
+NO_TELEMETRY_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+#: Not in the pod spec, set for every vLLM server: the test host is not a pod (the directories
+#: replace the pod's emptyDirs, see module doc), and pods share its two cores where a cluster gives
+#: each pod cores of its own. vLLM's CPU worker otherwise pins its compute thread ("auto": core 0 for
+#: every instance), and a worker pinned and busy starved every process that came to its core:
+#: torch's CPU probe at import pins itself to each core in turn (strace: sched_setaffinity [0], [1],
+#: [0 1]), so a pod starting beside a serving one stalled there for minutes (py-spy,
+#: /proc/PID/stack: sched_setaffinity). Measured on this machine, a probe process moving onto the
+#: core of a serving pod got 7k-50k loop turns in 5 s with the worker pinned, 13-15 M unpinned.
+#: One thread per worker, as the pinned setting gave it.
+HOST_ENV = {**NO_TELEMETRY_ENV, "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
 
 
 def free_port() -> int:

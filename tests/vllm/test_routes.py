@@ -30,6 +30,7 @@ import pytest
 
 from tests.vllm.conftest import TOOL_MODEL, PodServers, RunningPod
 from tests.vllm.pod import load_manifests
+from tests.vllm.server import NO_TELEMETRY_ENV
 from tests.vllm.stacks import EMBEDDING_MODEL
 from tkf_infra import names
 
@@ -100,8 +101,7 @@ def _routes(pod: RunningPod) -> list[dict[str, Any]]:
     """vLLM's listing of the app the running server built (same argv, same tasks, same Python)."""
     python, _, *args = _cmdline(pod)
     request = json.dumps({"argv": ["vllm", *args], "tasks": _tasks(pod)})
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(pod.server.log.parent / "home"), "VLLM_NO_USAGE_STATS": "1",
-           "DO_NOT_TRACK": "1"}  # fmt: skip
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(pod.server.log.parent / "home"), **NO_TELEMETRY_ENV}
     proc = subprocess.run([python, "-m", "tests.vllm.routes"], input=request, capture_output=True, text=True,
                           cwd=ROOT, timeout=600, env=env)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -78,15 +78,17 @@ scrape_configs:
         service.stop()
 
 
-def _query(prom: Service, promql: str) -> list[dict[str, Any]]:
-    response = HTTP.get(f"{prom.url}/api/v1/query", params={"query": promql}, timeout=5)
+def _query(prom: Service, promql: str, when: str | None = None) -> list[dict[str, Any]]:
+    """The instant query's result, at ``when`` (Prometheus' time format) or now."""
+    params = {"query": promql} if when is None else {"query": promql, "time": when}
+    response = HTTP.get(f"{prom.url}/api/v1/query", params=params, timeout=5)
     response.raise_for_status()
     result: list[dict[str, Any]] = response.json()["data"]["result"]
     return result
 
 
-def _value(prom: Service, promql: str) -> float | None:
-    result = _query(prom, promql)
+def _value(prom: Service, promql: str, when: str | None = None) -> float | None:
+    result = _query(prom, promql, when)
     return float(result[0]["value"][1]) if len(result) == 1 else None
 
 
@@ -105,12 +107,6 @@ def _queried_at(query_log: Path, skip: int) -> set[str]:
     lines = query_log.read_text().splitlines()[skip:]
     return {entry["params"]["end"] for entry in map(json.loads, lines) if "vllm:" in entry["params"]["query"]}
 
-
-def _at(prom: Service, promql: str, when: str) -> float | None:
-    response = HTTP.get(f"{prom.url}/api/v1/query", params={"query": promql, "time": when}, timeout=5)
-    response.raise_for_status()
-    result = response.json()["data"]["result"]
-    return float(result[0]["value"][1]) if len(result) == 1 else None
 
 
 @pytest.mark.vllm_solo
@@ -163,15 +159,15 @@ def test_status_reports_the_real_vllms_load(vllm_pod: RunningPod, prometheus: Se
             skip = len(query_log.read_text().splitlines())
             proc = vllm_pod.stack.cli("status", "--stack", "dev", "--json", "--prometheus-url", prometheus.url)
             instants = _queried_at(query_log, skip)
-            seen = {(_at(prometheus, f"sum(vllm:num_requests_running{sel})", t),
-                     _at(prometheus, f"sum(vllm:num_requests_waiting{sel})", t)) for t in instants}  # fmt: skip
+            seen = {(_value(prometheus, f"sum(vllm:num_requests_running{sel})", t),
+                     _value(prometheus, f"sum(vllm:num_requests_waiting{sel})", t)) for t in instants}  # fmt: skip
             attempts.append(f"{len(instants)} queries at {sorted(instants)[:1]}: (running, waiting) {seen}")
             if len(seen) == 1 and (only := seen.pop())[0] == max_num_seqs and (only[1] or 0) > 0:
                 expected = {"requestsRunning": only[0], "requestsWaiting": only[1],
-                            "kvCacheUsage": _at(prometheus, f"avg(vllm:kv_cache_usage_perc{sel})", min(instants)),
-                            "generationTokensLow": _at(prometheus, f"sum(vllm:generation_tokens_total{sel})",
+                            "kvCacheUsage": _value(prometheus, f"avg(vllm:kv_cache_usage_perc{sel})", min(instants)),
+                            "generationTokensLow": _value(prometheus, f"sum(vllm:generation_tokens_total{sel})",
                                                        min(instants)),
-                            "generationTokensHigh": _at(prometheus, f"sum(vllm:generation_tokens_total{sel})",
+                            "generationTokensHigh": _value(prometheus, f"sum(vllm:generation_tokens_total{sel})",
                                                         max(instants))}
                 report = json.loads(proc.stdout)
                 record = next(m for m in report["models"] if m["name"] == vllm_pod.model)
