@@ -30,6 +30,7 @@ from tkf_infra import names
 from tkf_infra.config import Backend, ClusterTarget
 from tkf_infra.config.api_keys import ApiKeys
 from tkf_infra.plan import FleetPlan, ModelPlan
+from tkf_infra.sizing.contract import fit_record
 
 #: Secret (in the serving namespace) holding the runtime API keys: the gateway's key, and during a
 #: rotation the second accepted key (apiKeyNext, then apiKeyPrevious: one slot, so the pod spec
@@ -170,11 +171,10 @@ def build_fleet(plan: FleetPlan, *, api_keys: ApiKeys | None, stack: str) -> Fle
 
     caches = _weight_caches(plan, provider, namespace)
     # One check for the stack (providers/fit.py says why); only deployed models are in it.
-    fit = FitCheck(names.FIT_CHECK, {m.entry.name: {"sizedFor": m.fit_inputs.summary(),
-                                                    "result": m.fit.model_dump(by_alias=True, mode="json")}
-                                     for m in plan.models}) if plan.models else None  # fmt: skip
+    fit = FitCheck(names.FIT_CHECK, {m.entry.name: fit_record(m.fit_inputs, m.fit) for m in plan.models}
+                   ) if plan.models else None  # fmt: skip
     models: dict[str, ModelServing] = {}
-    before_cache: list[pulumi.Resource] = [*([fit] if fit else []), namespace]
+    before_cache: list[pulumi.Resource] = [fit] if fit else []
     after_cache: list[pulumi.Resource] = [gpu_operator, *([sharing] if sharing else []), *prerequisites.dependencies,
                                           *([api_key_secret] if api_key_secret is not None else [])]
     for m in plan.models:
@@ -184,16 +184,14 @@ def build_fleet(plan: FleetPlan, *, api_keys: ApiKeys | None, stack: str) -> Fle
             e.name,
             ModelServingArgs(
                 plan=m, serving=s.serving, namespaces=s.namespaces, cache=CacheRef(cache.pvc_name, cache.subpath),
-                api_key=key_ref, skip_await=s.cluster.skip_await,
+                api_key=key_ref, skip_await=s.cluster.skip_await, namespace=namespace,
+                # On the cache's PVC, not its download Job: the pods' init container waits for the download.
+                # A dependency on a Job that fails would end the program in the Python SDK (3.260:
+                # ResourceRegistrationFailed raised from depends_on) and abandon other models' pending
+                # registrations; the failed download is reported per model instead (docs/operations.md).
+                workload_deps=(*before_cache, cache.pvc, *after_cache),
             ),
-            # On the cache's PVC, not its download Job: the pods' init container waits for the download.
-            # A dependency on a Job that fails would end the program in the Python SDK (3.260:
-            # ResourceRegistrationFailed raised from depends_on) and abandon other models' pending
-            # registrations; the failed download is reported per model instead (docs/operations.md).
-            opts=pulumi.ResourceOptions(
-                providers=[provider],
-                depends_on=[*before_cache, cache.pvc, *after_cache],
-            ),
+            opts=pulumi.ResourceOptions(providers=[provider]),
         )  # fmt: skip
 
     return Fleet(plan=plan, provider=provider, namespace=namespace, node_pools=pools, gpu_operator=gpu_operator,

@@ -22,8 +22,9 @@ runtime API keys reach vLLM only from Secret references (``components.pod.env``)
 template carries a digest of the accepted key set, so a changed set rolls the pods (on KServe via
 ``spec.annotations``, which KServe v0.20.0 copies onto its pod templates:
 ``pkg/controller/v1alpha2/llmisvc/workload_single_node.go:180``, ``workload_multi_node.go:265-268``).
-The component waits for its FitCheck and the platform (``depends_on``), so a model that does not
-fit never reaches the cluster.
+The workload waits for the stack's FitCheck, the weight cache and the platform
+(``ModelServingArgs.workload_deps``) and for the model's NetworkPolicy, so no pod runs before the
+check has passed or unguarded; the Service and policy wait only for their namespace.
 """
 
 from __future__ import annotations
@@ -66,6 +67,12 @@ class ModelServingArgs:
     api_key: ApiKeyRef | None = None
     """Where the runtime keys are; None = no auth (dev)."""
     skip_await: bool = False
+    namespace: pulumi.Resource | None = None
+    """The serving Namespace object: every child waits for it."""
+    workload_deps: tuple[pulumi.Resource, ...] = ()
+    """What the workload waits for besides the namespace and this model's own objects: the FitCheck,
+    the weight cache's PVC, the platform. Given here, not as the component's ``depends_on``, which
+    Pulumi does not pass on to children and would resolve once more for the component itself."""
 
     @property
     def entry(self) -> ModelEntry:
@@ -112,7 +119,6 @@ class ModelServing(pulumi.ComponentResource):
 
     base_url: pulumi.Output[str]
     served_name: str
-    fit: dict[str, Any]
     resources: list[pulumi.CustomResource]
     workload: pulumi.CustomResource
 
@@ -121,10 +127,14 @@ class ModelServing(pulumi.ComponentResource):
         e, ns = args.entry, args.namespaces.serving
         self.served_name = e.served_name
         self.resources = []
-        # depends_on on a component is not inherited by its children: forward it to the workload.
-        deps: list[pulumi.Resource] = _as_list(opts.depends_on if opts else None)
-        self._deps = deps
-        child = pulumi.ResourceOptions(parent=self, depends_on=deps)
+        # The Service, NetworkPolicy and ServiceAccount need only their namespace; the workload waits
+        # for those, its FitCheck, cache and the platform. Each dependency costs every registration
+        # that lists it (the SDK resolves and expands it, the engine records it): issue 18.
+        in_ns: list[pulumi.Resource] = [args.namespace] if args.namespace is not None else []
+        child = pulumi.ResourceOptions(parent=self, depends_on=in_ns)
+        # A component's own depends_on is not passed on to its children: forward it to the workload.
+        deps: list[pulumi.Resource] = [*dict.fromkeys([*in_ns, *args.workload_deps,
+                                                       *_as_list(opts.depends_on if opts else None)])]
 
         sa_name: str | None = None
         if args.plan.facts.gated and e.hf_token_secret and args.serving.backend == Backend.KSERVE:
@@ -136,6 +146,9 @@ class ModelServing(pulumi.ComponentResource):
                 automount_service_account_token=False,
                 opts=child,
             ))  # fmt: skip
+        # The policy exists before any pod it guards: no window in which port 8000 is open to all.
+        policy = self._network_policy(name, args, child)
+        deps += [*self.resources, policy]
 
         if args.serving.backend == Backend.KSERVE:
             self.workload = self._llmisvc(name, args, sa_name, deps)
@@ -156,13 +169,13 @@ class ModelServing(pulumi.ComponentResource):
                 name="http", port=names.SERVING_PORT, target_port=names.SERVING_PORT, protocol="TCP")]),
             opts=child,
         ))  # fmt: skip
-        self.resources.append(self._network_policy(name, args))
+        self.resources.append(policy)
 
         url = names.base_url(e.name, ns)
         # Tied to the workload so the URL appears only once the model has been created (and awaited).
         self.base_url = self.workload.id.apply(lambda _id: url)
-        self.fit = args.plan.fit.published()
-        self.register_outputs({"baseUrl": self.base_url, "servedName": self.served_name, "fit": self.fit})
+        # The fit figures are in the stack's `endpoints` output and on the workload's annotations.
+        self.register_outputs({"baseUrl": self.base_url, "servedName": self.served_name})
 
     # ----------------------------------------------------------------------------------------
     # Backends
@@ -254,7 +267,7 @@ class ModelServing(pulumi.ComponentResource):
                                         delete_before_replace=True),
         )  # fmt: skip
 
-    def _network_policy(self, name: str, args: ModelServingArgs) -> pulumi.CustomResource:
+    def _network_policy(self, name: str, args: ModelServingArgs, opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
         e, ns = args.entry, args.namespaces
         net = k8s.networking.v1
 
@@ -278,7 +291,7 @@ class ModelServing(pulumi.ComponentResource):
             metadata=meta.ObjectMetaArgs(name=names.network_policy(e.name), namespace=ns.serving, labels=va.labels(e)),
             spec=net.NetworkPolicySpecArgs(pod_selector=meta.LabelSelectorArgs(match_labels={"tkf.io/model": e.name}),
                                            policy_types=["Ingress"], ingress=ingress),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=self._deps),
+            opts=opts,
         )  # fmt: skip
 
 

@@ -5,9 +5,10 @@ Why the verdict is not computed here: the engine aborts a whole preview or updat
 failed check, which would let one refused model block every other. The program therefore sizes
 every model first (`tkf_infra.sizing.contract.evaluate`, in `tkf_infra.plan`), leaves the refused
 ones out with their reasons, and puts only the models it deploys into the FitCheck — each with its
-verdict and what it was computed from. This provider gates on those verdicts (a FitCheck holding a
-refusal fails at preview, naming every refused model with its message), shows the figures in the
-preview's diff and keeps them in state.
+verdict and a digest of what it was computed from. This provider gates on those verdicts (a
+FitCheck holding a refusal fails at preview, naming every refused model with its message) and keeps
+them in state; the figures themselves are on each workload and in the stack outputs, not here, since
+every property a resource holds is paid for at each preview (issue 18).
 
 Why one per stack and not one per model (issue 18): each resource costs the SDK and the engine a
 registration, and each dynamic-provider call is served one at a time by one Python process; at a few
@@ -26,7 +27,7 @@ import pulumi
 import pulumi.dynamic as dyn
 
 #: Bump when what a FitCheck records changes, so existing FitCheck resources are re-recorded.
-PROVIDER_VERSION = "3"
+PROVIDER_VERSION = "4"
 _UNKNOWN_SENTINEL = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
 _KEYS = ("models", "providerVersion")
 
@@ -79,8 +80,8 @@ class FitProvider(dyn.ResourceProvider):
 
 
 class FitCheck(dyn.Resource, module="tkf", name="FitCheck"):
-    """One per stack: `models` maps each deployed model to `sizedFor` (what its verdict depends on)
-    and `result` (the verdict and its figures)."""
+    """One per stack: `models` maps each deployed model to `sizedFor` (a digest of what its verdict
+    depends on) and `result` (the verdict; `tkf_infra.sizing.contract.fit_record`)."""
 
     models: pulumi.Output[dict[str, Any]]
 

@@ -13,8 +13,8 @@ from typing import Any
 import dill  # type: ignore[import-untyped]
 from pulumi.output import UNKNOWN
 
-from providers.fit import FitProvider
-from tkf_infra.sizing.contract import FitInputs, FitResult, evaluate
+from providers.fit import PROVIDER_VERSION, FitProvider
+from tkf_infra.sizing.contract import FitInputs, FitResult, evaluate, fit_record
 from tkf_infra.sizing.facts import ModelFacts
 from tkf_infra.sizing.gpus import lookup_gpu
 from tkf_infra.sizing.params import SizingParams
@@ -29,12 +29,18 @@ def fit_inputs(config: str, gpu: str | None, model: str = "chat", **serving: Any
                      gpu=lookup_gpu(gpu) if gpu else None, params=SizingParams(vllm_version="0.19.0", **serving))
 
 
-def props(result: FitResult, model: str = "chat", **others: FitResult) -> dict[str, Any]:
-    """FitCheck properties as the engine hands them to the provider (JSON, camelCase): one record per model."""
-    results = {model: result, **others}
-    return {"models": {name: {"sizedFor": {}, "result": r.model_dump(by_alias=True, mode="json")}
-                       for name, r in results.items()},
-            "providerVersion": "3"}
+def checked(config: str, gpu: str | None, model: str = "chat", **serving: Any) -> tuple[FitInputs, FitResult]:
+    inputs = fit_inputs(config, gpu, model, **serving)
+    return inputs, evaluate(inputs)
+
+
+Checked = tuple[FitInputs, FitResult]
+
+
+def props(check: Checked, model: str = "chat", **others: Checked) -> dict[str, Any]:
+    """FitCheck properties as the program records them (`fit_record`) and the engine hands them over."""
+    results = {model: check, **others}
+    return {"models": {name: fit_record(*c) for name, c in results.items()}, "providerVersion": PROVIDER_VERSION}
 
 
 def test_70b_on_one_h100_is_refused_with_numbers_and_way_out() -> None:
@@ -76,18 +82,18 @@ def test_inputs_summary_is_small_and_names_what_the_verdict_depends_on() -> None
 
 
 def test_check_gates_on_the_recorded_verdict() -> None:
-    ok = evaluate(fit_inputs("meta-llama__Llama-3.1-8B-Instruct.json", "H100-80GB", max_model_len=8192))
+    ok = checked("meta-llama__Llama-3.1-8B-Instruct.json", "H100-80GB", max_model_len=8192)
     assert FitProvider().check({}, props(ok)).failures == []
-    refused = evaluate(fit_inputs("meta-llama__Meta-Llama-3.1-70B.json", "L4", max_model_len=8192))
+    refused = checked("meta-llama__Meta-Llama-3.1-70B.json", "L4", max_model_len=8192)
     failures = FitProvider().check({}, props(refused)).failures
-    assert [f.reason for f in failures] == [refused.message]
+    assert [f.reason for f in failures] == [refused[1].message]
 
 
 def test_every_refused_model_in_one_check_is_named_and_the_fitting_one_is_not() -> None:
     """One FitCheck holds the whole fleet: a refusal must still name its own model, each one apart."""
-    fits = evaluate(fit_inputs("meta-llama__Llama-3.1-8B-Instruct.json", "H100-80GB", max_model_len=8192))
-    too_big = evaluate(fit_inputs("meta-llama__Meta-Llama-3.1-70B.json", "L4", "big", max_model_len=8192))
-    too_long = evaluate(fit_inputs("Qwen__Qwen3-8B.json", "L4", "long", max_model_len=40960))
+    fits = checked("meta-llama__Llama-3.1-8B-Instruct.json", "H100-80GB", max_model_len=8192)
+    too_big = checked("meta-llama__Meta-Llama-3.1-70B.json", "L4", "big", max_model_len=8192)
+    too_long = checked("Qwen__Qwen3-8B.json", "L4", "long", max_model_len=40960)
     failures = FitProvider().check({}, props(fits, "small", big=too_big, long=too_long)).failures
     assert [f.property for f in failures] == ["models.big.result", "models.long.result"]
     assert failures[0].reason.startswith("model big: ") and "no memory left for the KV cache" in failures[0].reason
@@ -95,7 +101,7 @@ def test_every_refused_model_in_one_check_is_named_and_the_fitting_one_is_not() 
 
 
 def test_unknown_result_is_skipped_at_preview() -> None:
-    news = props(evaluate(fit_inputs("meta-llama__Meta-Llama-3.1-70B.json", "L4", max_model_len=8192)))
+    news = props(checked("meta-llama__Meta-Llama-3.1-70B.json", "L4", max_model_len=8192))
     news["models"]["chat"]["result"] = UNKNOWN
     assert FitProvider().check({}, news).failures == []
     news["models"]["chat"]["result"] = {"fits": "04da6b54-80e4-46f7-96ec-b56ff0331ba9"}
@@ -104,18 +110,27 @@ def test_unknown_result_is_skipped_at_preview() -> None:
     assert FitProvider().check({}, news).failures == []
 
 
-def test_create_records_what_was_checked_and_diff_follows_it() -> None:
-    old = props(evaluate(fit_inputs("Qwen__Qwen3-8B.json", "H100-80GB", max_model_len=8192)))
+def test_create_records_the_verdict_and_a_changed_input_shows_as_that_models_change() -> None:
+    old = props(checked("Qwen__Qwen3-8B.json", "H100-80GB", max_model_len=8192))
     outs = FitProvider().create(old).outs
-    assert outs is not None and outs["models"]["chat"]["result"]["fits"] is True
-    assert outs["models"]["chat"]["result"]["kvCacheTokens"] > 300_000
+    assert outs is not None and outs["models"]["chat"]["result"] == {"fits": True}
     assert FitProvider().diff("chat", old, dict(old)).changes is False
-    new = props(evaluate(fit_inputs("Qwen__Qwen3-8B.json", "H100-80GB", max_model_len=16384)))
+    new = props(checked("Qwen__Qwen3-8B.json", "H100-80GB", max_model_len=16384))
+    assert new["models"]["chat"]["result"] == old["models"]["chat"]["result"], "still fits"
+    assert new["models"]["chat"]["sizedFor"] != old["models"]["chat"]["sizedFor"]
     assert FitProvider().diff("chat", old, new).changes is True
 
 
+def test_the_record_is_small_whatever_the_catalog_entry() -> None:
+    """Every leaf of the FitCheck is paid for at each preview, once per model (issue 18)."""
+    record = fit_record(*checked("Qwen__Qwen3-8B.json", "H100-80GB", max_model_len=8192))
+    assert set(record) == {"sizedFor", "result"} and len(str(record["sizedFor"])) == 16
+    refused = fit_record(*checked("meta-llama__Meta-Llama-3.1-70B.json", "L4", max_model_len=8192))
+    assert isinstance(refused["result"], dict) and set(refused["result"]) == {"fits", "message"}
+
+
 def test_provider_pickles_and_still_works() -> None:
-    refused = props(evaluate(fit_inputs("meta-llama__Meta-Llama-3.1-70B.json", "L4", max_model_len=8192)))
+    refused = props(checked("meta-llama__Meta-Llama-3.1-70B.json", "L4", max_model_len=8192))
     for module in (pickle, dill):
         clone = module.loads(module.dumps(FitProvider()))
         assert clone.check({}, refused).failures

@@ -132,6 +132,11 @@ def test_skip_await_switches_waiting_off() -> None:
     assert ann["pulumi.com/skipAwait"] == "true" and "pulumi.com/waitFor" not in ann
 
 
+def _published_fit(fleet: Any, model: str) -> dict[str, Any]:
+    """The figures the stack's `endpoints` output publishes for a model (tkf_infra.outputs)."""
+    return dict(next(m for m in fleet.plan.models if m.entry.name == model).fit.published())
+
+
 def test_labels_and_fit_annotations() -> None:
     h = build(CPU)
     md = workload(h, "tiny").metadata
@@ -140,13 +145,13 @@ def test_labels_and_fit_annotations() -> None:
     for key in ("name", "instance", "component", "part-of", "managed-by"):
         assert f"app.kubernetes.io/{key}" in md["labels"]
     assert md["annotations"]["tkf.io/fit-kv-cache-gib"] == "2.0"
-    assert h.result is not None and h.result.models["tiny"].fit["fits"] is True
+    assert h.result is not None and _published_fit(h.result, "tiny")["fits"] is True
 
 
 def test_gpu_fit_estimates_reach_annotations_and_outputs() -> None:
     h = build(SINGLE_GPU)
     assert h.result is not None
-    fit = h.result.models["qwen3-8b"].fit
+    fit = _published_fit(h.result, "qwen3-8b")
     assert fit["fits"] is True and 15 < fit["weightsGiB"] < 16 and fit["kvCacheTokens"] > 100_000
     ann = workload(h, "qwen3-8b").metadata["annotations"]
     assert float(ann["tkf.io/fit-weights-gib"]) == fit["weightsGiB"]
@@ -196,15 +201,19 @@ def test_api_key_is_a_secret_reference_never_plaintext() -> None:
             "valueFrom": {"secretKeyRef": {"name": "vllm-api-key", "key": "api-key"}}} in env  # fmt: skip
 
 
-def test_model_serving_waits_for_its_fit_check_and_the_namespace() -> None:
+def test_the_workload_waits_for_the_fit_check_the_namespace_and_its_network_policy() -> None:
+    """No pod before the check has passed, and none before the policy that guards its port exists;
+    the Service and the policy need only their namespace (every extra dependency is paid per model)."""
     h = build(SINGLE_GPU)
     ms = next(r for r in h.resources if r.type == "tkf:serving:ModelServing")
     fit = h.mocks.named("fit-checks")
     ns = h.mocks.named("namespace-serving")
-    assert fit.urn in ms.depends_on and ns.urn in ms.depends_on
-    svc = workload(h, "qwen3-8b")
-    assert fit.urn in svc.depends_on  # forwarded: component depends_on is not inherited
-    assert svc.parent == ms.urn
+    pol = next(r for r in h.resources if r.type == "kubernetes:networking.k8s.io/v1:NetworkPolicy")
+    svc = next(r for r in h.resources if r.type == "kubernetes:core/v1:Service" and r.parent == ms.urn)
+    wl = workload(h, "qwen3-8b")
+    assert wl.parent == ms.urn
+    assert {fit.urn, ns.urn, pol.urn} <= set(wl.depends_on)
+    assert set(pol.depends_on) == {ns.urn} and set(svc.depends_on) == {ns.urn}
 
 
 def test_every_kubernetes_resource_uses_the_explicit_provider() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import re
 
 from pydantic import BaseModel, ConfigDict
@@ -153,3 +154,17 @@ def result_of(est: Estimate, message: str | None = None) -> FitResult:
         activation_gib=round(est.activation_gib, 2), problems=tuple(est.problems), doubts=tuple(est.doubts),
         message=message,
     )  # fmt: skip
+
+
+def fit_record(inputs: FitInputs, result: FitResult) -> dict[str, object]:
+    """What the stack's FitCheck keeps of one model: the verdict (with the refusal it would raise) and
+    a digest of what it was computed from, so a changed input still shows as that model's change.
+
+    Nothing more, because every leaf crosses the SDK, the engine and the event stream at each preview
+    (issue 18): the figures are on the workload's `tkf.io/fit-*` annotations and in the `endpoints`
+    output, the entry as deployed in the `deployed` output."""
+    digest = hashlib.sha256(json.dumps(inputs.summary(), sort_keys=True, default=str).encode()).hexdigest()[:16]
+    verdict: dict[str, object] = {"fits": result.fits}
+    if result.message:
+        verdict["message"] = result.message
+    return {"sizedFor": digest, "result": verdict}
