@@ -29,12 +29,12 @@ def fit_inputs(config: str, gpu: str | None, model: str = "chat", **serving: Any
                      gpu=lookup_gpu(gpu) if gpu else None, params=SizingParams(vllm_version="0.19.0", **serving))
 
 
-def checked(config: str, gpu: str | None, model: str = "chat", **serving: Any) -> tuple[FitInputs, FitResult]:
+Checked = tuple[FitInputs, FitResult]
+
+
+def checked(config: str, gpu: str | None, model: str = "chat", **serving: Any) -> Checked:
     inputs = fit_inputs(config, gpu, model, **serving)
     return inputs, evaluate(inputs)
-
-
-Checked = tuple[FitInputs, FitResult]
 
 
 def props(check: Checked, model: str = "chat", **others: Checked) -> dict[str, Any]:

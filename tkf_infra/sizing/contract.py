@@ -34,6 +34,11 @@ def wire_name(field: str) -> str:
     return to_camel(field).replace("Gib", "GiB")
 
 
+def short_digest(text: str) -> str:
+    """16 hex digits of SHA-256: names an input in state without carrying it."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 class _Wire(BaseModel):
     """camelCase on the wire (state, outputs)."""
 
@@ -61,7 +66,7 @@ class FitInputs(_Wire):
         """What the verdict was computed from, small enough for state and a readable preview diff.
 
         The checkpoint's facts are recorded by digest (they are the committed lock entry)."""
-        digest = hashlib.sha256(self.facts.model_dump_json().encode()).hexdigest()[:16]
+        digest = short_digest(self.facts.model_dump_json())
         return {
             "repo": self.repo, "revision": self.revision, "factsSha256": digest,
             "gpu": self.gpu.name if self.gpu else "cpu",
@@ -163,7 +168,7 @@ def fit_record(inputs: FitInputs, result: FitResult) -> dict[str, object]:
     Nothing more, because every leaf crosses the SDK, the engine and the event stream at each preview
     (issue 18): the figures are on the workload's `tkf.io/fit-*` annotations and in the `endpoints`
     output, the entry as deployed in the `deployed` output."""
-    digest = hashlib.sha256(json.dumps(inputs.summary(), sort_keys=True, default=str).encode()).hexdigest()[:16]
+    digest = short_digest(json.dumps(inputs.summary(), sort_keys=True, default=str))
     verdict: dict[str, object] = {"fits": result.fits}
     if result.message:
         verdict["message"] = result.message
