@@ -144,6 +144,7 @@ def deploy(edge: Edge | None = None) -> Any:
     """Plan, report, register every resource, export the outputs; returns the `Fleet`."""
     from components.fleet import build_fleet
     from tkf_infra.outputs import export_outputs
+    from tkf_infra.sdk_trace import record_creation_frame_only
 
     edge = edge or Edge()
     api_keys = edge.api_keys
@@ -154,6 +155,7 @@ def deploy(edge: Edge | None = None) -> Any:
             raise pulumi.RunError(err.render()) from None
     fleet_plan = plan(edge)
     report(fleet_plan)
+    record_creation_frame_only()
     fleet = build_fleet(fleet_plan, api_keys=api_keys, stack=pulumi.get_stack())
     export_outputs(fleet_plan, api_keys)
     return fleet

@@ -115,3 +115,16 @@ def test_state_holds_no_plaintext_secret(make_stack: Callable[..., EngineStack])
     outs = es.stack.outputs()
     assert all(DEV_API_KEY not in json.dumps(v.value) for k, v in outs.items() if not v.secret)
     assert yaml.safe_dump(outs["gatewayModelList"].value)
+
+
+def test_state_names_the_line_that_built_each_resource(make_stack: Callable[..., EngineStack]) -> None:
+    """`tkf_infra.sdk_trace` sends one frame per registration: the engine still records each
+    resource's source position in the project, and the state carries no interpreter stack."""
+    es = make_stack()
+    es.stack.up()
+    state = es.stack.export_stack().deployment or {}
+    made = [r for r in state.get("resources", []) if r["type"].startswith(("kubernetes:", "tkf:"))]
+    assert made
+    for r in made:
+        assert r["sourcePosition"].startswith("project:///"), r["urn"]
+        assert [f.get("sourcePosition") for f in r.get("stackTrace", [])] == [r["sourcePosition"]], r["urn"]
