@@ -21,5 +21,8 @@ def test_h100_sweep_is_reproduced_and_never_falsely_accepted() -> None:
 def test_diverse_cases_are_never_falsely_accepted_and_skips_name_what_is_missing() -> None:
     report = run(CASES / "cases-diverse.json")
     assert not any(s.fits and not s.ok for s in report.scored), summary(report)
+    assert len(report.scored) >= 0.9 * report.total, summary(report)
+    weights = [s.w_err for s in report.scored if s.w_err is not None]
+    assert statistics.median(weights) <= 1.0, summary(report)
     skipped = [line for line in report.lines if ": skipped (" in line]
     assert len(skipped) == report.skipped and all("lacks" in s or "not in" in s or "without" in s for s in skipped)

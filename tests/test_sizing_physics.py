@@ -167,6 +167,18 @@ def test_the_vision_encoder_is_counted_in_weights_and_activation() -> None:
     assert any("without a vision_config" in w for w in without.warnings), "a tower we cannot see is said"
 
 
+def test_a_silu_vision_tower_is_counted_with_its_gated_mlp() -> None:
+    """LightOnOCR-2-1B (Qwen3 text + Pixtral tower, SwiGLU MLP): its model.safetensors is 2,011,367,489
+    bytes (INDEX.json) and vLLM 0.15.1 printed 'Model loading took 1.88 GiB' (case vlmbench-lightonocr…)."""
+    config = cfg("lightonai__LightOnOCR-2-1B.json")
+    est = estimate(config, lookup_gpu("RTX-PRO-6000"), P("0.15.1", max_model_len=16384))
+    assert est.weights_gib == pytest.approx(2_011_367_489 / 2**30, rel=0.01)
+    gelu = {**config, "vision_config": {**config["vision_config"], "hidden_act": "gelu"}}
+    two_projections = estimate(gelu, lookup_gpu("RTX-PRO-6000"), P("0.15.1", max_model_len=16384))
+    # 24 layers x 1024 x 4096 x 2 bytes: the gate projection a GELU tower does not have
+    assert est.weights_gib - two_projections.weights_gib == pytest.approx(24 * 1024 * 4096 * 2 / 2**30, rel=0.01)
+
+
 def test_a_time_sliced_gpu_is_judged_with_the_other_tenants_memory_in_doubt() -> None:
     config, params = cfg("meta-llama__Llama-3.1-8B-Instruct.json"), P("0.32.0", max_model_len=8192,
                                                                       gpu_memory_utilization=0.45)

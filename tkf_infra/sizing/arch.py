@@ -93,7 +93,7 @@ class Arch:
     q_gate: bool = False
     """The query projection also produces an output gate (Qwen3-Next/3.5): twice the query width."""
     vision: dict[str, int] = field(default_factory=dict)
-    """Vision tower shape from ``vision_config`` (layers, hidden, intermediate, patch, out)."""
+    """Vision tower shape from ``vision_config`` (layers, hidden, intermediate, gated MLP, patch, out)."""
 
     @property
     def is_moe(self) -> bool:
@@ -183,6 +183,13 @@ def _layer_kinds(cfg: dict[str, Any], mt: str, layers: int, mla: bool, recurrent
     return [LayerKind("full")] * layers
 
 
+#: A SiLU vision tower has a gated MLP (gate, up and down projections), as the text models do: vLLM's
+#: `PixtralHFMLP` (Pixtral/Mistral3/LightOnOCR) and `Qwen2_5_VisionMLP` build `gate_up_proj` + `down_proj`
+#: (vllm/model_executor/models/pixtral.py, qwen2_5_vl.py @v0.32.0). GELU towers (SigLIP, CLIP, Llama 4,
+#: Qwen3-VL/3.5) have two projections.
+_GATED_VISION_ACTS = frozenset({"silu", "swish"})
+
+
 def _vision(config: dict[str, Any]) -> dict[str, int]:
     vc = config.get("vision_config")
     if not isinstance(vc, dict):
@@ -193,6 +200,7 @@ def _vision(config: dict[str, Any]) -> dict[str, int]:
         return {}
     inter = _first(vc, "intermediate_size", "mlp_dim") or 4 * int(hidden)
     return {"layers": int(layers), "hidden": int(hidden), "intermediate": int(inter),
+            "gated": int(str(vc.get("hidden_act") or "") in _GATED_VISION_ACTS),
             "patch": int(vc.get("patch_size") or 14), "channels": int(vc.get("num_channels") or 3),
             "image": int(vc.get("image_size") or 0),
             "out": int(_first(vc, "out_hidden_size", "projection_dim", "vision_output_dim") or 0)}

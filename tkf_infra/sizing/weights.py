@@ -161,13 +161,14 @@ def weights_bytes_per_rank(arch: Arch, sh: Sharding, q: QuantScheme, act_bytes: 
 def vision_bytes(arch: Arch, act_bytes: float) -> float:
     """A ViT tower and its projector from ``vision_config`` (kept in the activation dtype, unsharded).
 
-    Approximate: layer count, width and MLP size are read; patch/position embeddings and the
+    Approximate: layer count, width, MLP size and gating are read; patch/position embeddings and the
     projector are the usual shapes (the bound carries +30 %)."""
     v = arch.vision
     if not v:
         return 0.0
     h, inter, layers = v["hidden"], v["intermediate"], v["layers"]
-    per_layer = 4 * h * h + 4 * h + 2 * h * inter + inter + h + 4 * h
+    mlp = (3 if v.get("gated") else 2) * h * inter  # gate+up+down, or fc1+fc2 (arch._GATED_VISION_ACTS)
+    per_layer = 4 * h * h + 4 * h + mlp + inter + h + 4 * h
     patch = v["channels"] * v["patch"] ** 2 * h * 2
     out = v["out"] or arch.hidden
     projector = 4 * h * 4 * h + 4 * h * out if v["out"] else h * out
