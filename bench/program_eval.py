@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -65,7 +66,8 @@ def one(n: int, profile: str | None) -> None:
         prof.dump_stats(profile)
     else:
         wall = run_once(n)
-    print(f"{wall:.6f} {time.process_time() - cpu1:.6f} {imports:.6f} {cpu1 - cpu0:.6f}")
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+    print(f"{wall:.6f} {time.process_time() - cpu1:.6f} {imports:.6f} {cpu1 - cpu0:.6f} {peak_mib:.1f}")
 
 
 def main() -> None:
@@ -90,10 +92,11 @@ def main() -> None:
             got = [float(x) for x in out.stdout.strip().splitlines()[-1].split()]
             best = got if best is None or got[0] < best[0] else best
         assert best is not None
-        wall, cpu, imports, imports_cpu = best
+        wall, cpu, imports, imports_cpu, peak_mib = best
         rows.append((n, wall, cpu))
         print(f"models={n:4d} seconds={wall:7.3f} ms_per_model={1000 * wall / n:6.2f} "
               f"cpu_ms_per_model={1000 * cpu / n:6.2f} imports_s={imports:.2f} (cpu {imports_cpu:.2f}) "
+              f"peak_rss_mib={peak_mib:.0f} "
               f"load1={os.getloadavg()[0]:.2f}", flush=True)
     (n0, w0, _), (n1, w1, c1) = rows[0], rows[-1]
     print(f"summary ms_per_model_small={1000 * w0 / n0:.2f} ms_per_model_large={1000 * w1 / n1:.2f} "
