@@ -20,6 +20,7 @@ numbers, so a 0.5B dev model and a 405B model both get sane pods:
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 
@@ -196,9 +197,14 @@ def metrics_proxy_command() -> list[str]:
     """The metrics sidecar: components/metrics_proxy.py's source run by the vLLM image's ``python3``."""
     from components import metrics_proxy
 
-    source = Path(metrics_proxy.__file__).read_text()
-    return ["python3", "-c", source, "--listen", f"0.0.0.0:{METRICS_PORT}",
+    return ["python3", "-c", _source_of(metrics_proxy.__file__), "--listen", f"0.0.0.0:{METRICS_PORT}",
             "--upstream", f"http://127.0.0.1:{SERVING_PORT}{metrics_proxy.PATH}"]  # fmt: skip
+
+
+@functools.cache
+def _source_of(path: str) -> str:
+    """Read once per run: every model's pod carries the same sidecar source."""
+    return Path(path).read_text()
 
 
 def image(entry: ModelEntry, serving: Serving) -> str:
