@@ -141,13 +141,14 @@ def finish(plan: FleetPlan) -> None:
         pulumi.log.error(verdict)
 
 
-#: Collector thresholds while resources are built: the first generation is collected every 50,000
-#: allocations instead of CPython's 700, older ones proportionally less often (docs/performance.md).
+#: Collector thresholds from the resource build on, for the rest of the process: the first generation is
+#: collected every 50,000 allocations instead of CPython's 700, older ones proportionally less often
+#: (docs/performance.md).
 GC_THRESHOLDS = (50_000, 20, 100)
 
 
 def collect_cycles_rarely() -> None:
-    """Let the cyclic garbage collector run rarely while the program builds its resources.
+    """Let the cyclic garbage collector run rarely from the resource build on (not restored after).
 
     Why: every model adds a few thousand long-lived objects (resource objects, their inputs, the
     SDK's futures) and almost no cyclic garbage, and CPython's default thresholds make the collector
