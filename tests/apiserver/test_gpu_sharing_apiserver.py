@@ -47,10 +47,13 @@ KSERVE_CRDS = {"llminferenceservices.serving.kserve.io", "llminferenceservicecon
 @pytest.fixture(scope="module")
 def crds(kube: KubeClient) -> Iterator[None]:
     """KServe's CRDs from its vendored chart, as an operator who installed KServe would have them; removed
-    afterwards, as this package's platform test needs a server without CRDs."""
-    install_chart_crds(kube, KSERVE_CRDS)
-    yield
-    remove_crds(kube, KSERVE_CRDS)
+    afterwards — also when installing them failed half-way — as this package's platform test needs a
+    server without CRDs."""
+    try:
+        install_chart_crds(kube, KSERVE_CRDS)
+        yield
+    finally:
+        remove_crds(kube, KSERVE_CRDS)
 
 
 def up(es: EngineStack) -> auto.UpResult:

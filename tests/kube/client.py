@@ -228,6 +228,16 @@ class KubeClient:
         self.wait_for(check, f"{kind} {name} {condition}", timeout)
         return found
 
+    def wait_served(self, api_version: str, kind: str, timeout: float = 60.0) -> float:
+        """Wait until discovery lists the kind. A CRD's Established condition and its entry in discovery
+        are set by two controllers of the server: a kind can be Established for a moment before
+        /apis/<group>/<version> lists it (seen on a quiet machine, every time, with KServe's CRDs)."""
+
+        def listed() -> bool:
+            return any(r.get("kind") == kind and "/" not in r["name"] for r in self._resources(api_version, True))
+
+        return self.wait_for(listed, f"{kind} in {api_version} to be listed by discovery", timeout)
+
     def wait_gone(
         self, api_version: str, kind: str, name: str, namespace: str | None = None, timeout: float = 60.0
     ) -> float:

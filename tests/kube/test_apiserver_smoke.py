@@ -56,6 +56,8 @@ def crds(kube: KubeClient) -> dict[str, Any]:
         assert crd["metadata"]["name"] == name
         applied[name] = kube.apply(crd)
         kube.wait_condition("apiextensions.k8s.io/v1", "CustomResourceDefinition", name, "Established", timeout=120)
+        kube.wait_served(f"{crd['spec']['group']}/{crd['spec']['versions'][0]['name']}", crd["spec"]["names"]["kind"],
+                         timeout=120)  # fmt: skip
     return applied
 
 
