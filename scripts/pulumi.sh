@@ -13,4 +13,9 @@ if [ "$stack" = dev ] && [ -z "${PULUMI_CONFIG_PASSPHRASE:-}" ] && [ -z "${PULUM
 fi
 pulumi stack select "$stack" --non-interactive >/dev/null 2>&1 \
   || pulumi stack init "$stack" --non-interactive >/dev/null
-exec pulumi --non-interactive "$@" --stack "$stack"
+# A private TMPDIR, removed on exit: the Kubernetes provider copies the kubeconfig it is given into
+# $TMPDIR on every run and never deletes it (run_tmpdir in tkf_infra/ops/engine_home.py says where).
+TMPDIR="$(mktemp -d -t tkf-engine-tmp-XXXXXX)"
+export TMPDIR
+trap 'rm -rf "$TMPDIR"' EXIT
+pulumi --non-interactive "$@" --stack "$stack"

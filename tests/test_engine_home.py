@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,16 @@ def test_the_real_engine_writes_its_log_only_when_asked(install: Path, monkeypat
     monkeypatch.setenv(engine_home.KEEP_LOGS_ENV, "1")
     _run_engine(engine_home.home_env(install), install)
     assert list((install / "logs").glob("pulumi-*.log")), "the engine's own log is written when kept"
+
+
+def test_the_engine_temp_dir_is_private_and_gone_when_the_process_exits(tmp_path: Path) -> None:
+    """The Kubernetes provider leaves a kubeconfig copy in $TMPDIR per run: the engine's TMPDIR is
+    readable by its owner only, and goes away with the process that ran the engine."""
+    script = ("from tkf_infra.ops import engine_home; import pathlib; d = engine_home.run_tmpdir(); "
+              "assert engine_home.home_env()['TMPDIR'] == str(d) and engine_home.run_tmpdir() == d; "
+              "(d / 'kubeconfig123').write_text('token'); print(d, oct(d.stat().st_mode & 0o777))")
+    out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[1], env={**os.environ, "TMPDIR": str(tmp_path)}).stdout
+    path, mode = out.split()
+    assert Path(path).parent == tmp_path and mode == "0o700"
+    assert not Path(path).exists()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 import time
 import uuid
 from collections import Counter
@@ -200,10 +201,14 @@ def test_prod_first_preview_on_a_fresh_server_has_no_gvk_error(kube: KubeClient,
     stack.set_config("tkf-infra:apiKey", auto.ConfigValue("prod-test-key", secret=True))
     events: list[auto.events.EngineEvent] = []
     lines: list[str] = []
+    shared_tmp = Path(tempfile.gettempdir())
+    leaked_before = set(shared_tmp.glob("kubeconfig*"))
     timed("prod: first preview", lambda: stack.preview(color="never", on_event=events.append,
                                                              on_output=lines.append))
     output = "\n".join(lines)
     assert "failed to determine if the following GVK is namespaced" not in output
+    # The provider's copy of the kubeconfig (credentials) went to the engine's private TMPDIR, not /tmp.
+    assert list(Path(env["TMPDIR"]).glob("kubeconfig*")) and set(shared_tmp.glob("kubeconfig*")) == leaked_before
     created = Counter(t for op, t, _ in resource_events(events) if op == "create")
     assert created["kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"] == 30  # every chart's CRDs
     assert created["kubernetes:serving.kserve.io/v1alpha2:LLMInferenceServiceConfig"] == KSERVE_PRESETS + 1  # + PP

@@ -15,8 +15,12 @@ not live in a home at all (it is in the backend).
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 #: The engine's installation: $TKF_PULUMI_HOME (set by scripts/env.sh once PULUMI_HOME is tkf's own),
@@ -63,10 +67,26 @@ def run_home(install: Path | None = None) -> Path:
     return home
 
 
+@functools.cache
+def run_tmpdir() -> Path:
+    """A private TMPDIR for the engine and its plugins, removed when this process exits.
+
+    Why: the Kubernetes provider writes the kubeconfig it is configured with to a new
+    ``$TMPDIR/kubeconfig<N>`` on every run, for Helm, and never removes it
+    (pulumi-kubernetes provider/pkg/provider/provider.go:774 and util.go:126 at the pinned
+    f47bc2d6f199): every preview or up would leave a copy of the cluster's credentials in the shared
+    /tmp. One directory per process (created 0700 by mkdtemp), not per run: runs of one process may
+    overlap (status reads while an up runs), and the directory goes with the process."""
+    path = Path(tempfile.mkdtemp(prefix="tkf-engine-tmp-"))
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
 def home_env(install: Path | None = None) -> dict[str, str]:
-    """PULUMI_HOME for the engine, and where its installation is for tools started under it."""
+    """PULUMI_HOME for the engine, where its installation is for tools started under it, and the
+    engine's private TMPDIR (`run_tmpdir`)."""
     install = install or install_home()
-    return {"PULUMI_HOME": str(run_home(install)), INSTALL_ENV: str(install)}
+    return {"PULUMI_HOME": str(run_home(install)), INSTALL_ENV: str(install), "TMPDIR": str(run_tmpdir())}
 
 
 if __name__ == "__main__":  # scripts/env.sh: `export PULUMI_HOME=$(python -m tkf_infra.ops.engine_home)`
