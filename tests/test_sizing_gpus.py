@@ -29,6 +29,13 @@ from tkf_infra.sizing.gpus import GPUS, derive_total_gib, find_gpu, lookup_gpu, 
         ("NVIDIA L40S 48GB", "L40S"),
         ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "RTX-PRO-6000"),
         ("NVIDIA GeForce RTX 4070 Laptop GPU", "RTX-4070-Laptop"),
+        ("NVIDIA RTX A2000 12GB", "RTX-A2000-12GB"),  # its own CUDA name, not the 6 GB part's
+        ("NVIDIA RTX A2000", "RTX-A2000"),
+        ("NVIDIA GeForce RTX 4090 D", "RTX-4090-D"),  # not the RTX 4090
+        ("NVIDIA GeForce RTX 3080 Laptop GPU", "RTX-3080-Laptop"),  # the smaller twin owns the CUDA name
+        ("RTX 3080 Laptop 16GB", "RTX-3080-Laptop-16GB"),
+        ("NVIDIA GeForce GTX 1660 SUPER", "GTX-1660-Super"),  # Turing (7.5): vLLM runs it
+        ("NVIDIA H800 PCIe", "H800-PCIe"),
     ],
 )
 def test_every_spelling_of_a_part_finds_its_entry(spelling: str, entry: str) -> None:
@@ -44,6 +51,20 @@ def test_a_wrong_size_or_a_partial_name_finds_nothing(spelling: str) -> None:
 def test_lookup_names_the_allowed_parts_and_how_to_add_one() -> None:
     with pytest.raises(KeyError, match=r"unknown GPU 'H1000'.*H100-80GB.*tkf_infra/sizing/gpus.py"):
         lookup_gpu("H1000")
+
+
+@pytest.mark.parametrize(("spelling", "family"), [
+    ("Tesla P40", "Pascal"), ("Tesla P100-PCIE-16GB", "Pascal"), ("NVIDIA GeForce GTX 1080 Ti", "Pascal"),
+    ("Quadro P6000", "Pascal"), ("NVIDIA TITAN Xp", "Pascal"), ("Tesla M60", "Maxwell"), ("Tesla K80", "Kepler"),
+])
+def test_a_pre_volta_part_is_refused_with_the_reason_not_as_unknown(spelling: str, family: str) -> None:
+    with pytest.raises(KeyError, match=rf"{spelling!r} is a {family} part.*compute capability 7.0 or newer") as err:
+        lookup_gpu(spelling)
+    assert "unknown GPU" not in str(err.value)
+
+
+def test_no_part_in_the_table_is_older_than_volta() -> None:
+    assert all(gpu.cc >= (7, 0) for gpu in GPUS)
 
 
 def test_every_part_has_a_label_an_interconnect_and_a_total_below_nominal() -> None:

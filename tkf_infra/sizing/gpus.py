@@ -120,6 +120,7 @@ GPUS: tuple[GpuSpec, ...] = (
     _g("H100-PCIe", "NVIDIA H100 PCIe", 80, "9.0", "pcie", aliases=("H100-80GB-PCIe", "H100 PCIe 80GB")),
     _g("H100-NVL", "NVIDIA H100 NVL", 94, "9.0", "nvlink", aliases=("H100-94GB", "H100 NVL 94GB")),
     _g("H800", "NVIDIA H800", 80, "9.0", "nvlink", aliases=("H800-80GB",)),
+    _g("H800-PCIe", "NVIDIA H800 PCIe", 80, "9.0", "pcie", aliases=("H800 PCIe 80GB",)),
     _g("H200", "NVIDIA H200", 141, "9.0", "nvlink", aliases=("H200-141GB", "H200-SXM", "H200 SXM 141GB")),
     _g("H200-NVL", "NVIDIA H200 NVL", 141, "9.0", "nvlink", aliases=("H200 NVL 141GB",)),
     _g("H20", "NVIDIA H20", 96, "9.0", "nvlink", aliases=("H20-96GB",)),
@@ -159,10 +160,14 @@ GPUS: tuple[GpuSpec, ...] = (
     _g("RTX-5000-Ada", "NVIDIA RTX 5000 Ada Generation", 32, "8.9", "pcie", aliases=("RTX 5000 Ada",)),
     _g("RTX-4500-Ada", "NVIDIA RTX 4500 Ada Generation", 24, "8.9", "pcie", aliases=("RTX 4500 Ada",)),
     _g("RTX-4000-Ada", "NVIDIA RTX 4000 Ada Generation", 20, "8.9", "pcie", aliases=("RTX 4000 Ada",)),
+    _g("RTX-2000-Ada", "NVIDIA RTX 2000 Ada Generation", 16, "8.9", "pcie", aliases=("RTX 2000 Ada",)),
     _g("RTX-A6000", "NVIDIA RTX A6000", 48, "8.6", "pcie", aliases=("A6000", "RTX A6000 48GB")),
     _g("RTX-A5000", "NVIDIA RTX A5000", 24, "8.6", "pcie", aliases=("A5000",)),
     _g("RTX-A4500", "NVIDIA RTX A4500", 20, "8.6", "pcie", aliases=("A4500",)),
     _g("RTX-A4000", "NVIDIA RTX A4000", 16, "8.6", "pcie", aliases=("A4000",)),
+    _g("RTX-A2000-12GB", "NVIDIA RTX A2000 12GB", 12, "8.6", "pcie", aliases=("A2000 12GB",)),
+    _g("RTX-A2000", "NVIDIA RTX A2000", 6, "8.6", "pcie", aliases=("A2000", "RTX A2000 6GB")),
+    _g("RTX-A1000", "NVIDIA RTX A1000", 8, "8.6", "pcie", aliases=("A1000",)),
     # --- Blackwell workstation (12.0) ---
     _g("RTX-PRO-6000", "NVIDIA RTX PRO 6000 Blackwell Workstation Edition", 96, "12.0", "pcie",
        nvml=95.59, src=_SRC["PRO6000"], aliases=("RTX PRO 6000", "RTX-PRO-6000-Blackwell", "RTX PRO 6000 96GB",
@@ -182,9 +187,12 @@ GPUS: tuple[GpuSpec, ...] = (
     _g("RTX-5060-Ti-16GB", "NVIDIA GeForce RTX 5060 Ti", 16, "12.0", "pcie", twin=True, aliases=("RTX 5060 Ti 16GB",)),
     _g("RTX-5060-Ti-8GB", "NVIDIA GeForce RTX 5060 Ti", 8, "12.0", "pcie", aliases=("RTX 5060 Ti 8GB", "5060 Ti")),
     _g("RTX-5060", "NVIDIA GeForce RTX 5060", 8, "12.0", "pcie", aliases=("RTX5060", "5060")),
+    _g("RTX-5090-Laptop", "NVIDIA GeForce RTX 5090 Laptop GPU", 24, "12.0", "pcie", aliases=("RTX 5090 Laptop",)),
+    _g("RTX-5080-Laptop", "NVIDIA GeForce RTX 5080 Laptop GPU", 16, "12.0", "pcie", aliases=("RTX 5080 Laptop",)),
     # --- GeForce Ada (8.9) ---
     _g("RTX-4090", "NVIDIA GeForce RTX 4090", 24, "8.9", "pcie", nvml=23.99, src=_SRC["4090"],
        aliases=("RTX4090", "4090", "RTX 4090 24GB")),
+    _g("RTX-4090-D", "NVIDIA GeForce RTX 4090 D", 24, "8.9", "pcie", aliases=("RTX 4090D", "4090 D")),
     _g("RTX-4080-Super", "NVIDIA GeForce RTX 4080 SUPER", 16, "8.9", "pcie", aliases=("RTX 4080 Super",)),
     _g("RTX-4080", "NVIDIA GeForce RTX 4080", 16, "8.9", "pcie", aliases=("RTX4080", "4080")),
     _g("RTX-4070-Ti-Super", "NVIDIA GeForce RTX 4070 Ti SUPER", 16, "8.9", "pcie", aliases=("RTX 4070 Ti Super",)),
@@ -210,6 +218,13 @@ GPUS: tuple[GpuSpec, ...] = (
     _g("RTX-3070", "NVIDIA GeForce RTX 3070", 8, "8.6", "pcie", aliases=("RTX3070", "3070")),
     _g("RTX-3060-Ti", "NVIDIA GeForce RTX 3060 Ti", 8, "8.6", "pcie", aliases=("RTX 3060 Ti",)),
     _g("RTX-3060", "NVIDIA GeForce RTX 3060", 12, "8.6", "pcie", aliases=("RTX3060", "3060", "RTX 3060 12GB")),
+    _g("RTX-3050", "NVIDIA GeForce RTX 3050", 8, "8.6", "pcie", aliases=("RTX3050", "3050", "RTX 3050 8GB")),
+    _g("RTX-3080-Laptop-16GB", "NVIDIA GeForce RTX 3080 Laptop GPU", 16, "8.6", "pcie", twin=True,
+       aliases=("RTX 3080 Laptop 16GB",)),
+    _g("RTX-3080-Laptop", "NVIDIA GeForce RTX 3080 Laptop GPU", 8, "8.6", "pcie",
+       aliases=("RTX 3080 Laptop", "RTX 3080 Laptop 8GB")),
+    _g("RTX-3070-Laptop", "NVIDIA GeForce RTX 3070 Laptop GPU", 8, "8.6", "pcie", aliases=("RTX 3070 Laptop",)),
+    _g("RTX-3060-Laptop", "NVIDIA GeForce RTX 3060 Laptop GPU", 6, "8.6", "pcie", aliases=("RTX 3060 Laptop",)),
     # --- Turing (7.5) ---
     _g("T4", "Tesla T4", 16, "7.5", "pcie", ecc=True, aliases=("T4-16GB", "NVIDIA-T4", "NVIDIA T4")),
     _g("Titan-RTX", "NVIDIA TITAN RTX", 24, "7.5", "pcie", aliases=("TITAN RTX",)),
@@ -224,6 +239,11 @@ GPUS: tuple[GpuSpec, ...] = (
     _g("RTX-2060-12GB", "NVIDIA GeForce RTX 2060", 12, "7.5", "pcie", mem=12.0, src=_SRC["2060"], twin=True,
        aliases=("RTX 2060 12GB",)),
     _g("RTX-2060", "NVIDIA GeForce RTX 2060", 6, "7.5", "pcie", aliases=("RTX2060", "2060", "RTX 2060 6GB")),
+    # GTX 16xx: Turing without tensor cores; vLLM runs them in float16 like the RTX 20xx.
+    _g("GTX-1660-Super", "NVIDIA GeForce GTX 1660 SUPER", 6, "7.5", "pcie", aliases=("GTX 1660 Super",)),
+    _g("GTX-1660-Ti", "NVIDIA GeForce GTX 1660 Ti", 6, "7.5", "pcie", aliases=("GTX 1660 Ti",)),
+    _g("GTX-1660", "NVIDIA GeForce GTX 1660", 6, "7.5", "pcie", aliases=("GTX1660",)),
+    _g("GTX-1650", "NVIDIA GeForce GTX 1650", 4, "7.5", "pcie", aliases=("GTX1650",)),
     # --- Volta (7.0) ---
     _g("V100-16GB", "Tesla V100-SXM2-16GB", 16, "7.0", "nvlink", aliases=("V100", "V100-SXM2-16GB", "V100 16GB")),
     _g("V100-32GB", "Tesla V100-SXM2-32GB", 32, "7.0", "nvlink", aliases=("V100-SXM2-32GB", "V100 32GB")),
@@ -285,6 +305,28 @@ def find_gpu(name: str) -> GpuSpec | None:
     return None
 
 
+#: vLLM's release builds run on compute capability 7.0 and newer (its installation docs, "Requirements":
+#: "GPU: compute capability 7.0 or higher", from v0.3.3 to docs/getting_started/installation/gpu.cuda.inc.md
+#: at v0.26.0); older parts work only from a source build (vllm-project/vllm#963). Names of the older
+#: families (after `_norm`), so a pool of them gets that reason instead of "unknown GPU".
+_PRE_VOLTA = (
+    (re.compile(r"^(?:quadro)?(?:p100|p40|p4|p6|gp100|p[1-6]000|p[1-6]20|gtx10[5-8]0(?:ti)?|titanxp?)"),
+     "Pascal", "6.x"),
+    (re.compile(r"^(?:quadro)?(?:m60|m40|m10|m4|m[2-6]000|gtx9[5-8]0(?:ti)?|gtx750(?:ti)?)"), "Maxwell", "5.x"),
+    (re.compile(r"^(?:quadro)?(?:k80|k40|k20|k10|k520|k[2-6]000|gtx7[6-8]0(?:ti)?|titan(?:black|z)?$)"),
+     "Kepler", "3.x"),
+)
+
+
+def pre_volta_family(name: str) -> tuple[str, str] | None:
+    """(architecture, compute capability) of a part vLLM's release builds cannot run, else None."""
+    key = _norm(name)
+    for pattern, arch, cc in _PRE_VOLTA:
+        if key and pattern.match(key):
+            return arch, cc
+    return None
+
+
 _MIG = re.compile(r"[\s_-]+MIG[\s_-]+(\d+)g\.(\d+)gb$", re.IGNORECASE)
 _SHARED = re.compile(r"[\s_-]+SHARED$", re.IGNORECASE)
 
@@ -299,6 +341,11 @@ def lookup_gpu(name: str) -> GpuSpec:
     the wrong card would be worse than failing.
     """
     gpu = find_gpu(name)
+    if gpu is None and (old := pre_volta_family(name)) is not None:
+        raise KeyError(
+            f"GPU {name!r} is a {old[0]} part (compute capability {old[1]}): vLLM's release images need compute "
+            "capability 7.0 or newer (Volta: V100, T4, RTX 20xx and later); put its models on a pool of a newer GPU"
+        )
     if gpu is None:
         allowed = ", ".join(known_gpu_names())
         raise KeyError(
