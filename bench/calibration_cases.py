@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tkf_infra.sizing.facts import resolve_text_config
-from tkf_infra.sizing.gpus import GpuSpec, find_gpu
+from tkf_infra.sizing.gpus import GpuSpec, lookup_gpu, pre_volta_family
 from tkf_infra.sizing.params import SizingError, SizingParams
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +38,11 @@ _GGUF_TYPE = re.compile(r"(?<![A-Za-z0-9])(I?Q\d_[A-Z0-9]+(?:_[SML])?|Q\d_\d|F16
 
 class CaseSkipped(Exception):
     """The case lacks an input the product needs; the message names it."""
+
+
+class CaseRefused(Exception):
+    """The product refuses the case outright, before sizing (a GPU vLLM's release builds cannot run on);
+    the message is the product's own. Scored as a refusal, not skipped."""
 
 
 @dataclass(frozen=True)
@@ -95,10 +100,13 @@ def case_config(case: dict[str, Any], folder: Path, lock: dict[str, dict[str, An
 def case_gpu(case: dict[str, Any]) -> GpuSpec:
     """The product's own GPU resolution; a printed CUDA total replaces the table's figure."""
     label = str(case.get("gpu") or "")
-    gpu = find_gpu(label)
+    try:
+        gpu = lookup_gpu(label)
+    except KeyError as exc:
+        if pre_volta_family(label):
+            raise CaseRefused(exc.args[0]) from None
+        raise CaseSkipped(f"GPU {label!r} is not in the GPU table (tkf_infra/sizing/gpus.py)") from None
     printed = case.get("gpu_total_memory_gib_printed")
-    if gpu is None:
-        raise CaseSkipped(f"GPU {label!r} is not in the GPU table (tkf_infra/sizing/gpus.py)")
     if printed is not None:
         gpu = gpu.with_memory(float(printed), "printed in the case")
     if (case.get("other_printed") or {}).get("co_resident"):
@@ -183,8 +191,8 @@ def _hybrid_block(case: dict[str, Any]) -> bool:
 
 
 def case_inputs(case: dict[str, Any], folder: Path, lock: dict[str, dict[str, Any]]) -> CaseInputs:
+    gpu = case_gpu(case)  # first: a GPU the product refuses needs no model facts to be refused
     config, source = case_config(case, folder, lock)
-    gpu = case_gpu(case)
     try:
         params, config = case_params(case, config)
     except SizingError as exc:

@@ -3,9 +3,10 @@
 Usage: ``python bench/sizing_accuracy.py --cases tests/data/calibration/cases.json [--by group] [--holdout]``
 
 Each case becomes the inputs a user would give the product (`bench/calibration_cases.py`): the GPU
-through `find_gpu`, the model's config.json, the serving flags and the vLLM version (an unknown
+through `lookup_gpu`, the model's config.json, the serving flags and the vLLM version (an unknown
 version is sized with the most conservative release profile, as the product does). A case the
-product cannot size is listed as skipped with what is missing. Per case: estimate/printed for
+product cannot size is listed as skipped with what is missing; a case on a part older than Volta
+is the product's refusal and scored as one. Per case: estimate/printed for
 weights, activation, available KV and KV tokens, plus the conservative bound and the verdict.
 
 KV-token errors compare the central estimate with the printed figure; cases whose printed KV
@@ -36,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.calibration_cases import CaseSkipped, case_inputs, family, lock_configs  # noqa: E402
+from bench.calibration_cases import CaseRefused, CaseSkipped, case_inputs, family, lock_configs  # noqa: E402
 from bench.refit import refitted_rows  # noqa: E402
 from tkf_infra.sizing import versions  # noqa: E402
 from tkf_infra.sizing.estimate import Estimate, estimate  # noqa: E402
@@ -100,6 +101,13 @@ def run(cases_path: Path, lock_path: Path | None = None, only: set[str] | None =
             inputs = case_inputs(case, cases_path.parent, lock)
             est = estimate(inputs.config, inputs.gpu, inputs.params, model=str(case.get("model")),
                            prefix_caching=inputs.prefix_caching)
+        except CaseRefused as exc:
+            ok = case.get("status") == "ok"
+            s = Scored(cid, ok, False, str(case.get("gpu")), "-", family(case), False)
+            s.line = f"{cid} [{case.get('gpu')}] status={case.get('status')} predicted=refuse reasons: {exc}"
+            report.scored.append(s)
+            report.lines.append(s.line)
+            continue
         except (CaseSkipped, SizingError, KeyError, ValueError) as exc:
             report.lines.append(f"{cid}: skipped ({exc})")
             report.skipped += 1

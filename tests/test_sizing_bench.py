@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
 
@@ -26,3 +27,18 @@ def test_diverse_cases_are_never_falsely_accepted_and_skips_name_what_is_missing
     assert statistics.median(weights) <= 1.0, summary(report)
     skipped = [line for line in report.lines if ": skipped (" in line]
     assert len(skipped) == report.skipped and all("lacks" in s or "not in" in s or "without" in s for s in skipped)
+
+
+def test_a_case_on_a_pre_volta_gpu_is_the_products_refusal_and_an_unknown_gpu_is_skipped(tmp_path: Path) -> None:
+    cases = [
+        {"case_id": "p40-fail", "status": "fail", "model": "org/any", "gpu": "Tesla P40", "max_model_len": 4096},
+        {"case_id": "p100-ok", "status": "ok", "model": "org/any", "gpu": "Tesla P100-PCIE-16GB"},
+        {"case_id": "unknown", "status": "ok", "model": "org/any", "gpu": "NVIDIA Future 99GB"},
+    ]
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps(cases))
+    report = run(path)
+    verdicts = {s.case_id: (s.ok, s.fits) for s in report.scored}
+    assert verdicts == {"p40-fail": (False, False), "p100-ok": (True, False)}  # a right refusal, a false reject
+    assert "compute capability 7.0 or newer" in report.lines[0]
+    assert report.skipped == 1 and "'NVIDIA Future 99GB' is not in the GPU table" in report.lines[2]
