@@ -53,3 +53,22 @@ def test_errors_are_actionable() -> None:
     assert code == ExitCode.USAGE and "python -m tkf_infra lock org/missing@" in text
     text, code = size("Qwen/Qwen2.5-0.5B-Instruct", "--gpu", "L4")
     assert code == ExitCode.USAGE and "REPO@REVISION" in text
+
+
+def test_out_of_range_flags_are_refused_by_name_with_the_value_given() -> None:
+    text, code = size(QWEN05, "--gpu", "L4", "--gpu-memory-utilization", "0", "--max-model-len", "0", "--pp", "0")
+    assert code == ExitCode.USAGE and "Traceback" not in text
+    assert "--gpu-memory-utilization 0.0: input should be greater than 0" in text
+    assert "--max-model-len 0: input should be greater than or equal to 1" in text and "--pp 0:" in text
+    text, code = size(QWEN05, "--gpu", "L4", "--gpu-memory-utilization", "1.5")
+    assert code == ExitCode.USAGE and "less than or equal to 1" in text
+
+
+def test_a_pre_volta_gpu_is_refused_with_the_reason() -> None:
+    text, code = size(QWEN05, "--gpu", "Tesla P40")
+    assert code == ExitCode.USAGE and "Pascal part" in text and "compute capability 7.0 or newer" in text
+
+
+def test_a_pipeline_deeper_than_the_model_is_refused_not_exhausting_memory() -> None:
+    text, code = size(QWEN05, "--gpu", "L4", "--pp", "1000000000")
+    assert code == ExitCode.REFUSED and "pipelineParallelSize 1000000000 exceeds the 24 layers" in text

@@ -298,7 +298,10 @@ def size(
             kv_cache_dtype=kv_cache_dtype, quantization=quantization,
             max_num_seqs=max_num_seqs, vllm_version=vllm_version or Serving().version)  # fmt: skip
     except ValidationError as err:
-        raise _fail("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())) from None
+        short = {"tensor_parallel_size": "--tp", "pipeline_parallel_size": "--pp", "data_parallel_size": "--dp"}
+        flags = [short.get(str(e["loc"][0]), "--" + str(e["loc"][0]).replace("_", "-")) for e in err.errors()]
+        raise _fail("; ".join(f"{flag} {e['input']!r}: {e['msg'].lower()}" for flag, e in zip(flags, err.errors(),
+                                                                                            strict=True))) from None
     except json.JSONDecodeError as err:
         raise _fail(f"--speculative-config is not JSON ({err}); e.g. '{{\"method\": \"ngram\", "
                     f"\"num_speculative_tokens\": 4}}'") from None

@@ -371,7 +371,11 @@ def round_up(value: int, multiple: int) -> int:
 
 
 def pp_layer_ranges(layers: int, pp: int) -> list[range]:
-    """Contiguous layer slices per PP rank; the remainder goes to the later ranks (as vLLM does)."""
+    """Contiguous layer slices per PP rank; the remainder goes to the later ranks (as vLLM does).
+
+    Ranks beyond the layer count would hold nothing and are not listed: such a PP is refused by
+    `parallelism_problems`, and listing them would let a typo'd PP of 10**9 exhaust memory."""
+    pp = max(1, min(pp, layers))
     base, rem = divmod(layers, pp)
     sizes = [base + (1 if i >= pp - rem else 0) for i in range(pp)]
     out: list[range] = []

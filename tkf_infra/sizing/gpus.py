@@ -74,6 +74,8 @@ class GpuSpec(BaseModel):
 
     def with_memory(self, memory_gib: float, source: str) -> GpuSpec:
         """Copy with a measured/overridden total (node pool ``gpuMemoryGiB``)."""
+        if not memory_gib > 0:  # model_copy does not validate; a zero total would divide by zero later
+            raise ValueError(f"GPU memory total must be above 0 GiB, got {memory_gib!r} ({source})")
         return self.model_copy(update={"memory_gib": memory_gib, "memory_source": source, "memory_measured": True})
 
     def with_interconnect(self, interconnect: Interconnect) -> GpuSpec:

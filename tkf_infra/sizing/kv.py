@@ -88,7 +88,7 @@ class KvLayout:
         return sum(self.blocks_for(k, max_len, mnbt) for k in self.groups) * self.page_bytes
 
     def num_blocks(self, available: float) -> int:
-        if available <= 0 or not self.groups:
+        if available <= 0 or not self.groups or self.bytes_per_block <= 0:  # no KV head on this rank: refused
             return 0
         return int(available // self.bytes_per_block)
 

@@ -35,14 +35,15 @@ class SizingParams(BaseModel):
     """Engine replicas inside one deployment; with expert parallelism they share the experts."""
     enable_expert_parallel: bool = False
     """MoE experts are split across the TP x DP ranks instead of each expert being TP-sharded."""
-    max_model_len: int | None = None
-    gpu_memory_utilization: float = 0.9
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
+    max_model_len: int | None = Field(None, ge=1)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    """vLLM accepts (0, 1] (vllm/config/cache.py: `gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)`)."""
+    max_num_seqs: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
     dtype: str = "auto"
     quantization: str | None = None
     kv_cache_dtype: str = "auto"
-    block_size: int | None = None
+    block_size: int | None = Field(None, ge=1)
     enforce_eager: bool = False
     speculative_config: dict[str, Any] | None = None
     """vLLM's --speculative-config: method (mtp, eagle, eagle3, ngram, draft_model), num_speculative_tokens."""
