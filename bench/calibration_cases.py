@@ -1,7 +1,7 @@
 """A calibration case (what vLLM printed, in /work/shared/calibration's format) as product inputs.
 
 Why here and not in the product: the case format is a research artefact. Translating a case means
-choosing the same inputs a user would give the product — the GPU by name through `find_gpu`, the
+choosing the same inputs a user would give the product — the GPU by name through `lookup_gpu`, the
 model's config.json, the serving flags — and nothing the log printed as a result.
 
 Config sources, in order: the case's `config_file` (relative to the case file), a config library
@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from tkf_infra.sizing.facts import resolve_text_config
 from tkf_infra.sizing.gpus import GpuSpec, lookup_gpu, pre_volta_family
@@ -38,6 +40,55 @@ _GGUF_TYPE = re.compile(r"(?<![A-Za-z0-9])(I?Q\d_[A-Z0-9]+(?:_[SML])?|Q\d_\d|F16
 
 class CaseSkipped(Exception):
     """The case lacks an input the product needs; the message names it."""
+
+
+class CaseRecord(BaseModel):
+    """The fields of a case the bench reads, typed. A case file is written by people and other tools:
+    a field of the wrong shape ("max_model_len": "32k") skips that case, naming the field and value,
+    instead of stopping the run for every other case."""
+
+    model_config = ConfigDict(extra="allow")
+
+    case_id: str | None = None
+    status: str | None = None
+    model: str | None = None
+    gpu: str | None = None
+    gpu_total_memory_gib_printed: float | None = None
+    tensor_parallel_size: int | None = None
+    pipeline_parallel_size: int | None = None
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    block_size: int | None = None
+    enforce_eager: bool | None = None
+    dtype: str | None = None
+    quantization: str | None = None
+    kv_cache_dtype: str | None = None
+    engine: str | None = None
+    vllm_version: str | None = None
+    weights_gib: float | None = None
+    activation_peak_gib: float | None = None
+    non_torch_gib: float | None = None
+    available_kv_cache_gib: float | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    inferred_fields: list[str] | None = None
+    log_quote: list[str] | None = None
+    model_facts: dict[str, Any] | None = None
+    other_printed: dict[str, Any] | None = None
+
+
+def read_case(case: Any) -> dict[str, Any]:
+    """The case with its fields typed; CaseSkipped naming every field of the wrong shape."""
+    if not isinstance(case, dict):
+        raise CaseSkipped(f"a case is a JSON object, got {type(case).__name__}")
+    try:
+        record = CaseRecord.model_validate(case)
+    except ValidationError as err:
+        bad = "; ".join(f"{'.'.join(map(str, e['loc']))} {e['input']!r}: {e['msg'].lower()}" for e in err.errors())
+        raise CaseSkipped(f"case field of the wrong shape: {bad}") from None
+    return {**case, **record.model_dump(exclude_unset=True)}
 
 
 class CaseRefused(Exception):
@@ -167,11 +218,15 @@ def case_params(case: dict[str, Any], config: dict[str, Any]) -> tuple[SizingPar
         config = {**config, **({} if "text_config" in config else text),
                   "quantization_config": {"quant_method": "gguf", "ggml_type": match.group(1).upper()}}
     spec = (case.get("other_printed") or {}).get("speculative_config")
+    def given(key: str, default: Any) -> Any:  # only a missing field takes vLLM's default, not a 0
+        value = case.get(key)
+        return default if value is None else value
+
     params = SizingParams(
-        tensor_parallel_size=int(case.get("tensor_parallel_size") or 1),
-        pipeline_parallel_size=int(case.get("pipeline_parallel_size") or 1),
+        tensor_parallel_size=given("tensor_parallel_size", 1),
+        pipeline_parallel_size=given("pipeline_parallel_size", 1),
         max_model_len=case.get("max_model_len"),
-        gpu_memory_utilization=float(case.get("gpu_memory_utilization") or 0.9),
+        gpu_memory_utilization=given("gpu_memory_utilization", 0.9),
         max_num_seqs=case.get("max_num_seqs"),
         max_num_batched_tokens=case.get("max_num_batched_tokens"),
         dtype=str(case.get("dtype") or "auto"),

@@ -37,7 +37,14 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.calibration_cases import CaseRefused, CaseSkipped, case_inputs, family, lock_configs  # noqa: E402
+from bench.calibration_cases import (  # noqa: E402
+    CaseRefused,
+    CaseSkipped,
+    case_inputs,
+    family,
+    lock_configs,
+    read_case,
+)
 from bench.refit import refitted_rows  # noqa: E402
 from tkf_infra.sizing import versions  # noqa: E402
 from tkf_infra.sizing.estimate import Estimate, estimate  # noqa: E402
@@ -90,14 +97,18 @@ def _fmt(est: Estimate, case: dict[str, Any], src: str, ok: bool) -> str:
 
 def run(cases_path: Path, lock_path: Path | None = None, only: set[str] | None = None) -> Report:
     cases = json.loads(cases_path.read_text())
+    if not isinstance(cases, list):
+        raise SystemExit(f"{cases_path}: a case file is a JSON list of cases, got {type(cases).__name__}")
     lock = lock_configs(lock_path)
     report = Report()
-    for case in cases:
-        cid = str(case.get("case_id") or case.get("model"))
+    for number, raw in enumerate(cases, 1):
+        named = raw if isinstance(raw, dict) else {}
+        cid = str(named.get("case_id") or named.get("model") or f"case #{number}")
         if only is not None and cid not in only:
             continue
         report.total += 1
         try:
+            case = read_case(raw)
             inputs = case_inputs(case, cases_path.parent, lock)
             est = estimate(inputs.config, inputs.gpu, inputs.params, model=str(case.get("model")),
                            prefix_caching=inputs.prefix_caching)
@@ -116,7 +127,7 @@ def run(cases_path: Path, lock_path: Path | None = None, only: set[str] | None =
         unknown = any("most conservative" in w for w in est.warnings)
         profile = est.vllm_profile + (" [release unknown: most conservative]" if unknown else "")
         s = Scored(cid, ok, est.fits, est.gpu, profile, family(case), inputs.co_resident)
-        if case.get("weights_gib") is not None and case.get("weights_gib") > 0:
+        if (case.get("weights_gib") or 0) > 0:
             s.w_err = _pct(est.weights_gib, case["weights_gib"])
         if ok and case.get("kv_cache_tokens"):
             s.kv_err = _pct(est.kv_cache_tokens, case["kv_cache_tokens"])

@@ -42,3 +42,17 @@ def test_a_case_on_a_pre_volta_gpu_is_the_products_refusal_and_an_unknown_gpu_is
     assert verdicts == {"p40-fail": (False, False), "p100-ok": (True, False)}  # a right refusal, a false reject
     assert "compute capability 7.0 or newer" in report.lines[0]
     assert report.skipped == 1 and "'NVIDIA Future 99GB' is not in the GPU table" in report.lines[2]
+
+
+def test_a_malformed_case_is_skipped_by_field_and_the_others_still_run(tmp_path: Path) -> None:
+    good = json.loads((CASES / "cases.json").read_text())[0]
+    cases = [{**good, "case_id": "len-32k", "max_model_len": "32k"},
+             {**good, "case_id": "util-0", "gpu_memory_utilization": 0},
+             {**good, "case_id": "total-0", "gpu_total_memory_gib_printed": 0}, "not a case", good]
+    (tmp_path / "configs").symlink_to(CASES / "configs")  # config files are named relative to the case file
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps(cases))
+    report = run(path)
+    assert [s.case_id for s in report.scored] == [good["case_id"]] and report.skipped == 4, report.lines
+    assert "max_model_len '32k': input should be a valid integer" in report.lines[0]
+    assert "case #4: skipped (a case is a JSON object, got str)" in report.lines[3]
