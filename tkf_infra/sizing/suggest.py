@@ -22,8 +22,13 @@ class Suggestion:
 
     tensor_parallel_size: int | None
     max_model_len: int | None
+    memory_helps: bool = True
+    """False when even a GPU with a thousand times the memory would refuse the entry: the reasons are not
+    about memory (a pipeline deeper than the model, a quantization the GPU or release refuses)."""
 
     def text(self) -> str:
+        if not self.memory_helps:
+            return "not a memory limit: no tensorParallelSize or larger GPU helps; fix the reasons above"
         parts = []
         if self.tensor_parallel_size:
             parts.append(f"fits with tensorParallelSize {self.tensor_parallel_size}")
@@ -56,6 +61,13 @@ def suggest(facts: ModelFacts | dict[str, Any], gpu: GpuSpec, params: SizingPara
         if est.fits:
             best_tp = tp
             break
+    if best_tp is None and not cur.cpu:
+        roomy = gpu.with_memory(gpu.memory_gib * 1024, "what-if: memory is not the limit")
+        try:
+            if not estimate(facts, roomy, params).fits:
+                return Suggestion(None, None, memory_helps=False)
+        except SizingError:
+            pass
     fit_len: int | None = None
     only_kv = all(p.startswith("needs ") for p in cur.problems)
     if cur.max_fitting_model_len and only_kv:
