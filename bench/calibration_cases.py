@@ -218,6 +218,7 @@ def case_params(case: dict[str, Any], config: dict[str, Any]) -> tuple[SizingPar
         config = {**config, **({} if "text_config" in config else text),
                   "quantization_config": {"quant_method": "gguf", "ggml_type": match.group(1).upper()}}
     spec = (case.get("other_printed") or {}).get("speculative_config")
+
     def given(key: str, default: Any) -> Any:  # only a missing field takes vLLM's default, not a 0
         value = case.get(key)
         return default if value is None else value

@@ -28,7 +28,7 @@ class Suggestion:
 
     def text(self) -> str:
         if not self.memory_helps:
-            return "not a memory limit: no tensorParallelSize or larger GPU helps; fix the reasons above"
+            return "not a memory limit: no tensorParallelSize or larger GPU helps until the reasons given are fixed"
         parts = []
         if self.tensor_parallel_size:
             parts.append(f"fits with tensorParallelSize {self.tensor_parallel_size}")
