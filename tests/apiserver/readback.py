@@ -72,10 +72,7 @@ def install_chart_crds(kube: KubeClient, names: set[str]) -> None:
     for name in sorted(names):
         kube.apply(crds[name])
     for name in sorted(names):
-        kube.wait_condition(CRD_API, "CustomResourceDefinition", name, "Established", timeout=120)
-        spec = crds[name]["spec"]
-        api_version, kind = f"{spec['group']}/{spec['versions'][0]['name']}", spec["names"]["kind"]
-        kube.wait_served(api_version, kind, timeout=120)
+        api_version, kind = kube.wait_crd_served(crds[name], timeout=120)
 
         def warm(a: str = api_version, k: str = kind) -> list[dict[str, Any]]:
             return kube.list_objects(a, k)

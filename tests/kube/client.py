@@ -228,15 +228,25 @@ class KubeClient:
         self.wait_for(check, f"{kind} {name} {condition}", timeout)
         return found
 
-    def wait_served(self, api_version: str, kind: str, timeout: float = 60.0) -> float:
-        """Wait until discovery lists the kind. A CRD's Established condition and its entry in discovery
-        are set by two controllers of the server: a kind can be Established for a moment before
-        /apis/<group>/<version> lists it (seen on a quiet machine, every time, with KServe's CRDs)."""
+    def wait_crd_served(self, crd: Obj, timeout: float = 60.0) -> tuple[str, str]:
+        """Wait until a CRD is Established *and* discovery lists its kind; return (apiVersion, kind) of
+        its first version. The two are set by two controllers of the server: a kind can be Established
+        for a moment before /apis/<group>/<version> lists it (seen on a quiet machine, every time, with
+        KServe's CRDs)."""
+        spec = crd["spec"]
+        api_version, kind = f"{spec['group']}/{spec['versions'][0]['name']}", spec["names"]["kind"]
+        self.wait_condition("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd["metadata"]["name"],
+                            "Established", timeout=timeout)  # fmt: skip
 
         def listed() -> bool:
-            return any(r.get("kind") == kind and "/" not in r["name"] for r in self._resources(api_version, True))
+            try:
+                self.resource(api_version, kind)  # re-asks discovery on a miss
+            except LookupError:
+                return False
+            return True
 
-        return self.wait_for(listed, f"{kind} in {api_version} to be listed by discovery", timeout)
+        self.wait_for(listed, f"{kind} in {api_version} to be listed by discovery", timeout)
+        return api_version, kind
 
     def wait_gone(
         self, api_version: str, kind: str, name: str, namespace: str | None = None, timeout: float = 60.0

@@ -55,9 +55,7 @@ def crds(kube: KubeClient) -> dict[str, Any]:
         crd = yaml.load(path.read_text(), Loader=yaml.CSafeLoader)
         assert crd["metadata"]["name"] == name
         applied[name] = kube.apply(crd)
-        kube.wait_condition("apiextensions.k8s.io/v1", "CustomResourceDefinition", name, "Established", timeout=120)
-        kube.wait_served(f"{crd['spec']['group']}/{crd['spec']['versions'][0]['name']}", crd["spec"]["names"]["kind"],
-                         timeout=120)  # fmt: skip
+        kube.wait_crd_served(crd, timeout=120)
     return applied
 
 
