@@ -262,6 +262,7 @@ def schema(output: Annotated[Path | None, typer.Option("-o", "--output")] = None
 
 @app.command()
 def size(
+    ctx: typer.Context,
     model: Annotated[str, typer.Argument(help="REPO@REVISION, e.g. Qwen/Qwen3-8B@<40-hex sha>.")],
     gpu: Annotated[str, typer.Option(help="GPU, e.g. H100-80GB or a GPU Operator product label.")] = "H100-80GB",
     tp: Annotated[int, typer.Option("--tp", help="tensorParallelSize")] = 1,
@@ -298,8 +299,10 @@ def size(
             kv_cache_dtype=kv_cache_dtype, quantization=quantization,
             max_num_seqs=max_num_seqs, vllm_version=vllm_version or Serving().version)  # fmt: skip
     except ValidationError as err:
-        short = {"tensor_parallel_size": "--tp", "pipeline_parallel_size": "--pp", "data_parallel_size": "--dp"}
-        flags = [short.get(str(e["loc"][0]), "--" + str(e["loc"][0]).replace("_", "-")) for e in err.errors()]
+        # The option each field came from (as passed above), spelled as the command declares it.
+        option = {"tensor_parallel_size": "tp", "pipeline_parallel_size": "pp", "data_parallel_size": "dp"}
+        opts = {p.name: p.opts[0] for p in ctx.command.params}
+        flags = [opts.get(option.get(str(e["loc"][0]), str(e["loc"][0])), str(e["loc"][0])) for e in err.errors()]
         raise _fail("; ".join(f"{flag} {e['input']!r}: {e['msg'].lower()}" for flag, e in zip(flags, err.errors(),
                                                                                             strict=True))) from None
     except json.JSONDecodeError as err:
