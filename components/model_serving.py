@@ -52,6 +52,15 @@ LLMISVC_API_VERSION = "serving.kserve.io/v1alpha2"
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 #: LeaderWorkerSet labels every pod with its index in the group; 0 is the leader, the API server.
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+#: Labels KServe v0.20.0 sets on the Deployment / LeaderWorkerSet, pods and Services it writes, and
+#: finds them by: its manager caches child objects by ``part-of`` (``ChildResourcesLabelSelector``,
+#: pkg/controller/v1alpha2/llmisvc/controller.go:75; the cache in cmd/llmisvc/main.go:188), its
+#: workload Service selects ``part-of``, ``name`` and ``kserve.io/component`` (workload.go:166), and
+#: ``spec.labels`` are copied over them into the same map the Deployment's labels and selector use
+#: (workload_single_node.go:95-179). One of ours there hides KServe's Deployment from KServe itself:
+#: every reconcile then fails with "already exists" and the service never becomes Ready.
+KSERVE_OWNED_LABELS = frozenset({"app.kubernetes.io/name", "app.kubernetes.io/component", "app.kubernetes.io/part-of",
+                                 "kserve.io/component", "llm-d.ai/role"})  # fmt: skip
 #: The GPU share the workload runs on (`mig:<profile>` / `slice:<k>`); absent for whole GPUs.
 GPU_SHARE_ANNOTATION = "tkf.io/gpu-share"
 
@@ -98,6 +107,12 @@ class ModelServingArgs:
     def pod_annotations(self) -> dict[str, str]:
         """Pod-template annotations: the accepted key set's digest (pods roll when it changes)."""
         return {va.API_KEYS_ANNOTATION: self.api_key.digest} if self.api_key else {}
+
+
+def kserve_pod_labels(entry: ModelEntry) -> dict[str, str]:
+    """Our labels for the pods KServe writes, less the keys KServe owns (``KSERVE_OWNED_LABELS``):
+    ``tkf.io/model`` stays, which the alias Service and the NetworkPolicy select on."""
+    return {k: v for k, v in va.labels(entry).items() if k not in KSERVE_OWNED_LABELS}
 
 
 def rollout(entry: ModelEntry) -> k8s.apps.v1.DeploymentStrategyArgs:
@@ -189,7 +204,7 @@ class ModelServing(pulumi.ComponentResource):
         spec: dict[str, Any] = {
             "model": {"uri": uri, "name": e.served_name},
             "replicas": e.replicas,
-            "labels": va.labels(e),
+            "labels": kserve_pod_labels(e),
             "template": pod_spec(args.pod(sa_name), kserve=True),
         }
         if args.pod_annotations:

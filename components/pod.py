@@ -15,6 +15,7 @@ from typing import Any
 import pulumi_kubernetes as k8s
 
 from components import vllm_args as va
+from components.argv_layers import ArgvPath, encode
 from tkf_infra.config import ModelEntry, Serving
 from tkf_infra.config.flags import rows
 from tkf_infra.names import METRICS_PORT, SERVING_PORT
@@ -166,8 +167,11 @@ def container(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.Contai
     command: list[str] | None = None
     args: list[str] | None = None
     two_keys = p.two_keys and leader  # only the leader serves the API
+    # Every word is encoded for the programs that read it before vLLM does (components/argv_layers.py),
+    # so a catalog string arrives as written and never runs; the key references are added after.
     if kserve:
-        args = va.kserve_args(e) + (va.two_key_args() if two_keys else [])
+        argv = va.kserve_path(e)
+        args = encode(va.kserve_args(e), argv) + (va.two_key_args(argv) if two_keys else [])
     else:
         if p.cache:
             mounts.append(core.VolumeMountArgs(name="weight-cache", mount_path=va.MODEL_MOUNT,
@@ -175,8 +179,9 @@ def container(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.Contai
             path, rev = va.MODEL_MOUNT, None
         else:
             path, rev = e.repo, e.revision
-        command = (va.lws_command(e, path, leader=leader, revision=rev, two_keys=two_keys) if e.is_multi_node
-                   else va.serve_command(e, path, rev) + (va.two_key_args() if two_keys else []))  # fmt: skip
+        command = (encode(va.lws_command(e, path, leader=leader, revision=rev, two_keys=two_keys), ArgvPath.EXEC)
+                   if e.is_multi_node else encode(va.serve_command(e, path, rev), ArgvPath.EXEC)
+                   + (va.two_key_args(ArgvPath.EXEC) if two_keys else []))  # fmt: skip
     return core.ContainerArgs(
         name="main", image=va.image(e, p.serving), command=command, args=args,
         env=env(p, offline=kserve or p.cache is not None), resources=resources(e, p.weight_bytes, p.gpu_resource),
@@ -190,10 +195,11 @@ def container(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.Contai
     )  # fmt: skip
 
 
-def metrics_container(p: PodInputs) -> core.ContainerArgs:
+def metrics_container(p: PodInputs, *, kserve: bool) -> core.ContainerArgs:
     """The metrics sidecar (components/metrics_proxy.py): GET /metrics on its own port, from the vLLM image."""
     return core.ContainerArgs(
-        name=METRICS_CONTAINER, image=va.image(p.entry, p.serving), command=va.metrics_proxy_command(),
+        name=METRICS_CONTAINER, image=va.image(p.entry, p.serving),
+        command=encode(va.metrics_proxy_command(), ArgvPath.KSERVE_ARGS if kserve else ArgvPath.EXEC),
         ports=[core.ContainerPortArgs(name="metrics", container_port=METRICS_PORT, protocol="TCP")],
         resources=core.ResourceRequirementsArgs(requests={"cpu": "10m", "memory": "32Mi"}, limits={"memory": "64Mi"}),
         security_context=container_security(),
@@ -204,7 +210,7 @@ def pod_spec(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.PodSpec
     """A serving pod; the leader (the pod serving the API) also runs the metrics sidecar."""
     e = p.entry
     return core.PodSpecArgs(
-        containers=[container(p, kserve=kserve, leader=leader), *([metrics_container(p)] if leader else [])],
+        containers=[container(p, kserve=kserve, leader=leader), *([metrics_container(p, kserve=kserve)] if leader else [])],
         init_containers=[wait_for_weights(p.cache, va.image(e, p.serving))] if p.cache else None,
         volumes=volumes(e, p.cache.pvc_name if p.cache else None),
         security_context=pod_security(),

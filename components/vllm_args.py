@@ -24,6 +24,7 @@ import functools
 import math
 from pathlib import Path
 
+from components.argv_layers import ArgvPath, env_reference, shell_line
 from tkf_infra.config import ModelEntry, Serving
 from tkf_infra.config.flags import KServe, rows
 from tkf_infra.names import METRICS_PORT, SERVING_PORT
@@ -136,18 +137,24 @@ def serve_command(entry: ModelEntry, model_path: str, revision: str | None = Non
     return cmd + _values(entry, {KServe.SPEC, KServe.SPEC_MULTI_NODE}) + engine_args(entry)
 
 
-def two_key_args() -> list[str]:
-    """``--api-key`` with both keys of a rotation, as Kubernetes ``$(VAR)`` references to the env.
+def kserve_path(entry: ModelEntry) -> ArgvPath:
+    """How KServe's preset hands the container ``args`` to vLLM: the single-node preset through
+    ``eval``, our pipeline-parallel preset as ``"$@"`` (components/argv_layers.py)."""
+    return ArgvPath.KSERVE_ARGS if entry.is_multi_node else ArgvPath.KSERVE_EVAL
 
-    The kubelet expands them when it starts the container, so the pod spec, the Pulumi state and the
-    rendered manifests hold only the references. What it exposes: the running process's argv (its
+
+def two_key_args(path: ArgvPath) -> list[str]:
+    """``--api-key`` with both keys of a rotation, as references to the env, never by value.
+
+    The pod spec, the Pulumi state and the rendered manifests hold only the references
+    (`argv_layers.env_reference`: the kubelet's ``$(VAR)``, or the shell's ``"$VAR"`` where KServe's
+    preset parses the line again). What it exposes: the running process's argv (its
     ``/proc/<pid>/cmdline``, which any process in the host's PID namespace can read) holds the keys
     for as long as the rotation lasts; the env (read at start) holds them anyway, but readable by
     the same user only. Only during a rotation: with one key vLLM reads ``VLLM_API_KEY`` and argv
-    holds none. Under KServe the preset runs its command line through ``eval``: the keys' alphabet
-    (tkf_infra/config/api_keys.py) makes the expanded words shell-inert.
+    holds none.
     """
-    return ["--api-key", f"$({API_KEY_ENV})", f"$({API_KEY_EXTRA_ENV})"]
+    return ["--api-key", env_reference(API_KEY_ENV, path), env_reference(API_KEY_EXTRA_ENV, path)]
 
 
 def lws_command(entry: ModelEntry, model_path: str, *, leader: bool, revision: str | None = None,
@@ -165,14 +172,7 @@ def lws_command(entry: ModelEntry, model_path: str, *, leader: bool, revision: s
         dist.append("--headless")
     elif two_keys:
         dist += ["--api-key", f'"${API_KEY_ENV}"', f'"${API_KEY_EXTRA_ENV}"']
-    line = " ".join(_sh_quote(a) for a in base) + " " + " ".join(dist)
-    return ["/bin/sh", "-c", f"exec {line}"]
-
-
-def _sh_quote(arg: str) -> str:
-    if arg and all(c.isalnum() or c in "-_./:=," for c in arg):
-        return arg
-    return "'" + arg.replace("'", "'\"'\"'") + "'"
+    return ["/bin/sh", "-c", f"exec {shell_line(base)} {' '.join(dist)}"]
 
 
 # --------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from components.fleet import Fleet
-from components.model_serving import PIPELINE_PARALLEL_PRESET
+from components.model_serving import KSERVE_OWNED_LABELS, PIPELINE_PARALLEL_PRESET
 from tests.mocks import CPU, MULTI_NODE, SINGLE_GPU, TP4, Harness, Registered, program, stack_doc
 from tkf_infra.hub.lock import load_lock
 
@@ -146,6 +146,18 @@ def test_labels_and_fit_annotations() -> None:
         assert f"app.kubernetes.io/{key}" in md["labels"]
     assert md["annotations"]["tkf.io/fit-kv-cache-gib"] == "2.0"
     assert h.result is not None and _published_fit(h.result, "tiny")["fits"] is True
+
+
+@pytest.mark.parametrize("raw", [SINGLE_GPU, MULTI_NODE, CPU], ids=["single", "multi-node", "cpu"])
+def test_kserve_pod_labels_leave_kserves_own_keys_to_kserve(raw: dict[str, Any]) -> None:
+    """KServe v0.20.0 copies `spec.labels` into the labels and selector of the Deployment it writes and
+    caches its children by `app.kubernetes.io/part-of: llminferenceservice`: one of ours there and it
+    never sees its own Deployment, so the model never becomes Ready (issue 25)."""
+    svc = workload(build(raw), raw["name"])
+    pod_labels = svc.inputs["spec"]["labels"]
+    assert not set(pod_labels) & KSERVE_OWNED_LABELS, pod_labels
+    assert pod_labels["tkf.io/model"] == raw["name"]  # what the alias Service and the NetworkPolicy select
+    assert svc.metadata["labels"]["app.kubernetes.io/part-of"] == "tkf-infra"  # the service itself stays ours
 
 
 def test_gpu_fit_estimates_reach_annotations_and_outputs() -> None:

@@ -251,7 +251,8 @@ _ACTION = re.compile(r"\{\{(-?)\s*(.*?)\s*(-?)\}\}", re.S)
 
 def render_go_template(text: str, values: Mapping[str, str], conditions: Mapping[str, bool]) -> str:
     """Go ``text/template`` for the subset the preset uses: ``{{ expr }}``, ``{{ if cond }}...{{ end }}``
-    (not nested) and the ``{{-`` / ``-}}`` whitespace trims. Unknown expressions raise KeyError."""
+    (not nested), the ``{{-`` / ``-}}`` whitespace trims, and a raw-string constant (``{{`text`}}``
+    prints ``text``: how components/argv_layers.py writes ``{{``). Unknown expressions raise KeyError."""
     out: list[str] = []
     pos, skipping, trim_next = 0, False, False
     for m in _ACTION.finditer(text):
@@ -268,7 +269,8 @@ def render_go_template(text: str, values: Mapping[str, str], conditions: Mapping
         elif expr in ("end", "else"):
             skipping = (not skipping) if expr == "else" else False
         elif not skipping:
-            out.append(values[expr])
+            raw = len(expr) >= 2 and expr[0] == expr[-1] == "`" and "`" not in expr[1:-1]
+            out.append(expr[1:-1] if raw else values[expr])
         pos, trim_next = m.end(), bool(m.group(3))
     tail = text[pos:]
     out.append(tail.lstrip() if trim_next else tail)
@@ -288,7 +290,9 @@ def kserve_command(manifests: Manifests, workload: str, preset: Mapping[str, Any
     rendered = json.loads(render_go_template(json.dumps(preset["spec"]), values, conditions))
     base, ours = _main_container(rendered["template"]), _main_container(llmisvc["spec"]["template"])
     command = ours.get("command") or base["command"]
-    args: list[str] = ours["args"] if "args" in ours else base.get("args", [])
+    # KServe templates the merged spec, ours included: our args pass through the same template.
+    args: list[str] = (json.loads(render_go_template(json.dumps(ours["args"]), values, conditions)) if "args" in ours
+                       else base.get("args", []))  # fmt: skip
     env = _merge_by_name(base.get("env", []), ours.get("env", []))
     pod = {"volumes": _merge_by_name(rendered["template"].get("volumes", []),
                                      llmisvc["spec"]["template"].get("volumes", []))}  # fmt: skip

@@ -25,7 +25,8 @@ from typing import Any, get_args
 import pytest
 from pydantic import ValidationError
 
-from components.vllm_args import MODEL_MOUNT, kserve_args, lws_command, serve_command
+from components.argv_layers import encode
+from components.vllm_args import MODEL_MOUNT, kserve_args, kserve_path, lws_command, serve_command
 from tests.vllm.argv import run_recorded, vllm_version
 from tests.vllm.pod import kserve_command, kserve_preset
 from tkf_infra.config import flags
@@ -105,7 +106,7 @@ def oracle_version() -> tuple[int, int, int]:
 def _llmisvc(entry: ModelEntry) -> dict[str, Any]:
     """The fields of our LLMInferenceService KServe's presets read (components/model_serving.py)."""
     spec: dict[str, Any] = {"model": {"name": entry.served_name},
-                            "template": {"containers": [{"name": "main", "args": kserve_args(entry)}]}}  # fmt: skip
+                            "template": {"containers": [{"name": "main", "args": encode(kserve_args(entry), kserve_path(entry))}]}}  # fmt: skip
     if not entry.is_cpu:
         spec["parallelism"] = {"tensor": entry.tensor_parallel_size}
         if entry.pipeline_parallel_size > 1:
