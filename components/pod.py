@@ -210,7 +210,8 @@ def pod_spec(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.PodSpec
     """A serving pod; the leader (the pod serving the API) also runs the metrics sidecar."""
     e = p.entry
     return core.PodSpecArgs(
-        containers=[container(p, kserve=kserve, leader=leader), *([metrics_container(p, kserve=kserve)] if leader else [])],
+        containers=[container(p, kserve=kserve, leader=leader),
+                    *([metrics_container(p, kserve=kserve)] if leader else [])],
         init_containers=[wait_for_weights(p.cache, va.image(e, p.serving))] if p.cache else None,
         volumes=volumes(e, p.cache.pvc_name if p.cache else None),
         security_context=pod_security(),

@@ -31,7 +31,8 @@ LWS_ENV = {"LWS_LEADER_ADDRESS": "leader.lws.invalid", "LWS_GROUP_SIZE": "2", "L
 HOSTILE = (
     '{"temperature": 0.5, "top_p": 0.9}', "two words", "it's", '"double"', "$(touch {marker})", "`touch {marker}`",
     "x; touch {marker}", "a && touch {marker}", "line1\nline2", "tab\there", "$HOME", "${HOME}", "$(HOME)", "$$",
-    "$$(HOME)", "$$$", "cost$", "$", "$)(", "{{ .ObjectMeta.Name }}", "{{`{{`}}", "{{- .Spec -}}", "}}{{", "\\", "\\'", "*", "?", "~", "~root",
+    "$$(HOME)", "$$$", "cost$", "$", "$)(", "{{ .ObjectMeta.Name }}", "{{`{{`}}", "{{- .Spec -}}", "}}{{", "\\",
+    "\\'", "*", "?", "~", "~root",
     "!", "#comment", "ünïcødé ✓", "'", "", "a=b", "<&>", "%s%d",
 )
 
@@ -79,7 +80,8 @@ def kserve_argv(e: ModelEntry, bin_dir: Path, env: dict[str, str], *, two_keys: 
 
 
 def vllm_backend_argv(e: ModelEntry, bin_dir: Path, env: dict[str, str], *, two_keys: bool = False) -> list[str]:
-    command = pod.container(_inputs(e, two_keys=two_keys), kserve=False).command
+    main: Any = pod.container(_inputs(e, two_keys=two_keys), kserve=False)
+    command: list[str] = main.command
     return run_recorded([kubelet_expand(a, env) for a in command], {**LWS_ENV, **env}, bin_dir)
 
 
@@ -130,7 +132,6 @@ def test_a_rotations_two_keys_arrive_as_two_words_whatever_they_hold(backend: st
 
 
 def test_the_pod_spec_holds_references_not_keys() -> None:
-    e = entry(SINGLE_GPU, "{}")
     for path in al.ArgvPath:
         words = va.two_key_args(path)
         assert all(va.API_KEY_ENV in w or va.API_KEY_EXTRA_ENV in w for w in words[1:]), words
@@ -139,5 +140,6 @@ def test_the_pod_spec_holds_references_not_keys() -> None:
 def test_plain_words_stay_readable_in_the_pod_spec() -> None:
     """Quoting only what needs it: an operator reading the LLMInferenceService sees the flags as typed."""
     e = validate_catalog(stack_doc(SINGLE_GPU)).models[0]
-    args = pod.container(_inputs(e), kserve=True).args
+    main: Any = pod.container(_inputs(e), kserve=True)
+    args: list[str] = main.args
     assert "--max-model-len" in args and str(e.max_model_len) in args

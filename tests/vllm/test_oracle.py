@@ -105,8 +105,9 @@ def oracle_version() -> tuple[int, int, int]:
 
 def _llmisvc(entry: ModelEntry) -> dict[str, Any]:
     """The fields of our LLMInferenceService KServe's presets read (components/model_serving.py)."""
+    args = encode(kserve_args(entry), kserve_path(entry))  # as components/pod.py writes them
     spec: dict[str, Any] = {"model": {"name": entry.served_name},
-                            "template": {"containers": [{"name": "main", "args": encode(kserve_args(entry), kserve_path(entry))}]}}  # fmt: skip
+                            "template": {"containers": [{"name": "main", "args": args}]}}  # fmt: skip
     if not entry.is_cpu:
         spec["parallelism"] = {"tensor": entry.tensor_parallel_size}
         if entry.pipeline_parallel_size > 1:
