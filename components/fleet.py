@@ -64,10 +64,11 @@ def make_provider(cluster: ClusterTarget, stack: str) -> k8s.Provider:
     gets the directory and nothing else (its YAML holds Secrets in plaintext: export stacks only)."""
     if cluster.mode == "render":
         return k8s.Provider(f"k8s-{stack}", render_yaml_to_directory=cluster.render_dir)
-    kubeconfig = Path(str(cluster.kubeconfig)).expanduser()
+    kubeconfig = Path(str(cluster.kubeconfig))
     try:
+        kubeconfig = kubeconfig.expanduser()  # RuntimeError for ~user of an unknown user
         text = kubeconfig.read_text()
-    except OSError as exc:
+    except (OSError, RuntimeError) as exc:
         raise pulumi.RunError(f"cluster.kubeconfig {str(kubeconfig)!r} cannot be read ({exc}); fix the path "
                               "in the stack file (tkf-infra:cluster.kubeconfig)") from None
     return k8s.Provider(

@@ -268,8 +268,7 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
         itype = str(settings_pool.instance_type)
         try:
             if settings_pool.kind == "eks" and ec2_errors and itype in ec2_errors:
-                raise PoolProblem(f"node pool {settings_pool.name}: instanceType {itype!r} is not an EC2 instance "
-                                  f"type ({ec2_errors[itype]}); use one such as p5.48xlarge or g6e.xlarge")
+                raise PoolProblem(f"node pool {settings_pool.name}: instanceType: {ec2_errors[itype]}")
             pools[settings_pool.name] = resolve_pool(settings_pool, ec2 or {}, shared,
                                                      mig_strategy=s.platform.gpu_operator.mig_strategy,
                                                      time_slices=s.platform.gpu_operator.time_slicing_replicas)

@@ -38,16 +38,19 @@ def describe_gpu_instances(instance_types: list[str], client: Any = None, region
 ]:  # fmt: skip
     """GPU facts per instance type; instance types without GPUs are reported with count 0.
 
-    Raises ``ValueError`` naming unknown instance types (AWS answers InvalidInstanceType).
+    Raises ``ValueError`` with the whole reason and its fix: an unknown instance type (AWS answers
+    InvalidInstanceType), or EC2 not reachable from this machine (no region or credentials configured,
+    no network, the call refused).
     """
-    if client is None:
-        import boto3
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
 
-        client = boto3.client("ec2", region_name=region)
-    from botocore.exceptions import ClientError
-
+    asked = ", ".join(instance_types)
     out: dict[str, InstanceGpus] = {}
     try:
+        if client is None:
+            import boto3
+
+            client = boto3.client("ec2", region_name=region)
         pages = client.get_paginator("describe_instance_types").paginate(InstanceTypes=instance_types)
         for page in pages:
             for item in page.get("InstanceTypes", []):
@@ -62,8 +65,22 @@ def describe_gpu_instances(instance_types: list[str], client: Any = None, region
                     itype, str(g.get("Name")), str(g.get("Manufacturer")), int(g.get("Count") or 0), mem,
                     _match(str(g.get("Name")), mem),
                 )  # fmt: skip
+    except NoRegionError:
+        raise ValueError(f"instance type {asked} cannot be looked up: no AWS region is configured on this machine; "
+                         "set AWS_REGION (e.g. export AWS_REGION=us-east-1) or `region` in ~/.aws/config, "
+                         "or run where the AWS CLI works") from None
+    except NoCredentialsError:
+        raise ValueError(f"instance type {asked} cannot be looked up: no AWS credentials are configured on this "
+                         "machine; set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (`aws sts "
+                         "get-caller-identity` must work)") from None
+    except BotoCoreError as exc:
+        raise ValueError(f"instance type {asked} cannot be looked up: EC2 did not answer ({exc}); check the "
+                         "network and AWS_REGION") from None
     except ClientError as exc:
-        raise ValueError(
-            f"EC2 does not know instance type(s) {instance_types}: {exc}; check nodePools[].instanceType"
-        ) from exc
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        if code.startswith("InvalidInstanceType") or code == "InvalidParameterValue":
+            raise ValueError(f"instance type {asked} is not an EC2 instance type (EC2: {exc}); check "
+                             "nodePools[].instanceType and use one such as p5.48xlarge or g6e.xlarge") from None
+        raise ValueError(f"instance type {asked} cannot be looked up: EC2 refused DescribeInstanceTypes ({exc}); "
+                         "the credentials need ec2:DescribeInstanceTypes in the pool's region") from None
     return out
