@@ -315,8 +315,8 @@ def stack_doc(*models: dict[str, Any], backend: str = "kserve", installed: bool 
 def program(doc: dict[str, Any], *, lock: Any = None, api_key: str | None = "unit-test-api-key",
             ec2_client: Any = None, preview: bool = False, outputs: Callable[[Any], dict[str, Any]] | None = None,
             previous: dict[str, Any] | None = None, api_key_next: str | None = None,
-            api_key_previous: str | None = None) -> Harness[Any]:
-    """The whole program (`tkf_infra.program.run`) on a stack document, under mocks.
+            api_key_previous: str | None = None, stack: str = "test") -> Harness[Any]:
+    """The whole program (`tkf_infra.program.run`) on a stack document, under mocks, as stack ``stack``.
 
     A run that leaves something out ends in a RunError after every registration; it is kept in
     ``Harness.error`` and ``Harness.result`` is then None (the resources are all recorded).
@@ -336,4 +336,4 @@ def program(doc: dict[str, Any], *, lock: Any = None, api_key: str | None = "uni
                     api_keys=keys, read_api_key=False)
         return run_program(edge)
 
-    return run(build, outputs, preview=preview, stack="test", expect_error=True, stack_outputs=previous)
+    return run(build, outputs, preview=preview, stack=stack, expect_error=True, stack_outputs=previous)

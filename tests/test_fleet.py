@@ -143,10 +143,21 @@ def test_one_bad_pool_leaves_out_only_its_models(ec2: Any) -> None:
     assert "qwen-72b was left out of this deployment (pool)" in errors and "g99.huge" in errors
 
 
-def test_no_api_key_warns_and_serves_without_the_env() -> None:
-    h = build(stack_doc(CPU), api_key=None)
+def test_no_api_key_warns_and_serves_without_the_env_on_the_dev_stack_only() -> None:
+    h = program(stack_doc(CPU), lock=LOCK, api_key=None, stack="dev")
+    assert h.error is None, h.error
     assert any("without authentication" in w for w in h.warnings())
     assert not [r for r in h.resources if r.type == "kubernetes:core/v1:Secret"]
+
+
+@pytest.mark.parametrize("stack", ["prod", "staging"])
+def test_no_api_key_refuses_every_other_stack_naming_the_command(stack: str) -> None:
+    h = program(stack_doc(CPU), lock=LOCK, api_key=None, stack=stack)
+    text = " ".join(str(h.error).split())
+    assert f"tkf-infra: apiKey: is not set or is empty on stack {stack!r}" in text, text
+    assert "vLLM would serve without authentication" in text
+    assert f'`pulumi config set --secret apiKey "$(openssl rand -hex 32)" --stack {stack}`' in text
+    assert not [r for r in h.resources if r.type.startswith("kubernetes:")], "nothing is registered"
 
 
 def test_all_platform_pieces_installed_registers_no_platform_resources() -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import pulumi
 
 from tkf_infra.config import Catalog, SettingsError, read_pulumi_config, validate_catalog
-from tkf_infra.config.api_keys import ApiKeys
+from tkf_infra.config.api_keys import ApiKeys, missing_key_problem
 from tkf_infra.config.reader import read_api_keys
 from tkf_infra.hub.lock import Lock, load_lock
 from tkf_infra.outputs import DEPLOYED_OUTPUT
@@ -173,6 +173,8 @@ def deploy(edge: Edge | None = None) -> Any:
             api_keys = read_api_keys()
         except SettingsError as err:
             raise pulumi.RunError(err.render()) from None
+    if api_keys is None and (problem := missing_key_problem(pulumi.get_stack())) is not None:
+        raise pulumi.RunError(SettingsError([problem], headline="the runtime API key is missing").render())
     fleet_plan = plan(edge)
     report(fleet_plan)
     record_creation_frame_only()

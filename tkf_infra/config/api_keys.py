@@ -33,6 +33,10 @@ from tkf_infra.config.base import Problem
 API_KEY, API_KEY_NEXT, API_KEY_PREVIOUS = "apiKey", "apiKeyNext", "apiKeyPrevious"
 CONFIG_KEYS = (API_KEY, API_KEY_NEXT, API_KEY_PREVIOUS)
 
+#: The one stack that may serve without a runtime API key (render mode, the dev-only passphrase): every
+#: other stack refuses to run without one, so authentication is never turned off by an unset or empty secret.
+DEV_STACK = "dev"
+
 #: RFC 6750 ``b64token`` characters minus ``~`` (bash expands ``~`` after ``=`` in arguments), first
 #: character alphanumeric (a leading ``-`` would read as a flag to vLLM's parser).
 KEY_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+/=-]*")
@@ -107,6 +111,16 @@ def _digest(keys: tuple[str, ...]) -> str:
 def keys_digest(keys: tuple[str, ...]) -> str:
     """scrypt of the sorted, de-duplicated keys (cached: the mock tier runs the program hundreds of times)."""
     return _digest(tuple(sorted(set(keys))))
+
+
+def missing_key_problem(stack: str) -> Problem | None:
+    """Why stack ``stack`` cannot run without ``apiKey`` (None for the dev stack, which may)."""
+    if stack == DEV_STACK:
+        return None
+    return Problem("tkf-infra", API_KEY, f"is not set or is empty on stack {stack!r}, so vLLM would serve without "
+                                         f"authentication, which only the {DEV_STACK} stack may; set it with "
+                                         f"`pulumi config set --secret {API_KEY} \"$(openssl rand -hex 32)\" "
+                                         f"--stack {stack}`")  # fmt: skip
 
 
 def key_problems(values: Mapping[str, str | None], is_secret: Callable[[str], bool] | None = None) -> list[Problem]:
