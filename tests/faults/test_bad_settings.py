@@ -44,7 +44,8 @@ def test_every_stack_level_problem_is_reported_at_once_with_key_value_and_fix() 
         "stack settings: serving.apiKeyEnv: 'my-key' is not an environment variable name (letters, digits and "
         "'_', not starting with a digit); use e.g. 'MY_KEY'",
         "stack settings: modelDefaults: unknown key(s) 'gpuMemoryUtilisation': modelDefaults takes the keys of a "
-        "models[] entry; check the spelling against `python -m tkf_infra schema`",
+        "models[] entry; 'gpuMemoryUtilisation': did you mean 'gpuMemoryUtilization'? check the spelling against "
+        "`python -m tkf_infra schema`",
     ]
     assert len(problems) == len(expected), problems
     for want in expected:

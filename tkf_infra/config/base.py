@@ -7,7 +7,9 @@ the stack file always sees `where: field: what is wrong, what is allowed, how to
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import difflib
+import typing
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,8 +53,14 @@ def loc_path(loc: Sequence[int | str]) -> str:
     """Render a pydantic error location (aliases, i.e. the stack file's keys) as `a.b[0].c`."""
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        out += f"[{part}]" if isinstance(part, int) else (f".{label_name(part)}" if out else label_name(part))
     return out
+
+
+def label_name(name: str) -> str:
+    """A name as a message's subject: as written, or quoted with escapes when it holds a space or a control
+    character (a name "m\\n" must not break the message's line, nor read as the valid "m")."""
+    return name if name.isprintable() and not any(c.isspace() for c in name) else repr(name)
 
 
 def short(value: Any) -> str:
@@ -60,8 +68,52 @@ def short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def problems_from(err: ValidationError, where: str, prefix: str = "") -> list[Problem]:
-    """pydantic's errors as Problems, with the stack file's own key names and an actionable hint."""
+class SecretValue:
+    """Stands for the value of a secret stack key in a settings document: never shown in a message."""
+
+    def __repr__(self) -> str:
+        return "<secret>"
+
+
+def keys_of(model: type[BaseModel]) -> tuple[str, ...]:
+    """The keys a settings model takes, as the stack file spells them, in declaration order."""
+    return tuple(f.alias or name for name, f in model.model_fields.items())
+
+
+def did_you_mean(key: str, known: Iterable[str]) -> str:
+    """`did you mean 'x'? ` for the nearest known key (difflib, case-insensitive), or ''."""
+    by_lower = {k.lower(): k for k in known if k != key}
+    close = difflib.get_close_matches(key.lower(), list(by_lower), n=1, cutoff=0.6)
+    return f"did you mean {by_lower[close[0]]!r}? " if close else ""
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The settings model inside a field's annotation (`Taint`, `list[Taint]`, `Cost | None`)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((m for arg in typing.get_args(annotation) if (m := _model_in(arg)) is not None), None)
+
+
+def _keys_at(model: type[BaseModel] | None, loc: Sequence[int | str]) -> tuple[str, ...]:
+    """The keys of the model that holds the key at `loc` (an unknown key's location), if it can be found."""
+    current = model
+    for part in loc[:-1]:
+        if current is None:
+            return ()
+        if isinstance(part, int):
+            continue  # an item of a list: the list's model
+        info = next((f for name, f in current.model_fields.items() if part in (f.alias, name)), None)
+        current = _model_in(info.annotation) if info is not None else None
+    return keys_of(current) if current is not None else ()
+
+
+def problems_from(err: ValidationError, where: str, prefix: str = "", model: type[BaseModel] | None = None,
+                  also: Sequence[str] = ()) -> list[Problem]:  # fmt: skip
+    """pydantic's errors as Problems, with the stack file's own key names and an actionable hint.
+
+    ``model``: the model validated, so an unknown key gets the nearest valid one; ``also``: keys its
+    top level takes besides the model's own (the stack's secrets).
+    """
     problems = []
     for e in err.errors(include_url=False):
         path = loc_path(list(e["loc"]))
@@ -71,7 +123,11 @@ def problems_from(err: ValidationError, where: str, prefix: str = "") -> list[Pr
             msg = ("is required but missing; add it to the entry or to modelDefaults" if where.startswith("models")
                    else "is required but missing")
         elif e["type"] == "extra_forbidden":
-            msg = (f"unknown key (value {short(e.get('input'))}); "
+            loc = list(e["loc"])
+            known = (*_keys_at(model, loc), *(also if len(loc) == 1 else ()))
+            value = e.get("input")
+            shown = "a secret, not shown" if isinstance(value, SecretValue) else f"value {short(value)}"
+            msg = (f"unknown key ({shown}): nothing reads it; {did_you_mean(str(loc[-1]), known)}"
                    "check the spelling against `python -m tkf_infra schema`")
         elif "input" in e and e["type"] not in {"value_error", "assertion_error"}:
             msg = f"{msg}; got {short(e['input'])}"

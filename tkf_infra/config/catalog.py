@@ -12,15 +12,17 @@ from enum import StrEnum
 
 from pydantic import Field, field_validator, model_validator
 
+from tkf_infra.config import kube_syntax as ks
 from tkf_infra.config.base import SettingsModel
 from tkf_infra.config.flags import ServingSpec, extra_args_problems
 from tkf_infra.names import MAX_MODEL_NAME_LEN
 
-SHA_RE = re.compile(r"^[0-9a-f]{40}$")
-DNS1035_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-HF_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-SERVED_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
-GPU_SHARE_RE = re.compile(r"^(?:whole|auto|mig:(\d+g\.\d+gb)|slice:([1-9]\d*))$")
+#: Unanchored: used with `fullmatch` only (kube_syntax says why).
+SHA_RE = re.compile(r"[0-9a-f]{40}")
+DNS1035_RE = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+HF_REPO_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+SERVED_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
+GPU_SHARE_RE = re.compile(r"(?:whole|auto|mig:(\d+g\.\d+gb)|slice:([1-9]\d*))")
 
 
 class Topology(StrEnum):
@@ -83,7 +85,7 @@ class ModelEntry(ServingSpec):
     @field_validator("name")
     @classmethod
     def _dns_name(cls, v: str) -> str:
-        if not DNS1035_RE.match(v):
+        if not DNS1035_RE.fullmatch(v):
             raise ValueError(f"name {v!r} is not a DNS-1035 label: use lowercase letters, digits and '-', "
                              "starting with a letter and ending with a letter or digit")
         if len(v) > MAX_MODEL_NAME_LEN:
@@ -94,15 +96,17 @@ class ModelEntry(ServingSpec):
     @field_validator("repo")
     @classmethod
     def _repo_id(cls, v: str) -> str:
-        if not HF_REPO_RE.match(v):
+        if not HF_REPO_RE.fullmatch(v):
             raise ValueError(f"repo {v!r} is not a Hugging Face repo id; write it as 'org/name'")
         return v
 
     @field_validator("revision")
     @classmethod
     def _pinned_revision(cls, v: str) -> str:
-        if SHA_RE.match(v):
+        if SHA_RE.fullmatch(v):
             return v
+        if SHA_RE.fullmatch(v.strip()):
+            raise ValueError(f"revision {v!r} has spaces or a line break around the commit SHA; remove them")
         if re.fullmatch(r"[0-9a-fA-F]{40}", v):
             raise ValueError(f"revision {v!r} has upper-case letters; write the commit SHA in lower case")
         if re.fullmatch(r"[0-9a-f]{7,39}", v):
@@ -114,14 +118,21 @@ class ModelEntry(ServingSpec):
     @field_validator("served_name")
     @classmethod
     def _served(cls, v: str) -> str:
-        if not SERVED_NAME_RE.match(v):
+        if not SERVED_NAME_RE.fullmatch(v):
             raise ValueError(f"servedName {v!r} is not allowed: use 1-128 letters, digits and . _ : / -")
+        return v
+
+    @field_validator("hf_token_secret")
+    @classmethod
+    def _secret_name(cls, v: str | None) -> str | None:
+        if v is not None and (problem := ks.subdomain_problem(v, "Secret name")):
+            raise ValueError(f"hfTokenSecret {problem}")
         return v
 
     @field_validator("gpu_share")
     @classmethod
     def _share(cls, v: str) -> str:
-        if not GPU_SHARE_RE.match(v):
+        if not GPU_SHARE_RE.fullmatch(v):
             raise ValueError(f"gpuShare {v!r} is not one of whole, auto, mig:<profile> (e.g. mig:1g.20gb) or "
                              "slice:<k> (k of the pool's time-slicing replicas, e.g. slice:2)")
         return v
@@ -188,7 +199,7 @@ class ModelEntry(ServingSpec):
     @property
     def share_request(self) -> tuple[str, str | int | None]:
         """`gpuShare` parsed: ("whole", None), ("auto", None), ("mig", profile) or ("slice", k)."""
-        match = GPU_SHARE_RE.match(self.gpu_share)
+        match = GPU_SHARE_RE.fullmatch(self.gpu_share)
         if match and match.group(1):
             return "mig", match.group(1)
         if match and match.group(2):

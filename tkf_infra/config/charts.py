@@ -36,6 +36,14 @@ RENDER_BLOCKERS = {"certManager": "its kubeVersion >= 1.22 gate; Helm assumes v1
                    "gatewayApi": "the scope of its ValidatingAdmissionPolicy, which pulumi-kubernetes 4.25 asks a "
                                  "cluster for"}  # fmt: skip
 
+#: Pieces whose charts create objects of another piece's kinds. The provider must know each object's
+#: scope before it renders it; in render mode there is no cluster to ask, so it can learn a kind only
+#: from a CRD registered in the same program: the other piece cannot be `alreadyInstalled` there.
+NEEDS_CRDS_OF: dict[str, dict[str, str]] = {
+    "kserve": {"certManager": "kserve-llmisvc-resources creates a cert-manager Issuer and Certificate "
+                              "(cert-manager.io/v1)"},
+}
+
 
 def same_release(a: str, b: str) -> bool:
     """`0.8.0` and `v0.8.0` name one release (LWS publishes its chart as v0.8.0, and Helm accepts both)."""
@@ -51,16 +59,30 @@ def chart_dir(chart_path: str) -> Path:
 def chart_path_problem(key: str, chart_path: str) -> str | None:
     """What is wrong with piece ``key``'s chartPath, checked at load: a wrong folder would otherwise fail
     deep in the provider, or (Gateway API, a folder of plain files) install nothing without a word."""
-    folder = chart_dir(chart_path)
-    if key == "gatewayApi":
-        found = any("CustomResourceDefinition" in (text := f.read_text(errors="replace"))
-                    and "gateway.networking.k8s.io" in text for f in folder.glob("*.yaml"))
-        wanted = "a folder of Gateway API's standard-channel YAML files (its CRDs)"
-    elif key == "kserve":
-        found = all((folder / c / "Chart.yaml").is_file() for c in KSERVE_CHARTS)
-        wanted = f"a folder holding KServe's {', '.join(KSERVE_CHARTS)} charts (KServe's charts/)"
-    else:
-        found, wanted = (folder / "Chart.yaml").is_file(), "a chart directory (one with a Chart.yaml)"
+    where = f"platform.{key}.chartPath {chart_path!r}"
+    fix = "write the path out (absolute, or relative to the project)"
+    if not chart_path.isprintable():
+        return f"{where} holds a control character (a line break?); {fix}"
+    home = chart_path.split("/", 1)[0]
+    try:
+        folder = chart_dir(chart_path)
+    except RuntimeError:  # Path.expanduser: no such user, or no home to expand a bare ~ to
+        who = f"user {home[1:]!r} is not known on this machine" if home != "~" else "this process has no home"
+        return f"{where} starts with {home}, but {who}; {fix}"
+    if home.startswith("~") and not Path(home).expanduser().is_dir():
+        return f"{where} starts with {home}, whose home directory {Path(home).expanduser()} does not exist; {fix}"
+    try:
+        if key == "gatewayApi":
+            found = any("CustomResourceDefinition" in (text := f.read_text(errors="replace"))
+                        and "gateway.networking.k8s.io" in text for f in folder.glob("*.yaml"))
+            wanted = "a folder of Gateway API's standard-channel YAML files (its CRDs)"
+        elif key == "kserve":
+            found = all((folder / c / "Chart.yaml").is_file() for c in KSERVE_CHARTS)
+            wanted = f"a folder holding KServe's {', '.join(KSERVE_CHARTS)} charts (KServe's charts/)"
+        else:
+            found, wanted = (folder / "Chart.yaml").is_file(), "a chart directory (one with a Chart.yaml)"
+    except OSError as exc:
+        return f"{where} ({folder}) cannot be read ({exc.strerror or exc}); fix its permissions or the path"
     if found:
         return None
     return (f"platform.{key}.chartPath {chart_path!r} ({folder}) is not {wanted}; fix the path, or remove "

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import re
 
+#: Unanchored: use them with `fullmatch` only. (Go's `^…$` spans the whole text; Python's `$` also matches
+#: before a final newline, and `re.match` anchors only the start, so "name\n" would pass.)
 _DNS1123_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-DNS1123_LABEL_RE = re.compile(f"^{_DNS1123_LABEL}$")
-DNS1123_SUBDOMAIN_RE = re.compile(rf"^{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*$")
-_LABEL_NAME_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-C_IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+DNS1123_LABEL_RE = re.compile(_DNS1123_LABEL)
+DNS1123_SUBDOMAIN_RE = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
+_LABEL_NAME_RE = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+C_IDENTIFIER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 DNS1123_LABEL_MAX, DNS1123_SUBDOMAIN_MAX, LABEL_NAME_MAX = 63, 253, 63
 
 
@@ -25,7 +27,7 @@ def _suggest(value: str) -> str:
 
 def subdomain_problem(value: str, what: str) -> str | None:
     """A DNS-1123 subdomain: object names such as StorageClasses and Nodes."""
-    if len(value) <= DNS1123_SUBDOMAIN_MAX and DNS1123_SUBDOMAIN_RE.match(value):
+    if len(value) <= DNS1123_SUBDOMAIN_MAX and DNS1123_SUBDOMAIN_RE.fullmatch(value):
         return None
     return (f"{value!r} is not a valid {what} (a DNS-1123 subdomain: at most 253 lowercase letters, digits, "
             f"'-' and '.', starting and ending with a letter or digit); the API server would refuse it: "
@@ -36,7 +38,7 @@ def label_key_problem(key: str) -> str | None:
     """A label (or taint) key: an optional DNS subdomain prefix and '/', then a name of at most 63."""
     prefix, _, name = key.rpartition("/")
     if (not prefix or subdomain_problem(prefix, "prefix") is None) and len(name) <= LABEL_NAME_MAX \
-            and _LABEL_NAME_RE.match(name):
+            and _LABEL_NAME_RE.fullmatch(name):
         return None
     return (f"{key!r} is not a valid key (an optional DNS prefix and '/', then at most 63 letters, digits, "
             "'-', '_' or '.', starting and ending with a letter or digit, e.g. tkf.io/pool); the API server "
@@ -45,7 +47,7 @@ def label_key_problem(key: str) -> str | None:
 
 def label_value_problem(value: str) -> str | None:
     """A label (or taint) value: empty, or at most 63 letters, digits, '-', '_', '.' around alphanumerics."""
-    if value == "" or (len(value) <= LABEL_NAME_MAX and _LABEL_NAME_RE.match(value)):
+    if value == "" or (len(value) <= LABEL_NAME_MAX and _LABEL_NAME_RE.fullmatch(value)):
         return None
     return (f"{value!r} is not a valid value (empty, or at most 63 letters, digits, '-', '_' or '.', starting "
             "and ending with a letter or digit); the API server would refuse it")
@@ -53,7 +55,7 @@ def label_value_problem(value: str) -> str | None:
 
 def env_name_problem(value: str) -> str | None:
     """An environment variable name shells and `os.environ/NAME` references can carry (a C identifier)."""
-    if C_IDENTIFIER_RE.match(value):
+    if C_IDENTIFIER_RE.fullmatch(value):
         return None
     return (f"{value!r} is not an environment variable name (letters, digits and '_', not starting with a "
             f"digit); use e.g. {re.sub(r'[^A-Za-z0-9_]', '_', value).upper().lstrip('0123456789') or 'MY_KEY'!r}")

@@ -16,7 +16,7 @@ from tkf_infra.config.base import SettingsModel
 from tkf_infra.config.catalog import Backend
 from tkf_infra.config.charts import ChartSource
 
-_RELEASE_RE = re.compile(r"^v?\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$")
+_RELEASE_RE = re.compile(r"v?\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?")
 
 
 class Component(SettingsModel):
@@ -36,7 +36,7 @@ class Component(SettingsModel):
     def _pinned(cls, v: str | None) -> str | None:
         if v is not None and v.strip().lower() in {"", "latest", "*", "stable", "main", "master"}:
             raise ValueError(f"version {v!r} is not pinned; give an exact release such as v0.15.2")
-        if v is not None and not _RELEASE_RE.match(v):
+        if v is not None and not _RELEASE_RE.fullmatch(v):
             raise ValueError(f"version {v!r} is not an exact release; give one such as v0.15.2 (or 0.8.0)")
         return v
 

@@ -12,15 +12,13 @@ from typing import Any
 
 from tkf_infra.config.api_keys import CONFIG_KEYS as API_KEY_CONFIG_KEYS
 from tkf_infra.config.api_keys import ApiKeys, key_problems
-from tkf_infra.config.base import Problem, SettingsError
+from tkf_infra.config.base import Problem, SecretValue, SettingsError, keys_of
 from tkf_infra.config.catalog import ModelEntry
 from tkf_infra.config.stack import NodePool, StackSettings
 
-#: Configuration keys of the project namespace, in the order `Pulumi.yaml` documents them.
-CONFIG_KEYS: tuple[str, ...] = (
-    "cluster", "namespaces", "nodePools", "platform", "serving", "prometheusUrl", "strict",
-    "modelDefaults", "models",
-)  # fmt: skip
+#: The settings keys of the project namespace: the stack settings model's fields, in its order (the
+#: secrets, `apiKey*`, are read apart by `read_api_keys`).
+CONFIG_KEYS: tuple[str, ...] = keys_of(StackSettings)
 
 
 def catalog_json_schema() -> dict[str, Any]:
@@ -76,7 +74,10 @@ def read_pulumi_config() -> dict[str, Any]:
             continue
         if value is not None:
             doc[key] = value
-    for key in _other_keys():  # a misspelt key must not be ignored: StackSettings refuses it by name
+    for key, secret in _other_keys():  # a misspelt key must not be ignored: StackSettings refuses it by name
+        if secret:  # refused all the same (a misspelt apiKeyNext is a rotation that never happens), never shown
+            doc[key] = SecretValue()
+            continue
         raw = config.get(key)
         try:
             doc[key] = json.loads(raw) if raw is not None else None
@@ -87,8 +88,9 @@ def read_pulumi_config() -> dict[str, Any]:
     return doc
 
 
-def _other_keys() -> list[str]:
-    """The stack's `tkf-infra:` keys that are neither settings nor secrets (which the program reads itself)."""
+def _other_keys() -> list[tuple[str, bool]]:
+    """The stack's `tkf-infra:` keys that are neither settings nor the runtime API keys, each with whether
+    it is a secret."""
     import pulumi
     from pulumi import runtime
     from pulumi.runtime import config as runtime_config
@@ -97,7 +99,7 @@ def _other_keys() -> list[str]:
     prefix = f"{pulumi.get_project()}:"  # the namespace pulumi.Config() reads
     ours = {k.removeprefix(prefix): k for k in keys if k.startswith(prefix)}
     known = {*CONFIG_KEYS, *API_KEY_CONFIG_KEYS}  # a plaintext apiKey is refused by read_api_keys, by name
-    return sorted(name for name, key in ours.items() if name not in known and not runtime.is_config_secret(key))
+    return sorted((name, runtime.is_config_secret(key)) for name, key in ours.items() if name not in known)
 
 
 def read_api_keys() -> ApiKeys | None:

@@ -15,11 +15,12 @@ from urllib.parse import urlparse
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from tkf_infra.config import kube_syntax as ks
-from tkf_infra.config.base import SettingsModel
+from tkf_infra.config.base import SettingsModel, did_you_mean, keys_of
 from tkf_infra.config.catalog import DNS1035_RE, Backend, ModelEntry
 from tkf_infra.config.charts import (
     KSERVE_NAMESPACE,
     LWS_NAMESPACE,
+    NEEDS_CRDS_OF,
     RENDER_BLOCKERS,
     VENDORED_CHARTS,
     ChartSource,
@@ -39,6 +40,11 @@ VLLM_CPU_IMAGE = f"public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v{VLLM_RELEASE}
 _VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 #: A chart or release version: semantic versioning, optionally with a leading v (v1.17.0, 0.8.0, v0.20.0-rc1).
 _FLOATING_TAGS = {"", "latest", "nightly", "main", "master", "stable", "dev"}
+#: An IAM role ARN (role names and paths: letters, digits and + = , . @ _ -, IAM's own rule) and a subnet id.
+_ROLE_ARN_RE = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+", re.ASCII)
+_SUBNET_RE = re.compile(r"subnet-[0-9a-f]+")
+#: An image reference or a URL: printable ASCII without spaces (a line break would reach the pod spec or httpx).
+_IMAGE_RE = re.compile(r"[!-~]+")
 
 
 class ClusterTarget(SettingsModel):
@@ -53,9 +59,14 @@ class ClusterTarget(SettingsModel):
     skip_await: bool = Field(
         False, description="Do not wait for readiness. Only for test API servers that run no controllers.")
 
-    @field_validator("render_dir", "kubeconfig", "context")
+    @field_validator("render_dir", "kubeconfig", "context", "cluster_identifier")
     @classmethod
     def _not_blank(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None and not v.isprintable():
+            raise ValueError(f"{v!r} holds a control character (a line break?), which no path or name has; "
+                             "remove it")
+        if info.field_name == "cluster_identifier":
+            return v
         if v is not None and not v.strip():
             raise ValueError("is empty: give a value, or remove the key to use the default")
         if v is not None and info.field_name != "render_dir" and info.data.get("mode") == "render":
@@ -72,10 +83,11 @@ class ClusterTarget(SettingsModel):
 
 
 def _namespace(v: str) -> str:
-    if not ks.DNS1123_LABEL_RE.match(v) or len(v) > 63:
+    if not ks.DNS1123_LABEL_RE.fullmatch(v) or len(v) > 63:
+        fixed = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", v.lower())).strip("-")[:63] or "my-namespace"
         raise ValueError(f"{v!r} is not a Kubernetes namespace name (a DNS-1123 label: at most 63 lowercase "
                          "letters, digits and '-', starting and ending with a letter or digit), so the API "
-                         f"server would refuse it at apply; use e.g. {re.sub(r'[^a-z0-9-]', '-', v.lower())!r}")
+                         f"server would refuse it at apply; use e.g. {fixed!r}")
     return v
 
 
@@ -159,7 +171,7 @@ class NodePool(SettingsModel):
     @field_validator("name")
     @classmethod
     def _pool_name(cls, v: str) -> str:
-        if not DNS1035_RE.match(v) or len(v) > 40:
+        if not DNS1035_RE.fullmatch(v) or len(v) > 40:
             raise ValueError(f"node pool name {v!r} must be a DNS-1035 label of at most 40 characters "
                              "(lowercase letters, digits and '-', starting with a letter)")
         return v
@@ -177,6 +189,9 @@ class NodePool(SettingsModel):
     @classmethod
     def _node_names(cls, v: list[str]) -> list[str]:
         problems = [p for n in v if (p := ks.subdomain_problem(n, "node name"))]
+        twice = sorted({n for n in v if v.count(n) > 1})
+        problems += [f"node {n!r} is listed {v.count(n)} times; list each node once (each node is labelled "
+                     "and tainted by one patch)" for n in twice]
         if problems:
             raise ValueError("; ".join(problems))
         return v
@@ -205,11 +220,11 @@ class NodePool(SettingsModel):
             if missing:
                 raise ValueError(f"kind eks needs {', '.join(missing)}")
             problems = []
-            if self.node_role_arn and not re.match(r"^arn:aws[a-z-]*:iam::\d{12}:role/.+", self.node_role_arn):
+            if self.node_role_arn and not _ROLE_ARN_RE.fullmatch(self.node_role_arn):
                 problems.append(f"nodeRoleArn {self.node_role_arn!r} is not an IAM role ARN (arn:aws:iam::"
                                 "<12-digit account>:role/<name>)")
             problems += [f"subnetIds: {s!r} is not a subnet id (subnet-…)" for s in self.subnet_ids
-                         if not re.match(r"^subnet-[0-9a-f]+$", s)]
+                         if not _SUBNET_RE.fullmatch(s)]
             low, high = self.min_size, self.max_size
             if low is not None and high is not None and low > high:
                 problems.append(f"minSize {low} is above maxSize {high}")
@@ -230,6 +245,9 @@ def image_version(image: str) -> str | None:
 
 
 def _pinned_image(key: str, v: str) -> str:
+    if not _IMAGE_RE.fullmatch(v):
+        raise ValueError(f"{v!r} is not an image reference (printable characters without spaces, e.g. "
+                         f"{VLLM_GPU_IMAGE}); fix {key}")
     last = v.rsplit("/", 1)[-1]
     tag = last.split("@", 1)[0].rsplit(":", 1)[1] if ":" in last.split("@", 1)[0] else ""
     if tag.lower() in _FLOATING_TAGS and "@sha256:" not in v:
@@ -266,6 +284,14 @@ class Serving(SettingsModel):
     def _cpu_image(cls, v: str) -> str:
         return _pinned_image("serving.vllmCpuImage", v)
 
+    @field_validator("vllm_version")
+    @classmethod
+    def _version_text(cls, v: str | None) -> str | None:
+        if v is not None and (not v.isprintable() or not v.strip()):
+            raise ValueError(f"{v!r} is not a vLLM release; write it like 0.32.0 (or unknown-v1), without control "
+                             "characters")
+        return v
+
     @field_validator("storage_class")
     @classmethod
     def _storage_class(cls, v: str | None) -> str | None:
@@ -296,8 +322,8 @@ class Serving(SettingsModel):
 def _url(v: str | None) -> str | None:
     if v in (None, ""):
         return None
-    parsed = urlparse(str(v))
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+    parsed = urlparse(str(v))  # which drops tabs and line breaks: refuse them first (they would reach httpx)
+    if not _IMAGE_RE.fullmatch(str(v)) or parsed.scheme not in ("http", "https") or not parsed.netloc:
         raise ValueError(f"{v!r} is not an http(s) URL; write it like http://prometheus-k8s.monitoring.svc:9090 "
                          "(or leave it empty to skip the live checks)")
     return str(v).rstrip("/")
@@ -328,8 +354,9 @@ class StackSettings(SettingsModel):
         known = {f.alias or n for n, f in ModelEntry.model_fields.items()} | set(ModelEntry.model_fields)
         unknown = sorted(k for k in v if k not in known)
         if unknown:
+            hints = "".join(f"{k!r}: {hint}" for k in unknown if (hint := did_you_mean(k, keys_of(ModelEntry))))
             raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}: modelDefaults takes the keys of a "
-                             "models[] entry; check the spelling against `python -m tkf_infra schema`")
+                             f"models[] entry; {hints}check the spelling against `python -m tkf_infra schema`")
         return v
 
     @property
@@ -367,6 +394,13 @@ class StackSettings(SettingsModel):
                 problems.append(f"render mode cannot template {key} from its repository (no cluster to answer "
                                 f"{RENDER_BLOCKERS[key]}); use platform.charts: vendored or "
                                 f"platform.{key}.chartPath, or set platform.{key}.alreadyInstalled: true")
+            for other, why in NEEDS_CRDS_OF.get(key, {}).items():
+                if self.cluster.mode == "render" and other not in installed:
+                    problems.append(f"platform.{other}.alreadyInstalled is true in render mode, but {why}, a kind "
+                                    f"the provider learns only from {other}'s CRDs, and render mode has no cluster "
+                                    f"to read them from: let tkf-infra render {other} too (remove "
+                                    f"alreadyInstalled), set platform.{key}.alreadyInstalled: true as well, or "
+                                    "deploy to a cluster that has them (cluster.mode: kubeconfig)")
         if problems:
             raise ValueError("; ".join(problems))
         return self

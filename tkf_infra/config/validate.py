@@ -16,7 +16,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tkf_infra.config.base import Problem, SettingsError, problems_from, short
+from tkf_infra.config.api_keys import CONFIG_KEYS as API_KEY_CONFIG_KEYS
+from tkf_infra.config.base import Problem, SettingsError, label_name, problems_from, short
 from tkf_infra.config.catalog import ModelEntry, parallelism_problem
 from tkf_infra.config.stack import NodePool, StackSettings
 
@@ -69,7 +70,7 @@ def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, An
 
 def _entry_label(index: int, raw: Any) -> str:
     name = raw.get("name") if isinstance(raw, Mapping) else None
-    return f"models[{index}] {name}" if isinstance(name, str) and name else f"models[{index}]"
+    return f"models[{index}] {label_name(name)}" if isinstance(name, str) and name else f"models[{index}]"
 
 
 def _validate_pools(raws: list[Any]) -> tuple[list[NodePool], list[Problem], dict[str, str]]:
@@ -79,14 +80,14 @@ def _validate_pools(raws: list[Any]) -> tuple[list[NodePool], list[Problem], dic
     bad: dict[str, str] = {}
     for i, raw in enumerate(raws):
         name = raw.get("name") if isinstance(raw, Mapping) else None
-        where = f"nodePools[{i}]" + (f" {name}" if isinstance(name, str) and name else "")
+        where = f"nodePools[{i}]" + (f" {label_name(name)}" if isinstance(name, str) and name else "")
         if not isinstance(raw, Mapping):
             problems.append(Problem(where, "", f"expected a mapping of keys, got {short(raw)}"))
             continue
         try:
             pool = NodePool.model_validate(raw)
         except ValidationError as err:
-            problems.extend(problems_from(err, where))
+            problems.extend(problems_from(err, where, model=NodePool))
             if isinstance(name, str):
                 bad[name] = where
             continue
@@ -109,7 +110,8 @@ def validate_catalog(raw: Mapping[str, Any]) -> Catalog:
     try:
         settings = StackSettings.model_validate(raw)
     except ValidationError as err:
-        raise SettingsError(problems_from(err, "stack settings")) from None
+        problems = problems_from(err, "stack settings", model=StackSettings, also=API_KEY_CONFIG_KEYS)
+        raise SettingsError(problems) from None
     pools, pool_problems, bad_pools = _validate_pools(settings.node_pools)
 
     per_entry: dict[int, list[Problem]] = {}
@@ -124,7 +126,8 @@ def validate_catalog(raw: Mapping[str, Any]) -> Catalog:
         try:
             parsed[i] = ModelEntry.model_validate(merged)
         except ValidationError as err:
-            per_entry[i] = problems_from(err, labels[i]) + _raw_parallelism_problems(merged, labels[i])
+            per_entry[i] = (problems_from(err, labels[i], model=ModelEntry)
+                            + _raw_parallelism_problems(merged, labels[i]))
 
     _cross_entry_rules(settings, pools, bad_pools, parsed, labels, per_entry)
 

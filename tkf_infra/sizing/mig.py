@@ -44,7 +44,7 @@ PLACEMENTS: dict[tuple[int, int], tuple[int, ...]] = {
     (7, 8): (0,),
 }  # fmt: skip
 
-_PROFILE = re.compile(r"^(\d+)g\.(\d+)gb$")
+_PROFILE = re.compile(r"(\d+)g\.(\d+)gb")  # with fullmatch: `$` passes "1g.10gb\n"
 
 # Public `nvidia-smi mig -lgip` outputs (GiB column): the lowest seen per profile.
 _LGIP_A100_40 = ("nvidia-smi mig -lgip on A100-SXM4-40GB (MIG user guide example and public outputs, code-index "
@@ -69,7 +69,7 @@ class MigProfile:
 
     @property
     def nominal_gb(self) -> int:
-        match = _PROFILE.match(self.name)
+        match = _PROFILE.fullmatch(self.name)
         return int(match.group(2)) if match else 0
 
     @property
@@ -106,7 +106,7 @@ def _board(gpu: str, rows: list[tuple[str, int, float | None]], source: str) -> 
     measured = {slices: gib for _, slices, gib in rows if gib is not None}
     profiles = []
     for name, slices, gib in rows:
-        match = _PROFILE.match(name)
+        match = _PROFILE.fullmatch(name)
         assert match, name
         compute = int(match.group(1))
         figure = gib if gib is not None else measured.get(slices)
