@@ -224,3 +224,23 @@ def test_render_mode_refuses_an_installed_cert_manager_that_kserves_chart_needs(
     validate_catalog(doc(platform={"certManager": {"alreadyInstalled": True}, "kserve": {"alreadyInstalled": True}}))
     validate_catalog(doc(platform={"certManager": {"alreadyInstalled": True}},
                          cluster={"mode": "kubeconfig", "kubeconfig": "/k"}))  # fmt: skip
+
+
+def test_the_clis_local_catalog_reads_a_value_that_is_not_yaml_without_crashing() -> None:
+    """`refresh`, `status` and `calibrate` validate the stack's config locally: "@x" or "a: b: c" is a
+    plain string there (the program's own reading), refused by the settings rule, not a YAML traceback."""
+    from pulumi import automation as auto
+
+    from tkf_infra.ops.stacks import stack_catalog
+
+    class Stack:
+        def __init__(self, values: dict[str, str]) -> None:
+            self.values = values
+
+        def get_all_config(self) -> dict[str, auto.ConfigValue]:
+            return {k: auto.ConfigValue(v) for k, v in self.values.items()}
+
+    assert stack_catalog(Stack({"tkf-infra:prometheusUrl": "@x"})) is None  # type: ignore[arg-type]
+    cat = stack_catalog(Stack({"tkf-infra:cluster": '{"mode": "render", "renderDir": "a: b: c"}',  # type: ignore[arg-type]
+                               "tkf-infra:models": "[]"}))
+    assert cat is not None and cat.settings.cluster.render_dir == "a: b: c"

@@ -132,7 +132,10 @@ def stack_catalog(stack: auto.Stack) -> Catalog | None:
         ns, _, name = key.partition(":")
         if ns != "tkf-infra" or value.secret or name == "apiKey":
             continue
-        doc[name] = yaml.safe_load(value.value) if isinstance(value.value, str) else value.value
+        try:  # structured values are JSON; a plain string that is not YAML ("@x", "a: b: c") stays a string
+            doc[name] = yaml.safe_load(value.value) if isinstance(value.value, str) else value.value
+        except yaml.YAMLError:
+            doc[name] = value.value
     try:
         return validate_catalog(doc)
     except SettingsError:
