@@ -79,6 +79,9 @@ def test_a_revision_with_a_line_break_is_told_so_not_called_a_branch() -> None:
 def test_an_entry_name_with_a_line_break_is_quoted_where_messages_name_it() -> None:
     cat = validate_catalog(doc(models=[{**GOOD, "name": "m\n"}]))
     assert str(cat.rejected[0].problems[0]).startswith("models[0] 'm\\n': ")
+    h = program(stack_doc(CPU, {**CPU, "name": "m\n", "servedName": "m"}), lock=load_lock())
+    assert "'m\\n' was left out of this deployment (catalog):" in " ".join(h.errors()), h.errors()
+    assert "1 catalog entry was refused ('m\\n'); the other 1 were deployed" in str(h.error)
 
 
 POOL_FIELDS = [

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tkf_infra.config import Catalog, ModelEntry
+from tkf_infra.config.base import label_name
 from tkf_infra.config.flags import row, sized_fields
 from tkf_infra.hub.lock import Lock
 from tkf_infra.plan.layout import Demand, PoolLayout, SliceDemand, plan_mig, prove_time_slicing
@@ -74,7 +75,7 @@ class Exclusion:
 
     @property
     def label(self) -> str:
-        return self.name or f"models[{self.index}]"
+        return label_name(self.name) if self.name else f"models[{self.index}]"
 
     def log_line(self) -> str:
         """How the program reports it (the CLI recognises the line and attributes it to the model)."""
