@@ -162,6 +162,10 @@ def test_a_misspelt_secret_key_is_refused_with_the_nearest_key_and_never_shown(
     assert "did you mean 'apiKeyNext'?" in text
     assert "stack settings: modelz: unknown key (value [])" in text and "did you mean 'models'?" in text
     assert "new-secret-key" not in text
+    engine_config({"tkf-infra:apiKey": "old-key", "tkf-infra:apiKeyNxt": "plain-new-key"}, ["tkf-infra:apiKey"])
+    text = stack_problems(read_pulumi_config())
+    assert "apiKeyNxt: unknown key (not shown: it may be a credential; set such keys with `pulumi config set " \
+           "--secret`)" in text and "did you mean 'apiKeyNext'?" in text and "plain-new-key" not in text
 
 
 def test_an_unknown_key_anywhere_gets_the_nearest_valid_key() -> None:

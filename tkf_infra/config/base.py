@@ -8,6 +8,7 @@ the stack file always sees `where: field: what is wrong, what is allowed, how to
 from __future__ import annotations
 
 import difflib
+import re
 import typing
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -75,6 +76,10 @@ class SecretValue:
         return "<secret>"
 
 
+#: Key names whose value is not echoed even in plaintext (a misspelt `apiKeyNext` set without --secret).
+_CREDENTIAL = re.compile(r"key|secret|token|passw", re.IGNORECASE)
+
+
 def keys_of(model: type[BaseModel]) -> tuple[str, ...]:
     """The keys a settings model takes, as the stack file spells them, in declaration order."""
     return tuple(f.alias or name for name, f in model.model_fields.items())
@@ -125,9 +130,15 @@ def problems_from(err: ValidationError, where: str, prefix: str = "", model: typ
         elif e["type"] == "extra_forbidden":
             loc = list(e["loc"])
             known = (*_keys_at(model, loc), *(also if len(loc) == 1 else ()))
-            value = e.get("input")
-            shown = "a secret, not shown" if isinstance(value, SecretValue) else f"value {short(value)}"
-            msg = (f"unknown key ({shown}): nothing reads it; {did_you_mean(str(loc[-1]), known)}"
+            value, key = e.get("input"), str(loc[-1])
+            hint = did_you_mean(key, known)
+            if isinstance(value, SecretValue):
+                shown = "a secret, not shown"
+            elif _CREDENTIAL.search(key) or any(f"{k!r}?" in hint for k in also):
+                shown = "not shown: it may be a credential; set such keys with `pulumi config set --secret`"
+            else:
+                shown = f"value {short(value)}"
+            msg = (f"unknown key ({shown}): nothing reads it; {hint}"
                    "check the spelling against `python -m tkf_infra schema`")
         elif "input" in e and e["type"] not in {"value_error", "assertion_error"}:
             msg = f"{msg}; got {short(e['input'])}"
