@@ -251,3 +251,14 @@ def test_the_clis_local_catalog_reads_a_value_that_is_not_yaml_without_crashing(
     cat = stack_catalog(Stack({"tkf-infra:cluster": '{"mode": "render", "renderDir": "a: b: c"}',  # type: ignore[arg-type]
                                "tkf-infra:models": "[]"}))
     assert cat is not None and cat.settings.cluster.render_dir == "a: b: c"
+
+
+def test_an_empty_api_key_secret_counts_as_none_and_refuses_every_stack_but_dev(
+        engine_config: Callable[[dict[str, str], list[str]], None]) -> None:  # fmt: skip
+    from tkf_infra.config.api_keys import missing_key_problem
+    from tkf_infra.config.reader import read_api_keys
+
+    engine_config({"tkf-infra:apiKey": ""}, ["tkf-infra:apiKey"])  # `pulumi config set --secret apiKey ""`
+    assert read_api_keys() is None
+    assert missing_key_problem("dev") is None
+    assert "--stack prod`" in str(missing_key_problem("prod"))
