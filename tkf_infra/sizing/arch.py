@@ -10,8 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tkf_infra.sizing.config_fields import MAX_DIM, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, ConfigFieldError, Fields
 from tkf_infra.sizing.params import SizingError
 
+#: Attention heads beyond any real model (the largest have a few hundred).
+MAX_HEADS = 65_536
 VOCAB_PADDING = 64  # vLLM pads the vocabulary to a multiple of 64 before splitting it across TP ranks
 
 _MLA_MODEL_TYPES = frozenset({
@@ -94,6 +97,18 @@ class Arch:
     """The query projection also produces an output gate (Qwen3-Next/3.5): twice the query width."""
     vision: dict[str, int] = field(default_factory=dict)
     """Vision tower shape from ``vision_config`` (layers, hidden, intermediate, gated MLP, patch, out)."""
+    layer_heads: tuple[int, ...] = ()
+    """Query heads per layer when the config lists them and they vary (``num_attention_heads_per_layer``,
+    Laguna); ``heads`` is then the largest (activation terms). KV heads and head size stay uniform."""
+    layer_intermediate: tuple[int, ...] = ()
+    """Dense MLP width per layer when ``intermediate_size`` is a per-layer list that varies (``intermediate``
+    is then the widest, for the activation terms); empty when every layer has ``intermediate``."""
+
+    def heads_at(self, idx: int) -> int:
+        return self.layer_heads[idx] if idx < len(self.layer_heads) else self.heads
+
+    def mlp_width(self, idx: int) -> int | None:
+        return self.layer_intermediate[idx] if idx < len(self.layer_intermediate) else self.intermediate
 
     @property
     def is_moe(self) -> bool:
@@ -104,60 +119,71 @@ class Arch:
         return sum(1 for k in self.layer_kinds if k.attention)
 
 
-def _first(cfg: dict[str, Any], *keys: str) -> Any:
-    for key in keys:
-        if cfg.get(key) is not None:
-            return cfg[key]
-    return None
-
-
 def derive_max_len(cfg: dict[str, Any]) -> int | None:
     """vLLM's default max_model_len: the smallest length key, scaled by the rope factor."""
-    lengths = [int(cfg[k]) for k in _MAX_LEN_KEYS if isinstance(cfg.get(k), int | float)]
+    # A length key of another shape, or beyond any real context (tokenizer-style 1e30), is not a length.
+    lengths = [int(v) for k in _MAX_LEN_KEYS
+               if isinstance(v := cfg.get(k), int | float) and not isinstance(v, bool) and 1 <= v <= MAX_POSITIONS]
     if not lengths:
         return None
     length = min(lengths)
     rope = cfg.get("rope_scaling") or {}
     if isinstance(rope, dict) and cfg.get("model_type") not in ("gemma3", "gemma3_text"):
+        rf = Fields(rope, "rope_scaling.")
         rtype = str(rope.get("rope_type") or rope.get("type") or "")
-        factor = rope.get("factor")
+        factor = rf.number("factor", hi=1e6)
         if factor and rtype not in ("llama3", "longrope", "su", "mrope", "default", ""):
-            if rtype == "yarn" and rope.get("original_max_position_embeddings"):
-                length = int(rope["original_max_position_embeddings"])
-            length = int(length * float(factor))
+            original = rf.integer("original_max_position_embeddings", hi=MAX_POSITIONS)
+            if rtype == "yarn" and original:
+                length = original
+            length = int(length * factor)
     return length
 
 
-def _recurrent(cfg: dict[str, Any], hidden: int) -> Recurrent | None:
-    ssm_dtype = cfg.get("mamba_ssm_dtype")
-    if cfg.get("linear_num_value_heads"):
-        k_heads, v_heads = int(cfg["linear_num_key_heads"]), int(cfg["linear_num_value_heads"])
-        k_dim, v_dim = int(cfg["linear_key_head_dim"]), int(cfg["linear_value_head_dim"])
+def _recurrent(f: Fields, hidden: int) -> Recurrent | None:
+    ssm_dtype = f.text("mamba_ssm_dtype")
+    if f.integer("linear_num_value_heads"):
+        def need(key: str) -> int:
+            val = f.integer(key, lo=1)
+            if val is None:
+                raise ConfigFieldError(f"config.json lacks {f.name(key)} (a gated-delta-net model: "
+                                       "linear_num_value_heads is set)")
+            return val
+        k_heads, v_heads = need("linear_num_key_heads"), need("linear_num_value_heads")
+        k_dim, v_dim = need("linear_key_head_dim"), need("linear_value_head_dim")
         return Recurrent("gdn", v_heads, v_dim, k_dim, conv_dim=2 * k_heads * k_dim + v_heads * v_dim,
-                         conv_kernel=int(cfg.get("linear_conv_kernel_dim") or 4), k_heads=k_heads,
-                         ssm_dtype=str(ssm_dtype) if ssm_dtype else None)
-    if cfg.get("mamba_n_heads") or cfg.get("mamba_d_state"):
-        heads = int(cfg.get("mamba_n_heads") or 0)
-        head_dim = int(cfg.get("mamba_d_head") or cfg.get("mamba_head_dim") or 64)
-        inter = int(cfg.get("mamba_expand", 2) * hidden) if not heads else heads * head_dim
+                         conv_kernel=f.integer("linear_conv_kernel_dim", lo=0, hi=1024) or 4, k_heads=k_heads,
+                         ssm_dtype=ssm_dtype or None)
+    if f.integer("mamba_n_heads") or f.integer("mamba_d_state"):
+        heads = f.integer("mamba_n_heads", default=0) or 0
+        head_dim = f.integer("mamba_d_head", "mamba_head_dim", lo=0) or 64
+        expand = f.number("mamba_expand", hi=1e3, default=2.0)
+        inter = int((2.0 if expand is None else expand) * hidden) if not heads else heads * head_dim
         heads = heads or inter // head_dim
-        groups, d_state = int(cfg.get("mamba_n_groups") or 1), int(cfg.get("mamba_d_state") or 128)
+        groups, d_state = f.integer("mamba_n_groups") or 1, f.integer("mamba_d_state") or 128
         return Recurrent("mamba2", heads, head_dim, d_state, conv_dim=inter + 2 * groups * d_state,
-                         conv_kernel=int(cfg.get("mamba_d_conv") or 4), groups=groups, intermediate=inter,
-                         ssm_dtype=str(ssm_dtype) if ssm_dtype else None)
+                         conv_kernel=f.integer("mamba_d_conv", hi=1024) or 4, groups=groups, intermediate=inter,
+                         ssm_dtype=ssm_dtype or None)
     return None
 
 
-def _layer_kinds(cfg: dict[str, Any], mt: str, layers: int, mla: bool, recurrent: Recurrent | None) -> list[LayerKind]:
-    window = cfg.get("sliding_window")
+def _layer_kinds(f: Fields, mt: str, layers: int, mla: bool, recurrent: Recurrent | None) -> list[LayerKind]:
+    cfg = f.cfg
+    # A sliding_window of false/0 means none (some configs write it so).
+    window = None if cfg.get("sliding_window") is False else f.integer("sliding_window", hi=MAX_POSITIONS)
     use_sw = cfg.get("use_sliding_window", True)
-    chunk = cfg.get("attention_chunk_size")
-    types = cfg.get("layer_types") or cfg.get("layers_block_type")
+    chunk = f.integer("attention_chunk_size", hi=MAX_POSITIONS)
+    types_key = "layer_types" if cfg.get("layer_types") else "layers_block_type"
+    types = f.str_list(types_key)
     if mla:
         return [LayerKind("mla")] * layers
-    if isinstance(types, list) and len(types) == layers:
+    if types and len(types) != layers and any(t.lower() not in ("full_attention", "attention", "full") for t in types):
+        raise ConfigFieldError(f"config.json field {f.name(types_key)} lists {len(types)} layer types but the model "
+                               f"has {layers} layers, so which layers are {sorted(set(types))} is unknown; correct "
+                               "the lock entry's config")
+    if types and len(types) == layers:
         out = []
-        for lt in (str(t).lower() for t in types):
+        for lt in (t.lower() for t in types):
             if "linear" in lt or "mamba" in lt:
                 out.append(LayerKind("linear"))
             elif ("sliding" in lt or "local" in lt) and window:
@@ -165,15 +191,15 @@ def _layer_kinds(cfg: dict[str, Any], mt: str, layers: int, mla: bool, recurrent
             else:
                 out.append(LayerKind("full"))
         return out
-    if recurrent is not None and cfg.get("full_attention_interval"):
-        every = int(cfg["full_attention_interval"])
+    every = f.integer("full_attention_interval", lo=0, hi=MAX_LAYERS)
+    if recurrent is not None and every:
         return [LayerKind("full") if (i + 1) % every == 0 else LayerKind("linear") for i in range(layers)]
     if chunk and mt.startswith("llama4"):
         # Llama 4: every 4th layer (no RoPE) attends globally, the others in chunks.
-        step = int(cfg.get("no_rope_layer_interval") or 4)
+        step = f.integer("no_rope_layer_interval", hi=MAX_LAYERS) or 4
         return [LayerKind("full") if (i + 1) % step == 0 else LayerKind("chunked", int(chunk)) for i in range(layers)]
     if window and use_sw is not False and mt in ("gemma2", "gemma3", "gemma3_text"):
-        pattern = int(cfg.get("sliding_window_pattern") or (6 if mt.startswith("gemma3") else 2))
+        pattern = f.integer("sliding_window_pattern", hi=MAX_LAYERS) or (6 if mt.startswith("gemma3") else 2)
         return [LayerKind("full") if (i + 1) % pattern == 0 else LayerKind("sliding", int(window))
                 for i in range(layers)]  # fmt: skip
     if (window and use_sw is not False and mt in ("mistral", "mixtral", "phi3", "starcoder2", "qwen2")
@@ -190,110 +216,197 @@ def _layer_kinds(cfg: dict[str, Any], mt: str, layers: int, mla: bool, recurrent
 _GATED_VISION_ACTS = frozenset({"silu", "swish"})
 
 
+def _side(v: Fields, key: str) -> int | None:
+    """An image/patch size: one number, or [height, width] (the larger side counts)."""
+    value = v.cfg.get(key)
+    if isinstance(value, list) and 1 <= len(value) <= 3:
+        return max(v.int_list(key, None, lo=1, hi=100_000))
+    return v.integer(key, hi=100_000)
+
+
 def _vision(config: dict[str, Any]) -> dict[str, int]:
-    vc = config.get("vision_config")
-    if not isinstance(vc, dict):
+    if not isinstance(config.get("vision_config"), dict):
         return {}
-    layers = _first(vc, "num_hidden_layers", "depth", "num_layers", "n_layers")
-    hidden = _first(vc, "hidden_size", "embed_dim", "width")
+    v = Fields(config["vision_config"], "vision_config.")
+    layers = v.integer("num_hidden_layers", "depth", "num_layers", "n_layers", per_layer=None, hi=MAX_LAYERS)
+    hidden = v.integer("hidden_size", "embed_dim", "width")
     if not layers or not hidden:
         return {}
-    inter = _first(vc, "intermediate_size", "mlp_dim") or 4 * int(hidden)
-    return {"layers": int(layers), "hidden": int(hidden), "intermediate": int(inter),
-            "gated": int(str(vc.get("hidden_act") or "") in _GATED_VISION_ACTS),
-            "patch": int(vc.get("patch_size") or 14), "channels": int(vc.get("num_channels") or 3),
-            "image": int(vc.get("image_size") or 0),
-            "out": int(_first(vc, "out_hidden_size", "projection_dim", "vision_output_dim") or 0)}
+    inter = v.integer("intermediate_size", "mlp_dim") or 4 * hidden
+    act = v.cfg.get("hidden_act")
+    return {"layers": layers, "hidden": hidden, "intermediate": inter,
+            "gated": int(isinstance(act, str) and act in _GATED_VISION_ACTS),
+            "patch": _side(v, "patch_size") or 14, "channels": v.integer("num_channels", hi=64) or 3,
+            "image": _side(v, "image_size") or 0,
+            "out": v.integer("out_hidden_size", "projection_dim", "vision_output_dim") or 0}
 
 
 def parse_arch(config: dict[str, Any], full_config: dict[str, Any] | None = None) -> Arch:
-    """Normalise a text config. Raises SizingError naming any field sizing cannot do without.
+    """Normalise a text config. Raises SizingError naming any field sizing cannot do without, and
+    `ConfigFieldError` naming any field of a type or range it cannot use (`config_fields`).
 
     `full_config` is the checkpoint's whole config when `config` is its text part (vision tower)."""
+    if not isinstance(config, dict):
+        raise ConfigFieldError(f"config.json is {type(config).__name__}, not an object")
     cfg = config
-    mt = str(cfg.get("model_type") or "")
+    f = Fields(cfg, str(cfg.get("_where") or ""))
+    mt = f.text("model_type") or ""
+    _unmodelled(f, mt)
     missing: list[str] = []
 
-    def need(*keys: str) -> int:
-        val = _first(cfg, *keys)
+    def need(*keys: str, hi: int, per_layer: int | None = None) -> int:
+        val = f.integer(*keys, lo=1, hi=hi, per_layer=per_layer)
         if val is None:
-            missing.append(keys[0])
+            missing.append(f.name(keys[0]))
             return 0
-        return int(val)
+        return val
 
-    layers = need("num_hidden_layers", "n_layer", "num_layers")
-    hidden = need("hidden_size", "n_embd", "d_model")
-    heads = need("num_attention_heads", "n_head", "num_heads")
-    kv_val = _first(cfg, *_KV_HEAD_KEYS)
-    if kv_val is None:
-        kv_val = 1 if cfg.get("multi_query") else heads
-    kv_heads = int(kv_val)
-    hd = _first(cfg, "head_dim", "hidden_size_per_head")
-    head_dim = int(hd) if hd else (hidden // heads if heads else 0)
+    layers = need("num_hidden_layers", "n_layer", "num_layers", hi=MAX_LAYERS)
+    hidden = need("hidden_size", "n_embd", "d_model", hi=MAX_DIM)
+    # Query heads may vary by layer (Laguna: num_attention_heads_per_layer; or num_attention_heads as a list).
+    heads_list_key = next((k for k in ("num_attention_heads_per_layer", "num_attention_heads")
+                           if isinstance(cfg.get(k), list)), None)
+    layer_heads: tuple[int, ...] = ()
+    if heads_list_key is not None and layers:
+        per_layer_heads = f.int_list(heads_list_key, layers, lo=1, hi=MAX_HEADS)
+        heads = max(per_layer_heads)
+        layer_heads = tuple(per_layer_heads) if len(set(per_layer_heads)) > 1 else ()
+    else:
+        heads = need("num_attention_heads", "n_head", "num_heads", hi=MAX_HEADS)
     if missing:
         raise SizingError("config.json lacks " + ", ".join(missing))
+    if layer_heads and f.present("head_dim") is None:
+        raise ConfigFieldError(f"config.json field {f.name(heads_list_key or '')} varies by layer but head_dim is not "
+                               "given, so each layer's head size (and KV cache) would differ; add head_dim to the "
+                               "lock entry's config")
+    kv_heads = f.integer(*_KV_HEAD_KEYS, lo=1, hi=MAX_HEADS, per_layer=layers)
+    if kv_heads is None:
+        kv_heads = 1 if f.flag("multi_query") else heads
+    head_dim = f.integer("head_dim", "hidden_size_per_head", hi=MAX_DIM, per_layer=layers) or hidden // heads
+    if head_dim < 1:
+        raise ConfigFieldError(f"config.json gives no head_dim and {f.name('hidden_size')} {hidden} is smaller than "
+                               f"the {heads} attention heads; add head_dim to the lock entry's config")
 
     mla: dict[str, int] | None = None
-    if cfg.get("kv_lora_rank") and (mt in _MLA_MODEL_TYPES or "qk_rope_head_dim" in cfg):
+    kv_lora = f.integer("kv_lora_rank")
+    if kv_lora and (mt in _MLA_MODEL_TYPES or "qk_rope_head_dim" in cfg):
         mla = {
-            "kv_lora_rank": int(cfg["kv_lora_rank"]),
-            "qk_rope_head_dim": int(cfg.get("qk_rope_head_dim") or 64),
-            "qk_nope_head_dim": int(cfg.get("qk_nope_head_dim") or 128),
-            "v_head_dim": int(cfg.get("v_head_dim") or 128),
-            "q_lora_rank": int(cfg.get("q_lora_rank") or 0),
+            "kv_lora_rank": kv_lora,
+            "qk_rope_head_dim": f.integer("qk_rope_head_dim") or 64,
+            "qk_nope_head_dim": f.integer("qk_nope_head_dim") or 128,
+            "v_head_dim": f.integer("v_head_dim") or 128,
+            "q_lora_rank": f.integer("q_lora_rank") or 0,
         }
-    recurrent = _recurrent(cfg, hidden)
-    kinds = _layer_kinds(cfg, mt, layers, mla is not None, recurrent)
+    recurrent = _recurrent(f, hidden)
+    kinds = _layer_kinds(f, mt, layers, mla is not None, recurrent)
 
     # MoE.
-    num_experts = int(_first(cfg, "num_experts", "n_routed_experts", "num_local_experts") or 0)
-    topk = int(_first(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk") or 0)
-    moe_inter = _first(cfg, "moe_intermediate_size", "intermediate_size_moe")
-    intermediate = _first(cfg, "intermediate_size", "ffn_hidden_size", "n_inner", "intermediate_size_mlp")
+    num_experts = f.integer("num_experts", "n_routed_experts", "num_local_experts", hi=1_000_000) or 0
+    topk = f.integer("num_experts_per_tok", "experts_per_token", "moe_topk", hi=1_000_000) or 0
+    moe_inter = f.integer("moe_intermediate_size", "intermediate_size_moe", per_layer=layers)
+    # intermediate_size may be one width per layer (Gemma 3n-style configs): modelled layer by layer.
+    inter_key = f.present("intermediate_size", "ffn_hidden_size", "n_inner", "intermediate_size_mlp")
+    per_layer_inter: tuple[int, ...] = ()
+    intermediate: int | None
+    if inter_key is not None and isinstance(cfg[inter_key], list):
+        widths = f.int_list(inter_key, layers, lo=0)
+        intermediate = max(widths) or None
+        per_layer_inter = tuple(widths) if len(set(widths)) > 1 else ()
+    else:
+        intermediate = f.integer("intermediate_size", "ffn_hidden_size", "n_inner", "intermediate_size_mlp")
     if intermediate is None and "n_inner" in cfg and hidden:
         intermediate = 4 * hidden  # GPT-style configs: n_inner null means 4 x n_embd
     if num_experts and moe_inter is None:
         moe_inter = intermediate
-    shared = int(_first(cfg, "shared_expert_intermediate_size") or 0)
-    if not shared and cfg.get("n_shared_experts") and moe_inter:
-        shared = int(cfg["n_shared_experts"]) * int(moe_inter)
+    shared = f.integer("shared_expert_intermediate_size") or 0
+    n_shared = f.integer("n_shared_experts", hi=100_000)
+    if not shared and n_shared and moe_inter:
+        shared = n_shared * moe_inter
     if not shared and num_experts and mt.startswith("llama4"):
-        shared = int(moe_inter or 0)  # every Llama 4 MoE layer adds one shared expert of the routed size
+        shared = moe_inter or 0  # every Llama 4 MoE layer adds one shared expert of the routed size
     moe_layers = [False] * layers
     if num_experts:
-        first_dense = int(cfg.get("first_k_dense_replace") or 0)
-        step = int(cfg.get("decoder_sparse_step") or cfg.get("moe_layer_freq") or cfg.get("interleave_moe_layer_step")
-                   or 1)
-        only_mlp = set(cfg.get("mlp_only_layers") or [])
-        moe_layers = [i >= first_dense and (i + 1) % step == 0 and i not in only_mlp for i in range(layers)]
+        moe_layers = _moe_layers(f, layers)
 
     rotary_dim = head_dim
-    if cfg.get("partial_rotary_factor"):
-        rotary_dim = int(head_dim * float(cfg["partial_rotary_factor"]))
-    if cfg.get("rotary_dim"):
-        rotary_dim = int(cfg["rotary_dim"])
+    partial = f.number("partial_rotary_factor", hi=1.0)
+    if partial:
+        rotary_dim = int(head_dim * partial)
+    explicit_rotary = f.integer("rotary_dim", hi=MAX_DIM)
+    if explicit_rotary:
+        rotary_dim = explicit_rotary
     if mla:
         rotary_dim = mla["qk_rope_head_dim"]
 
-    vocab = _first(cfg, "vocab_size", "padded_vocab_size")
-    tied = bool(cfg.get("tie_word_embeddings", mt in ("gemma", "gemma2", "gemma3", "gemma3_text")))
+    vocab = f.integer("vocab_size", "padded_vocab_size", hi=MAX_VOCAB)
+    tie_default = mt in ("gemma", "gemma2", "gemma3", "gemma3_text")
+    tied = False if "tie_word_embeddings" in cfg and cfg["tie_word_embeddings"] is None else \
+        f.flag("tie_word_embeddings", tie_default)
     quant = cfg.get("quantization_config") if isinstance(cfg.get("quantization_config"), dict) else None
-    mtp = int(_first(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers") or 0)
+    mtp = f.integer("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers", hi=MAX_LAYERS) or 0
+    dtype = cfg.get("torch_dtype") if cfg.get("torch_dtype") is not None else cfg.get("dtype")
     return Arch(
         model_type=mt, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-        intermediate=int(intermediate) if intermediate else None, vocab=int(vocab) if vocab else None, tied=tied,
+        intermediate=intermediate or None, vocab=vocab or None, tied=tied,
         layer_kinds=tuple(kinds), gated_mlp=mt not in _NON_GATED,
-        qkv_bias=bool(cfg.get("attention_bias") or mt in ("qwen2", "qwen2_moe", "gpt_oss")),
+        qkv_bias=f.flag("attention_bias") or mt in ("qwen2", "qwen2_moe", "gpt_oss"),
         all_bias=mt in _NON_GATED,
         norms_per_layer=4 if mt.startswith("gemma2") or mt.startswith("gemma3") else 2,
         qk_norm=mt.startswith(("qwen3", "gemma3")), num_experts=num_experts, experts_per_tok=topk,
-        moe_intermediate=int(moe_inter) if moe_inter else None, shared_intermediate=shared,
+        moe_intermediate=moe_inter or None, shared_intermediate=shared,
         moe_layers=tuple(moe_layers), mla=mla, max_len=derive_max_len(cfg), rotary_dim=rotary_dim,
         rope_positions=rope_positions(cfg, mt),
-        torch_dtype=_first(cfg, "torch_dtype", "dtype"), quant=quant, multimodal=bool(cfg.get("_multimodal")),
-        recurrent=recurrent, mtp_layers=mtp, q_gate=bool(cfg.get("attn_output_gate")),
-        vision=_vision(full_config or {}),
+        torch_dtype=dtype if isinstance(dtype, str) else None, quant=quant, multimodal=bool(cfg.get("_multimodal")),
+        recurrent=recurrent, mtp_layers=mtp, q_gate=f.flag("attn_output_gate"),
+        vision=_vision(full_config or {}), layer_heads=layer_heads, layer_intermediate=per_layer_inter,
     )  # fmt: skip
+
+
+def _moe_layers(f: Fields, layers: int) -> list[bool]:
+    """Which layers are MoE: dense first layers (DeepSeek `first_k_dense_replace`), a stride
+    (`decoder_sparse_step`, `moe_layer_freq`, `interleave_moe_layer_step`) or a per-layer 0/1 list in
+    `moe_layer_freq`, and dense exceptions (`mlp_only_layers`)."""
+    kinds = f.str_list("mlp_layer_types")  # Laguna: "dense" / "sparse" per layer
+    if kinds is not None:
+        if len(kinds) != layers:
+            raise ConfigFieldError(f"config.json field {f.name('mlp_layer_types')} lists {len(kinds)} layers but the "
+                                   f"model has {layers}; correct the lock entry's config")
+        return [k.lower() in ("sparse", "moe") for k in kinds]
+    first_dense = f.integer("first_k_dense_replace", hi=MAX_LAYERS) or 0
+    freq_key = f.present("decoder_sparse_step", "moe_layer_freq", "interleave_moe_layer_step")
+    pattern: list[int] | None = None
+    if freq_key is not None and isinstance(f.cfg[freq_key], list):
+        pattern = f.int_list(freq_key, layers, lo=0, hi=1)
+        step = 1
+    else:
+        step = f.integer("decoder_sparse_step", "moe_layer_freq", "interleave_moe_layer_step", hi=MAX_LAYERS) or 1
+    only_mlp = set(f.int_list("mlp_only_layers", None, hi=MAX_LAYERS)) if f.cfg.get("mlp_only_layers") else set()
+    return [i >= first_dense and (i + 1) % step == 0 and i not in only_mlp and (pattern is None or bool(pattern[i]))
+            for i in range(layers)]
+
+
+#: Architectures whose per-layer structure the physics does not model: refused by name rather than
+#: sized as if every layer were the same (that would miss weights, and a miss is a false accept).
+_UNMODELLED: tuple[tuple[str, str], ...] = (
+    ("block_configs", "gives each layer its own attention and FFN shape (a NAS model such as Nemotron "
+                      "Super/Ultra, DeciLM)"),
+    ("vocab_size_per_layer_input", "adds per-layer input embeddings and KV sharing (Gemma 3n)"),
+    ("num_transformer_layers", "scales heads and FFN width layer by layer (OpenELM)"),
+    ("compress_ratios", "compresses each layer's KV cache by its own ratio (DeepSeek V4)"),
+)
+
+
+def _unmodelled(f: Fields, mt: str) -> None:
+    for key, what in _UNMODELLED:
+        if f.cfg.get(key) is not None:
+            raise ConfigFieldError(f"config.json field {f.name(key)} {what}; per-layer shapes of this kind are not "
+                                   f"modelled, so {mt or 'this architecture'} cannot be sized (a per-layer count "
+                                   "would miss weights); serve a checkpoint of a modelled architecture")
+    for key in ("num_query_heads",):
+        if isinstance(f.cfg.get(key), list):
+            raise ConfigFieldError(f"config.json field {f.name(key)} is a list of {len(f.cfg[key])} per-layer head "
+                                   "counts; per-layer head counts are not modelled, so this architecture cannot be "
+                                   "sized")
 
 
 def rope_positions(cfg: dict[str, Any], mt: str) -> int:
@@ -304,8 +417,9 @@ def rope_positions(cfg: dict[str, Any], mt: str) -> int:
     rows for LongRoPE (vllm/model_executor/layers/rotary_embedding/__init__.py@v0.19.0:140-320,
     linear_scaling_rope.py:85-92, yarn_scaling_rope.py:76-79). Gemma 3 adds a local rope without
     scaling (models/gemma3.py@v0.19.0:166-185)."""
-    max_pos = int(cfg.get("max_position_embeddings") or 0)
-    params = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    max_pos = Fields(cfg, str(cfg.get("_where") or "")).integer("max_position_embeddings", hi=MAX_POSITIONS) or 0
+    rope_key = "rope_scaling" if cfg.get("rope_scaling") else "rope_parameters"
+    params = cfg.get(rope_key) or {}
     ropes: list[dict[str, Any]] = []
     if isinstance(params, dict) and params and all(isinstance(v, dict) for v in params.values()):
         ropes = [dict(v) for v in params.values()]  # per layer type (transformers 5)
@@ -318,9 +432,10 @@ def rope_positions(cfg: dict[str, Any], mt: str) -> int:
         if rope in seen:
             continue
         seen.append(rope)
+        rf = Fields(rope, f"{rope_key}.")
         kind = str(rope.get("rope_type") or rope.get("type") or "default")
-        factor = float(rope.get("factor") or 1.0)
-        original = int(rope.get("original_max_position_embeddings") or max_pos)
+        factor = rf.number("factor", hi=1e6) or 1.0
+        original = rf.integer("original_max_position_embeddings", hi=MAX_POSITIONS) or max_pos
         if kind in ("linear", "dynamic"):
             total += int(max_pos * factor)
         elif kind in ("yarn", "deepseek_yarn"):
@@ -337,12 +452,14 @@ def parallelism_problems(arch: Arch, tp: int, pp: int) -> list[str]:
     problems: list[str] = []
     if tp < 1 or pp < 1:
         return [f"tensorParallelSize ({tp}) and pipelineParallelSize ({pp}) must be at least 1"]
-    if arch.heads % tp:
-        ok = [d for d in range(1, arch.heads + 1) if arch.heads % d == 0 and d <= 16]
-        problems.append(
-            f"tensorParallelSize {tp} does not divide the {arch.heads} attention heads "
-            f"(vLLM refuses it); use one of {ok}"
-        )
+    for n in sorted(set(arch.layer_heads or (arch.heads,))):
+        if n % tp:
+            ok = [d for d in range(1, min(n, 16) + 1) if all(h % d == 0 for h in set(arch.layer_heads or (n,)))]
+            problems.append(
+                f"tensorParallelSize {tp} does not divide the {n} attention heads "
+                f"(vLLM refuses it); use one of {ok}"
+            )
+            break
     if arch.mla is None and arch.kv_heads:
         kv = arch.kv_heads
         if (kv >= tp and kv % tp) or (kv < tp and tp % kv):

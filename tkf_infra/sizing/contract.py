@@ -134,17 +134,17 @@ def evaluate(inputs: FitInputs) -> FitResult:
     try:
         est = estimate(inputs.facts, inputs.gpu, inputs.params, model=inputs.model,
                        prefix_caching=inputs.prefix_caching)
+        message = None
+        if not est.fits:
+            sugg = None
+            if inputs.gpu is not None:
+                sugg = suggest(inputs.facts, inputs.gpu, inputs.params, max_tp=inputs.max_tensor_parallel,
+                               current=est, prefix_caching=inputs.prefix_caching)
+            message = fit_message(est, sugg)
     except (SizingError, KeyError, ValueError) as exc:
         return FitResult(fits=False, weights_gib=0.0, kv_cache_gib=0.0, kv_cache_tokens=0, max_concurrency=0.0,
                          problems=(str(exc),),
                          message=f"model {inputs.model}: cannot size {inputs.repo}@{inputs.revision}: {exc}")
-    message = None
-    if not est.fits:
-        sugg = None
-        if inputs.gpu is not None:
-            sugg = suggest(inputs.facts, inputs.gpu, inputs.params, max_tp=inputs.max_tensor_parallel, current=est,
-                           prefix_caching=inputs.prefix_caching)
-        message = fit_message(est, sugg)
     return result_of(est, message)
 
 

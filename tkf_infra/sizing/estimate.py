@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from tkf_infra.sizing.arch import Arch, LayerKind, parallelism_problems, parse_arch, pp_layer_ranges
+from tkf_infra.sizing.config_fields import reading_config
 from tkf_infra.sizing.cpu import estimate_cpu
 from tkf_infra.sizing.facts import ModelFacts, resolve_text_config
 from tkf_infra.sizing.gpus import GpuSpec
@@ -212,7 +213,7 @@ def _run(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max_le
 def profile_activation(config: dict[str, Any], gpu: GpuSpec, params: SizingParams, row: VersionRow) -> Activation:
     """The activation peak's parts one release row predicts (for calibration against printed logs)."""
     full = config
-    text = resolve_text_config(config) if "text_config" in config else config
+    text = resolve_text_config(config)
     arch = parse_arch(text, full)
     max_len = params.max_model_len or arch.max_len or 0
     seqs, mnbt = batch_defaults(row, gpu, params, max_len, arch)
@@ -269,12 +270,21 @@ def estimate(facts: ModelFacts | dict[str, Any], gpu: GpuSpec | None, params: Si
     """Predict what vLLM prints for ``params`` on ``gpu`` (None = CPU profile) and judge the fit.
 
     `prefix_caching`: whether the deployment turns prefix caching on (None: the release default, and
-    the bound assumes on); it only changes hybrid models' recurrent state blocks."""
+    the bound assumes on); it only changes hybrid models' recurrent state blocks.
+
+    A config.json field sizing cannot use raises `ConfigFieldError` (a SizingError) naming it; so does any
+    shape the reader let through (`reading_config`), so a config never crashes its caller."""
+    with reading_config():
+        return _estimate(facts, gpu, params, model, prefix_caching)
+
+
+def _estimate(facts: ModelFacts | dict[str, Any], gpu: GpuSpec | None, params: SizingParams, model: str,
+              prefix_caching: bool | None) -> Estimate:
     if isinstance(facts, ModelFacts):
         full, config = facts.config, facts.text_config()
         name = model or facts.repo
     else:
-        full, config = facts, resolve_text_config(facts) if "text_config" in facts else facts
+        full, config = facts, resolve_text_config(facts)  # as ModelFacts.text_config: any nesting
         name = model or str(config.get("_name_or_path", "model"))
     arch = parse_arch(config, full)
     tp, pp = params.tensor_parallel_size, params.pipeline_parallel_size

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from tkf_infra.sizing.config_fields import ConfigFieldError, Fields
 from tkf_infra.sizing.params import SizingError
 
 # Releases whose QuantizationMethods list names each method (read at every tag from 0.7.1 to 0.32.0;
@@ -70,10 +71,14 @@ class QuantScheme:
     note: str = ""
 
 
+_QC = "quantization_config."
+
+
 def _bits_group(qc: dict[str, Any]) -> tuple[int, int, bool]:
-    bits = int(qc.get("bits") or qc.get("w_bit") or qc.get("num_bits") or 4)
-    group = int(qc.get("group_size") or qc.get("q_group_size") or 128)
-    sym = bool(qc.get("sym", not qc.get("zero_point", False)))
+    f = Fields(qc, _QC)
+    bits = f.integer("bits", "w_bit", "num_bits", hi=32) or 4
+    group = f.integer("group_size", "q_group_size", lo=-1, hi=1 << 20) or 128
+    sym = f.flag("sym", not f.flag("zero_point", False)) if "sym" in qc else not f.flag("zero_point", False)
     return bits, group, sym
 
 
@@ -83,10 +88,10 @@ def _int_bytes(bits: int, group: int, sym: bool) -> float:
     return bits / 8 + 2 / g + (0.0 if sym else bits / 8 / g)
 
 
-def _ct_weights(w: dict[str, Any], act_bytes: float) -> float:
-    nbits = int(w.get("num_bits") or 8)
-    kind = str(w.get("type") or "int")
-    group = int(w.get("group_size") or 0)
+def _ct_weights(w: Fields, act_bytes: float) -> float:
+    nbits = w.integer("num_bits", hi=32) or 8
+    kind = w.text("type") or "int"
+    group = w.integer("group_size", lo=-1, hi=1 << 20) or 0
     if kind == "float" and nbits == 4:
         return 0.5 + 1 / (group or 16)  # NVFP4: fp4 values + one fp8 scale per 16 (+ a global scale)
     if kind == "float":
@@ -95,32 +100,43 @@ def _ct_weights(w: dict[str, Any], act_bytes: float) -> float:
         return act_bytes
     if group <= 0:  # channel-wise: one scale per output row
         return nbits / 8
-    return _int_bytes(nbits, group, bool(w.get("symmetric", True)))
+    return _int_bytes(nbits, group, w.flag("symmetric", True))
 
 
 def _compressed_tensors(qc: dict[str, Any], act_bytes: float) -> QuantScheme:
     """compressed-tensors: the scheme lives in config_groups (w4a16, w8a8 int/fp8, fp8 dynamic, nvfp4)."""
-    groups = [g for g in (qc.get("config_groups") or {}).values() if isinstance(g, dict) and g.get("weights")]
+    root = Fields(qc, _QC)
+    cg = root.sub("config_groups")
+    groups: list[tuple[Fields, Fields]] = []
+    for name in (cg.cfg if cg else {}):
+        group = cg.sub(name) if cg else None
+        weights = group.sub("weights") if group else None
+        if group is not None and weights is not None:
+            groups.append((group, weights))
     if not groups:
-        raise SizingError("compressed-tensors checkpoint without config_groups[].weights in quantization_config: "
-                          "the weight scheme (w4a16, w8a8, fp8) cannot be read")
+        fmt = root.text("format")
+        raise ConfigFieldError(
+            "compressed-tensors checkpoint without config_groups[].weights in quantization_config"
+            + (f" (format {fmt!r})" if fmt else "") + ": the weight bit width and grouping (w4a16, w8a8, fp8) "
+            "cannot be read, so the weights cannot be sized; use a checkpoint whose quantization_config lists "
+            "config_groups with their weights, or correct the lock entry's config")
     attn, mlp = None, None
-    for g in groups:
-        per = _ct_weights(g["weights"], act_bytes)
-        targets = " ".join(str(t) for t in g.get("targets") or ["Linear"])
+    for g, w in groups:
+        per = _ct_weights(w, act_bytes)
+        targets = " ".join(g.str_list("targets") or ["Linear"])
         if re.search(r"mlp|expert|ffn", targets):
             mlp = per if mlp is None else max(mlp, per)
         if re.search(r"attn|Linear", targets) or not re.search(r"mlp|expert|ffn", targets):
             attn = per if attn is None else max(attn, per)
     linear = attn if attn is not None else mlp
     assert linear is not None
-    names = [f"w{g['weights'].get('num_bits')}{'f' if g['weights'].get('type') == 'float' else ''}" for g in groups]
+    names = [f"w{w.cfg.get('num_bits')}{'f' if w.cfg.get('type') == 'float' else ''}" for _, w in groups]
     return QuantScheme("compressed-tensors " + "+".join(names), linear, mlp if mlp is not None else linear,
                        act_bytes, mlp=mlp)
 
 
 def _gguf(qc: dict[str, Any], act_bytes: float) -> QuantScheme:
-    ftype = str(qc.get("ggml_type") or qc.get("file_type") or "").upper()
+    ftype = (Fields(qc, _QC).text("ggml_type", "file_type") or "").upper()
     if not ftype:
         raise SizingError("GGUF checkpoint without its file type (Q8_0, Q4_K_M, ...): name the .gguf file so "
                           "its type can be read")
@@ -136,13 +152,16 @@ def _gguf(qc: dict[str, Any], act_bytes: float) -> QuantScheme:
 
 
 def _modelopt(qc: dict[str, Any], act_bytes: float) -> QuantScheme:
-    algo = str(qc.get("quant_algo") or (qc.get("quantization") or {}).get("quant_algo") or "").upper()
+    f = Fields(qc, _QC)
+    inner = f.sub("quantization")
+    algo = (f.text("quant_algo") or (inner.text("quant_algo") if inner else None) or "").upper()
     if "FP4" in algo or "NVFP4" in algo:
         return QuantScheme("modelopt nvfp4", 0.5625, 0.5625, act_bytes)
     if "MIXED" in algo:
         # Per-layer algorithms: attention FP8 and MLP NVFP4 is the common split (Qwen3.6 NVFP4).
-        layers = qc.get("quantized_layers") or {}
-        algos = {str(v.get("quant_algo", "")).upper() for v in layers.values() if isinstance(v, dict)}
+        layers = f.sub("quantized_layers")
+        algos = {str(v.get("quant_algo", "")).upper() for v in (layers.cfg if layers else {}).values()
+                 if isinstance(v, dict)}
         mlp = 0.5625 if any("FP4" in a for a in algos) else 1.0
         return QuantScheme("modelopt mixed", 1.0, mlp, act_bytes, mlp=mlp)
     return QuantScheme("modelopt fp8", 1.0, 1.0, act_bytes)
@@ -151,7 +170,7 @@ def _modelopt(qc: dict[str, Any], act_bytes: float) -> QuantScheme:
 def quant_scheme(quant: dict[str, Any] | None, quantization: str | None, act_bytes: float) -> QuantScheme:
     """Per-class bytes from ``--quantization`` and the checkpoint's quantization_config."""
     qc = dict(quant or {})
-    declared = str(qc.get("quant_method") or "").lower()
+    declared = (Fields(qc, _QC).text("quant_method") or "").lower()
     method = str(quantization or declared or "").lower().replace("_marlin", "").replace("-marlin", "")
     if method in ("auto_round", "intel/auto-round", "inc", "auto-round") or declared in ("auto-round", "auto_round"):
         method = "auto-round"

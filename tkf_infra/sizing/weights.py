@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tkf_infra.sizing.arch import VOCAB_PADDING, Arch, parse_arch, pp_layer_ranges, round_up
+from tkf_infra.sizing.config_fields import reading_config
 from tkf_infra.sizing.facts import ModelFacts, bytes_of_counts
 from tkf_infra.sizing.params import SizingError
 from tkf_infra.sizing.quant import QuantScheme, quant_scheme
@@ -32,25 +33,27 @@ class Sharding:
         return self.tp * self.dp
 
 
-def _attention_bytes(arch: Arch, tp: int, q: QuantScheme) -> tuple[float, float]:
-    """(quantizable linear elements, other elements) of one attention block on one rank."""
+def _attention_bytes(arch: Arch, tp: int, q: QuantScheme, heads: int | None = None) -> tuple[float, float]:
+    """(quantizable linear elements, other elements) of one attention block on one rank (`heads`: this
+    layer's query heads where they vary by layer)."""
     h, hd = arch.hidden, arch.head_dim
+    n_heads = heads or arch.heads
     lin, other = 0.0, 0.0
     if arch.mla:
         m = arch.mla
         qk = m["qk_nope_head_dim"] + m["qk_rope_head_dim"]
         if m["q_lora_rank"]:
-            lin += h * m["q_lora_rank"] + m["q_lora_rank"] * arch.heads * qk / tp
+            lin += h * m["q_lora_rank"] + m["q_lora_rank"] * n_heads * qk / tp
             other += m["q_lora_rank"]
         else:
-            lin += h * arch.heads * qk / tp
+            lin += h * n_heads * qk / tp
         lin += h * (m["kv_lora_rank"] + m["qk_rope_head_dim"])  # replicated on every rank
-        lin += m["kv_lora_rank"] * arch.heads * (m["qk_nope_head_dim"] + m["v_head_dim"]) / tp
-        lin += arch.heads * m["v_head_dim"] * h / tp
+        lin += m["kv_lora_rank"] * n_heads * (m["qk_nope_head_dim"] + m["v_head_dim"]) / tp
+        lin += n_heads * m["v_head_dim"] * h / tp
         other += m["kv_lora_rank"]
         return lin, other
     kv_rank = max(1, arch.kv_heads // tp)  # replicated when there are fewer KV heads than ranks
-    q_out = arch.heads * hd / tp
+    q_out = n_heads * hd / tp
     lin += h * q_out * (2 if arch.q_gate else 1) + 2 * h * kv_rank * hd + q_out * h
     if arch.qkv_bias or arch.all_bias:
         other += q_out + 2 * kv_rank * hd
@@ -59,7 +62,7 @@ def _attention_bytes(arch: Arch, tp: int, q: QuantScheme) -> tuple[float, float]
     if arch.qk_norm:
         other += 2 * hd
     if arch.model_type == "gpt_oss":
-        other += arch.heads / tp  # attention sinks
+        other += n_heads / tp  # attention sinks
     return lin, other
 
 
@@ -116,10 +119,11 @@ def _mlp_bytes(arch: Arch, idx: int, sh: Sharding, q: QuantScheme) -> float:
         if arch.shared_intermediate and arch.model_type in ("qwen2_moe",):
             other += h
         return expert_elems * q.expert + shared + other * q.other
-    if arch.intermediate:
+    width = arch.mlp_width(idx)  # per layer where intermediate_size is a per-layer list
+    if width:
         n_mats = 3 if arch.gated_mlp else 2
-        extra = (arch.intermediate / sh.tp + h) * q.other if arch.all_bias else 0.0
-        return n_mats * h * arch.intermediate / sh.tp * mlp_q + extra
+        extra = (width / sh.tp + h) * q.other if arch.all_bias else 0.0
+        return n_mats * h * width / sh.tp * mlp_q + extra
     return 0.0
 
 
@@ -129,7 +133,7 @@ def layer_bytes(arch: Arch, idx: int, sh: Sharding, q: QuantScheme) -> float:
     if kind is not None and kind.kind == "linear" and arch.recurrent is not None:
         lin, other = _recurrent_bytes(arch, sh.tp)
     else:
-        lin, other = _attention_bytes(arch, sh.tp, q)
+        lin, other = _attention_bytes(arch, sh.tp, q, arch.heads_at(idx))
     other += arch.norms_per_layer * arch.hidden
     return lin * q.linear + other * q.other + _mlp_bytes(arch, idx, sh, q)
 
@@ -209,6 +213,7 @@ def checkpoint_bytes(facts: ModelFacts, act_bytes: float = 2.0, quantization: st
         return bytes_of_counts(facts.param_counts)
     if facts.parameter_count:
         return int(facts.parameter_count * act_bytes)
-    arch = parse_arch(facts.text_config())
-    scheme = quant_scheme(arch.quant, quantization, act_bytes)
-    return int(sum(weights_bytes_per_rank(arch, Sharding(), scheme, act_bytes)))
+    with reading_config():
+        arch = parse_arch(facts.text_config())
+        scheme = quant_scheme(arch.quant, quantization, act_bytes)
+        return int(sum(weights_bytes_per_rank(arch, Sharding(), scheme, act_bytes)))
