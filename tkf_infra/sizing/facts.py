@@ -72,22 +72,53 @@ class ModelFacts(BaseModel):
         return resolve_text_config(self.config)
 
 
+#: Keys that say a (sub-)config describes the decoder itself.
+_SHAPE_KEYS = ("num_hidden_layers", "hidden_size", "n_layer", "num_layers", "n_embd", "d_model")
+
+#: transformers' defaults for text configs that store only what differs from them: llava-hf configs
+#: (e.g. llava-hf/llava-1.5-7b-hf) write a `text_config` of model_type llama with neither layers nor
+#: width, and transformers fills in LlamaConfig's defaults (transformers/models/llama/
+#: configuration_llama.py: vocab 32000, hidden 4096, intermediate 11008, 32 layers, 32 heads, KV heads =
+#: heads, 2048 positions, untied). Only model types whose defaults are listed here are completed.
+TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "max_position_embeddings": 2048, "tie_word_embeddings": False},
+}
+
+
 def resolve_text_config(config: dict[str, Any]) -> dict[str, Any]:
-    """Return the text sub-config with top-level dtype/quantization inherited when absent."""
+    """Return the text sub-config with top-level dtype/quantization inherited when absent.
+
+    A nested text config is used when it carries the decoder's shape, or when the top level does not
+    (then the fields sizing needs are named under it: `text_config.num_hidden_layers`). One that stores
+    only what differs from transformers' defaults is completed from `TEXT_DEFAULTS` for its model type."""
+    if not isinstance(config, dict):
+        return {}
     text: dict[str, Any] | None = None
+    where = ""
+    top_has_shape = any(config.get(k) is not None for k in _SHAPE_KEYS)
     for key in _TEXT_CONFIG_KEYS:
         sub = config.get(key)
-        if isinstance(sub, dict) and ("num_hidden_layers" in sub or "hidden_size" in sub):
-            text = sub
+        if isinstance(sub, dict) and any(k in sub for k in _SHAPE_KEYS):
+            text, where = sub, f"{key}."
             break
     thinker = config.get("thinker_config")
     if text is None and isinstance(thinker, dict) and isinstance(thinker.get("text_config"), dict):
-        text = thinker["text_config"]
+        text, where = thinker["text_config"], "thinker_config.text_config."
+    if text is None and not top_has_shape:
+        sub = config.get("text_config")
+        if isinstance(sub, dict):
+            text, where = sub, "text_config."
     if text is None:
         return dict(config)
     merged = dict(text)
-    for key in ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddings"):
+    for key in ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddings", "vocab_size"):
         if key not in merged and key in config:
             merged[key] = config[key]
+    defaults = TEXT_DEFAULTS.get(str(merged.get("model_type") or ""))
+    if defaults and not any(k in merged for k in _SHAPE_KEYS):
+        for key, value in defaults.items():
+            merged.setdefault(key, value)
     merged.setdefault("_multimodal", True)
+    merged.setdefault("_where", where)
     return merged
