@@ -19,9 +19,11 @@ import difflib
 import functools
 import json
 import math
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
@@ -121,6 +123,9 @@ MODE_WORDS: dict[str, tuple[str, ...]] = {
 def _ceil_gib(value: Any) -> str:
     return str(math.ceil(float(value)))
 
+
+#: A Hugging Face repo id, `org/name` (unanchored: used with `fullmatch` only).
+HF_REPO_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 
 #: Speculative methods the fit check sizes: MTP reuses the checkpoint's own MTP layers, EAGLE/EAGLE3
 #: add one draft decoder layer, ngram needs no GPU memory (vLLM's --speculative-config "method").
@@ -233,6 +238,12 @@ class ServingSpec(SettingsModel):
                              "and (eagle, eagle3) model")
         if method in ("eagle", "eagle3") and not v.get("model"):
             raise ValueError(f"speculativeConfig.method {method} needs `model`, the draft checkpoint's repo")
+        draft = v.get("model")
+        if draft is not None and (not isinstance(draft, str) or not HF_REPO_RE.fullmatch(draft)):
+            # vLLM would take a URL or a path for a local directory or fetch it from the Hub at start-up;
+            # the fit check sizes a draft from its repo's shape, so only a repo id can be sized and cached.
+            raise ValueError(f"speculativeConfig.model {draft!r} is not a Hugging Face repo id; write the draft "
+                             "checkpoint as 'org/name' (e.g. yuhuili/EAGLE-LLaMA3.1-Instruct-8B), not a URL or path")
         return v
 
 
@@ -260,7 +271,8 @@ def sized_fields() -> tuple[str, ...]:
 
 
 # Flags no catalog field owns, which the platform sets itself or which would change what the fit
-# check sized without it knowing. `extraArgs` may not pass them; the reason is the fix.
+# check sized without it knowing. `extraArgs` may not pass them (nor any other spelling vLLM's parser
+# has for the same argument); the reason is the fix.
 PLATFORM_FLAGS: dict[str, str] = {
     "--model": "set `repo` and `revision` instead",
     "--revision": "set `revision` instead",
@@ -276,52 +288,134 @@ PLATFORM_FLAGS: dict[str, str] = {
     "--cpu-offload-gb": "offloading changes the weights on the GPU, which the fit check sizes",
     "--num-gpu-blocks-override": "the KV-cache budget is what the fit check sizes",
     "--compilation-config": "CUDA-graph capture sizes are part of the fit check's overhead",
-    "-O": "CUDA-graph capture sizes are part of the fit check's overhead",
+    "--optimization-level": "CUDA-graph capture sizes are part of the fit check's overhead",
     "--hf-overrides": "it changes the model config the fit check sizes from models.lock.json",
     "--enable-lora": "LoRA adapters take GPU memory the fit check does not size",
     "--limit-mm-per-prompt": "the multimodal encoder cache is part of what the fit check sizes",
     "--load-format": "weights are loaded from the weight cache in the format the fit check sized",
 }
 
+#: The release the option table below was generated from (tests/test_vllm_pin.py: = VLLM_RELEASE).
+SERVE_OPTIONS_VLLM = "0.32.0"
+SERVE_OPTIONS_FILE = Path(__file__).parent / "data" / f"vllm_serve_options-{SERVE_OPTIONS_VLLM}.json"
 
-def owned_flags() -> dict[str, str]:
-    """Every flag `extraArgs` may not set, with the reason a user reads."""
-    out = dict(PLATFORM_FLAGS)
+
+@functools.cache
+def serve_options() -> Mapping[str, str]:
+    """Every option string of `vllm serve`'s parser → its argparse dest, at the pinned release.
+
+    Generated from vLLM's own parser by scripts/vllm_serve_options.py (aliases such as `-q`, `-tp`,
+    `-sc`, `-cc`, the `--no-` forms of boolean flags); tests/vllm/test_serve_options.py regenerates it
+    from the installed vLLM and fails when it differs."""
+    data = json.loads(SERVE_OPTIONS_FILE.read_text())
+    options: dict[str, str] = data["options"]
+    return options
+
+
+def _owned_dests() -> dict[str, str]:
+    """argparse dest → the reason `extraArgs` may not set it."""
+    options = serve_options()
+    out: dict[str, str] = {}
+    named = [(name, why) for name, why in PLATFORM_FLAGS.items()]
     for r in rows():
         why = f"set `{r.key}` instead" + (" (the fit check sizes the model with it)" if r.flag.sized else "")
-        for name in (r.flag.flag, *r.flag.aliases):
-            if name:
-                out[name] = why
+        named += [(name, why) for name in (r.flag.flag, *r.flag.aliases) if name]
+    for name, why in named:
+        if name in options:
+            out.setdefault(options[name], why)
     return out
 
 
-def _flag_name(arg: str) -> str | None:
-    """The flag an argv word sets, normalised as vLLM's parser does (`--a_b=1` is `--a-b`)."""
-    if not arg.startswith("-") or arg == "-" or arg.lstrip("-").replace(".", "").isdigit():
+def owned_flags() -> dict[str, str]:
+    """Every spelling `extraArgs` may not use, with the reason a user reads.
+
+    Every option string of vLLM's parser whose dest is an owned flag's dest (so `-q`, `-tp`, `-sc`,
+    `--no-enable-expert-parallel` …), plus the table's own names."""
+    return dict(_owned_flags())
+
+
+@functools.cache
+def _owned_flags() -> dict[str, str]:
+    dests = _owned_dests()
+    out = {opt: dests[dest] for opt, dest in serve_options().items() if dest in dests}
+    out.update({name: why for name, why in PLATFORM_FLAGS.items() if name not in out})
+    for r in rows():
+        why = f"set `{r.key}` instead" + (" (the fit check sizes the model with it)" if r.flag.sized else "")
+        out.update({name: why for name in (r.flag.flag, *r.flag.aliases) if name and name not in out})
+    return out
+
+
+def _spelled(arg: str) -> str | None:
+    """The option name an argv word spells after vLLM's FlexibleArgumentParser rewrote it, else None (a value).
+
+    Read at vLLM 0.32.0, vllm/utils/argparse_utils.py `FlexibleArgumentParser.parse_args`:
+    - a `--` word has underscores turned into dashes between the `--` and its first `.`, in the part
+      before `=` only (lines 337-357: `--max_num_seqs=8` is `--max-num-seqs=8`);
+    - a dotted `--x.y[+] v` / `--x.y=v` is folded into `--x '{"y": v}'` (lines 425-463), so its option is
+      `--x` (`--speculative-config.method mtp` sets `--speculative-config`);
+    - `-O3`, `-O=3`, `-Odecode` and `-O 3` become `--optimization-level` (lines 358-369).
+    argparse then splits `--opt=value` / `-o=value` at the first `=`.
+    """
+    if not arg.startswith("-") or arg in ("-", "--") or arg.lstrip("-").replace(".", "").isdigit():
         return None
-    name = arg.split("=", 1)[0]
+    if arg.startswith("--"):
+        key = arg.split("=", 1)[0]
+        return "--" + key[2:].split(".", 1)[0].replace("_", "-")
+    if arg.startswith("-O"):
+        return "--optimization-level"
+    return arg.split("=", 1)[0]
+
+
+def resolve_option(arg: str) -> tuple[str, ...]:
+    """The option strings of vLLM's parser an argv word may set: none for a value or an unknown flag.
+
+    One entry for an exact spelling; for an abbreviation every option it may expand to. argparse (with
+    vLLM's `allow_abbrev` on) expands an unambiguous prefix of a long option (`--quant` is
+    `--quantization`), and for a single-dash word takes an option it prefixes (`-t` is `-tp`) or, for a
+    one-letter option, the rest of the word as its value (`-qawq` is `-q awq`): Lib/argparse.py
+    `_parse_optional` / `_get_option_tuples` (Python 3.11-3.13)."""
+    name = _spelled(arg)
+    if name is None:
+        return ()
+    options = serve_options()
+    if name in options:
+        return (name,)
     if name.startswith("--"):
-        return "--" + name[2:].replace("_", "-")
-    if name.startswith("-O"):  # -O3, -O.level=…: the optimisation-level shorthand
-        return "-O"
-    return name
+        return tuple(sorted(o for o in options if o.startswith(name) and o.startswith("--")))
+    hits = {o for o in options if o.startswith(name) and not o.startswith("--")}
+    if name[:2] in options:
+        hits.add(name[:2])
+    return tuple(sorted(hits))
+
+
+def extra_args_dests(args: list[str]) -> dict[str, str]:
+    """argparse dest → the option string each `extraArgs` word sets (exact spellings and unambiguous
+    abbreviations only: what vLLM will really receive)."""
+    options = serve_options()
+    out: dict[str, str] = {}
+    for arg in args:
+        hits = resolve_option(arg)
+        if len({options[h] for h in hits}) == 1:
+            out[options[hits[0]]] = hits[0]
+    return out
 
 
 def extra_args_problems(args: list[str]) -> list[str]:
     """Why each `extraArgs` word may not be passed (empty when all are allowed)."""
-    owned = owned_flags()
+    owned = _owned_flags()
     problems: list[str] = []
     for arg in args:
-        name = _flag_name(arg)
+        name = _spelled(arg)
         if name is None:
             continue
-        base = name.removeprefix("--no-")
-        hit = owned.get(name) or (owned.get("--" + base) if name.startswith("--no-") else None)
-        if hit is None and name.startswith("--") and len(name) > 4:
-            # argparse may accept an unambiguous prefix of a long option: refuse prefixes of ours too.
-            prefix_of = sorted(f for f in owned if f.startswith(name) and f.startswith("--"))
-            if prefix_of:
-                hit = f"it abbreviates {prefix_of[0]} ({owned[prefix_of[0]]})"
+        hits = resolve_option(arg)
+        hit = owned.get(name)
+        if hit is None and name.startswith("--no-"):  # a negation vLLM does not define is still ours to refuse
+            hit = owned.get("--" + name.removeprefix("--no-"))
+        if hit is None:
+            ours = [h for h in hits if h in owned]
+            if ours:
+                hit = f"vLLM's parser reads it as {ours[0]} ({owned[ours[0]]})"
         if hit is not None:
             problems.append(f"extraArgs contains {arg!r}, a flag the platform owns: {hit}; remove it")
     return problems
