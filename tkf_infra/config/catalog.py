@@ -14,13 +14,12 @@ from pydantic import Field, field_validator, model_validator
 
 from tkf_infra.config import kube_syntax as ks
 from tkf_infra.config.base import SettingsModel
-from tkf_infra.config.flags import ServingSpec, extra_args_problems
+from tkf_infra.config.flags import HF_REPO_RE, ServingSpec, extra_args_dests, extra_args_problems
 from tkf_infra.names import MAX_MODEL_NAME_LEN
 
 #: Unanchored: used with `fullmatch` only (kube_syntax says why).
 SHA_RE = re.compile(r"[0-9a-f]{40}")
 DNS1035_RE = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-HF_REPO_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 SERVED_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
 GPU_SHARE_RE = re.compile(r"(?:whole|auto|mig:(\d+g\.\d+gb)|slice:([1-9]\d*))")
 
@@ -161,6 +160,30 @@ class ModelEntry(ServingSpec):
                              "nodeCount 1 (tensor/pipeline parallelism 1) or use gpuShare whole")
         if self.enable_auto_tool_choice and not self.tool_call_parser:
             raise ValueError("enableAutoToolChoice needs toolCallParser (e.g. hermes, llama3_json)")
+        return self
+
+    @model_validator(mode="after")
+    def _step_budget(self) -> ModelEntry:
+        """Values each valid alone that vLLM 0.32 refuses together at start-up, after the pod was scheduled.
+
+        vllm/config/scheduler.py@v0.32.0:314-333 (`SchedulerConfig.verify_max_model_len`): the step
+        budget must hold the whole batch, and — with chunked prefill off — the longest prompt."""
+        mnbt, seqs, mml = self.max_num_batched_tokens, self.max_num_seqs, self.max_model_len
+        if mnbt is None:
+            return self
+        problems = []
+        if mnbt < seqs:
+            problems.append(f"maxNumBatchedTokens {mnbt} is below maxNumSeqs {seqs}: vLLM refuses a step budget "
+                            "smaller than the batch (max_num_batched_tokens must be >= max_num_seqs); raise "
+                            f"maxNumBatchedTokens to at least {seqs} or lower maxNumSeqs to at most {mnbt}")
+        chunked = extra_args_dests(self.extra_args).get("enable_chunked_prefill")
+        if chunked is not None and chunked.startswith("--no-") and mnbt < mml:
+            problems.append(f"maxNumBatchedTokens {mnbt} is below maxModelLen {mml} while extraArgs turn chunked "
+                            f"prefill off ({chunked}): vLLM then refuses to start (a prompt must fit one step); "
+                            f"raise maxNumBatchedTokens to at least {mml}, lower maxModelLen to {mnbt}, or drop "
+                            f"{chunked} from extraArgs")
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     @property

@@ -115,6 +115,11 @@ class Namespaces(SettingsModel):
                 raise ValueError(f"namespaces.{key} is {value!r}, the serving namespace too: the NetworkPolicy admits "
                                  f"every pod of namespaces.{key} to the models, so every pod next to the models could "
                                  f"call them; give namespaces.{key} a namespace of its own")
+        if self.gpu_operator == self.serving:
+            raise ValueError(f"namespaces.gpuOperator is {self.gpu_operator!r}, the serving namespace too: the GPU "
+                             "Operator's namespace is labelled pod-security.kubernetes.io/enforce: privileged (its "
+                             "pods need the host), so any pod next to the models could run privileged; give "
+                             "namespaces.gpuOperator a namespace of its own (default gpu-operator)")
         return self
 
 
@@ -244,6 +249,12 @@ def image_version(image: str) -> str | None:
     return ".".join(g or "0" for g in match.groups()) if match else None
 
 
+def _release(text: str) -> str | None:
+    """A release as `image_version` writes it (`v0.32` → `0.32.0`); None when the text names none."""
+    match = _VERSION_RE.match(text.strip())
+    return ".".join(g or "0" for g in match.groups()) if match else None
+
+
 def _pinned_image(key: str, v: str) -> str:
     if not _IMAGE_RE.fullmatch(v):
         raise ValueError(f"{v!r} is not an image reference (printable characters without spaces, e.g. "
@@ -308,9 +319,16 @@ class Serving(SettingsModel):
 
     @model_validator(mode="after")
     def _version_known(self) -> Serving:
-        if self.vllm_version is None and image_version(self.vllm_image) is None:
+        tagged = image_version(self.vllm_image)
+        if self.vllm_version is None and tagged is None:
             raise ValueError(f"vllmImage {self.vllm_image!r} does not name a vLLM release in its tag, and the fit "
                              "check sizes per release; tag it like v0.19.0 or set serving.vllmVersion")
+        if self.vllm_version is not None and tagged is not None and _release(self.vllm_version) != tagged:
+            # The pods run the tag's release; the fit check would size the other one.
+            raise ValueError(f"serving.vllmVersion {self.vllm_version!r} contradicts serving.vllmImage "
+                             f"{self.vllm_image!r}, whose tag is vLLM {tagged}: the pods run {tagged} while the fit "
+                             f"check would size {self.vllm_version!r}; remove vllmVersion (the tag says the release) "
+                             "or fix the image tag")
         return self
 
     @property

@@ -20,11 +20,12 @@ from pydantic import ValidationError
 
 from tkf_infra.config import Catalog, ModelEntry
 from tkf_infra.config.base import label_name
-from tkf_infra.config.flags import row, sized_fields
+from tkf_infra.config.flags import extra_args_dests, row, sized_fields
 from tkf_infra.hub.lock import Lock
 from tkf_infra.plan.layout import Demand, PoolLayout, SliceDemand, plan_mig, prove_time_slicing
 from tkf_infra.plan.pools import PoolFacts, PoolProblem, resolve_pool
 from tkf_infra.plan.share import Share, ShareProblem, context_gib, size_share
+from tkf_infra.sizing.arch import parse_arch
 from tkf_infra.sizing.contract import FitInputs, FitResult
 from tkf_infra.sizing.ec2 import InstanceGpus
 from tkf_infra.sizing.facts import ModelFacts
@@ -172,11 +173,33 @@ def _facts_problem(entry: ModelEntry, lock: Lock) -> tuple[ModelFacts | None, in
 
 
 def _prefix_caching(extra_args: list[str]) -> bool | None:
-    """What extraArgs say about prefix caching (it changes hybrid models' state blocks); None: vLLM's default."""
-    said = [a.split("=", 1)[0].replace("_", "-") for a in extra_args]
-    if "--no-enable-prefix-caching" in said:
-        return False
-    return True if "--enable-prefix-caching" in said else None
+    """What extraArgs say about prefix caching (it changes hybrid models' state blocks); None: vLLM's default.
+
+    Read as vLLM's parser reads them (`--enable_prefix_caching`, `--no-enable-prefix`: tkf_infra.config.flags)."""
+    said = extra_args_dests(extra_args).get("enable_prefix_caching")
+    return None if said is None else not said.startswith("--no-")
+
+
+def _speculative_problem(entry: ModelEntry, facts: ModelFacts) -> str | None:
+    """`mtp` drafts with the checkpoint's own multi-token-prediction layers, which it must have.
+
+    vLLM 0.32 takes the target checkpoint as the MTP draft (vllm/config/speculative.py@v0.32.0:1147-1163)
+    and maps its model type to the `*_mtp` twin with `n_predict = num_nextn_predict_layers` (lines 663-1040);
+    a checkpoint without MTP layers has nothing to draft with, while the fit check would size one MTP
+    layer (tkf_infra/sizing/weights.py `draft_bytes`: `max(mtp_layers, 1)`) that does not exist."""
+    sc = entry.speculative_config or {}
+    if sc.get("method") != "mtp" or sc.get("model"):
+        return None
+    try:
+        layers = parse_arch(facts.text_config(), facts.config).mtp_layers
+    except Exception:  # an unreadable config is the fit check's to name, with its own message
+        return None
+    if layers > 0:
+        return None
+    return (f"speculativeConfig.method mtp drafts with the checkpoint's own multi-token-prediction layers, but "
+            f"{entry.model_ref}'s config.json declares none (num_nextn_predict_layers, mtp_num_hidden_layers, "
+            "num_mtp_layers are absent or 0); use method eagle or eagle3 with a draft `model`, or ngram, or remove "
+            "speculativeConfig")
 
 
 @dataclass(frozen=True)
@@ -204,6 +227,8 @@ def _plan_model(entry: ModelEntry, index: int, ctx: _Context) -> ModelPlan | Exc
     facts, weight_bytes, stage, why = _facts_problem(entry, ctx.lock)
     if stage is not None or facts is None:
         return leave_out(stage or Stage.LOCK, why)
+    if spec := _speculative_problem(entry, facts):
+        return leave_out(Stage.CATALOG, spec)
     pool = ctx.pools.get(entry.node_pool or "")
     gpu = pool.gpu if pool is not None and not entry.is_cpu else None
     inputs = FitInputs(model=entry.name, repo=entry.repo, revision=entry.revision, facts=facts, gpu=gpu,

@@ -15,7 +15,7 @@ from typing import Any
 
 from tkf_infra.config import NodePool
 from tkf_infra.sizing.ec2 import InstanceGpus
-from tkf_infra.sizing.gpus import GpuSpec, find_gpu, lookup_gpu, product_label, same_gpu
+from tkf_infra.sizing.gpus import GPUS, GpuSpec, find_gpu, lookup_gpu, product_label, same_gpu
 from tkf_infra.sizing.mig import MigBoard, mig_board
 
 GPU_TAINT_KEY = "nvidia.com/gpu"
@@ -56,8 +56,30 @@ class PoolProblem(ValueError):
     """A pool setting that cannot work; the message names the pool, the field and the fix."""
 
 
+#: The lowest share of its nominal size CUDA reports on any part of the table is 0.8 (a 4 GB part less its
+#: 0.8 GiB reservation, tkf_infra/sizing/gpus.py); an override below this share of the part names another part.
+MIN_MEMORY_SHARE = 0.75
+
+
+def _override_problem(pool: NodePool, gpu: GpuSpec, value: float) -> str | None:
+    """`gpuMemoryGiB` must be a total a part of the pool's GPU can report: at most its size, not far below."""
+    low, high = MIN_MEMORY_SHARE * gpu.nominal_gib, gpu.nominal_gib
+    if low <= value <= high:
+        return None
+    side = "more" if value > high else "far less"
+    near = sorted((g for g in GPUS if MIN_MEMORY_SHARE * g.nominal_gib <= value <= g.nominal_gib),
+                  key=lambda g: (g.nominal_gib - value, g.name))[:4]
+    others = f", or set gpuProduct to the part you have ({', '.join(g.name for g in near)})" if near else ""
+    return (f"node pool {pool.name}: gpuMemoryGiB {value:g} is {side} than a {gpu.name} has ({gpu.nominal_gib:g} GB; "
+            f"CUDA reports {gpu.memory_gib:g} GiB): no part of that name has it, so the fit check would size a GPU "
+            f"the pool does not have; set gpuMemoryGiB to the total vLLM prints on these GPUs (between {low:g} and "
+            f"{high:g}){others}")
+
+
 def _with_override(pool: NodePool, gpu: GpuSpec, shared: bool = False) -> GpuSpec:
     if pool.gpu_memory_gib:
+        if problem := _override_problem(pool, gpu, pool.gpu_memory_gib):
+            raise PoolProblem(problem)
         gpu = gpu.with_memory(pool.gpu_memory_gib, f"nodePools[{pool.name}].gpuMemoryGiB override")
     if pool.interconnect:
         gpu = gpu.with_interconnect(pool.interconnect)
@@ -112,6 +134,29 @@ def _mig_board(pool: NodePool, gpu: GpuSpec | None, mig_strategy: str, time_slic
     return board
 
 
+def _same_part_selected(pool: NodePool, gpu: GpuSpec, given: str) -> None:
+    """The GPU a pool is sized on and the GPU its selector picks are one part (and one MIG slice, if any).
+
+    Why: the selector's `nvidia.com/gpu.product` is set from the sized GPU, so a different part in the
+    pool's `labels` used to be replaced without a word — or, on nodes we label, written onto nodes of
+    another part — while the fit check sized the other one. Parts are compared by `same_gpu` (the one
+    naming source, tkf_infra/sizing/gpus.py); a MIG label (`…-MIG-1g.10gb`) is a slice, not its board."""
+    where = f"node pool {pool.name}: labels {GPU_PRODUCT_LABEL} is {given!r}"
+    sized = f"{'instanceType ' + str(pool.instance_type) if pool.kind == 'eks' else 'gpuProduct'} sizes {gpu.name}"
+    if not same_gpu(given, gpu.name):
+        known = find_gpu(given)
+        part = known.name if known else "a GPU the table does not know"
+        raise PoolProblem(f"{where} ({part}), but {sized}: the pods would land on other GPUs than the fit check "
+                          f"sized; drop the label (the selector is set from the sized GPU) or make both the same part")
+    try:
+        labelled = lookup_gpu(given).name
+    except KeyError:
+        return
+    if labelled != gpu.name:
+        raise PoolProblem(f"{where} ({labelled}), but {sized}: a MIG slice and its whole board are sized apart; set "
+                          f"gpuProduct to the label (sizes the slice) or drop the label")
+
+
 def resolve_pool(pool: NodePool, ec2: Mapping[str, InstanceGpus], shared: bool, *, mig_strategy: str = "none",
                  time_slices: int = 0) -> PoolFacts:
     """Pool facts from the settings (and EC2 for eks pools). Raises PoolProblem naming the fix."""
@@ -126,8 +171,12 @@ def resolve_pool(pool: NodePool, ec2: Mapping[str, InstanceGpus], shared: bool, 
     manages_labels = pool.kind == "eks" or bool(pool.nodes)
     node_labels = {**pool.labels, **({POOL_LABEL: pool.name} if manages_labels else {})}
     selector = dict(node_labels)
+    given = pool.labels.get(GPU_PRODUCT_LABEL)
+    if gpu is not None and given is not None:
+        _same_part_selected(pool, gpu, given)
     if gpu is not None:
-        label = product_label(gpu, pool.gpu_product or "")
+        # The pool's own product label, when it is one of the part's labels, is what its nodes carry.
+        label = (product_label(gpu, given) if given else None) or product_label(gpu, pool.gpu_product or "")
         if label is None and pool.kind != "eks":
             raise PoolProblem(f"node pool {pool.name}: gpuProduct {pool.gpu_product!r} ({gpu.name}) matches several "
                               f"node labels {list(gpu.product_labels)}; set gpuProduct to the exact "
