@@ -116,7 +116,7 @@ def build_fleet(plan: FleetPlan, *, api_keys: ApiKeys | None, stack: str) -> Fle
     namespace = k8s.core.v1.Namespace(
         "namespace-serving",
         metadata=k8s.meta.v1.ObjectMetaArgs(name=s.namespaces.serving,
-                                            labels={"app.kubernetes.io/part-of": va.PART_OF}),
+                                            labels={names.PART_OF_LABEL: names.PART_OF}),
         # Retained on delete: deleting a namespace deletes every PVC in it, and the weight caches
         # must survive even `destroy` unless pruning is configured.
         opts=pulumi.ResourceOptions(provider=provider, protect=s.serving.protect,
@@ -158,7 +158,7 @@ def build_fleet(plan: FleetPlan, *, api_keys: ApiKeys | None, stack: str) -> Fle
         api_key_secret = k8s.core.v1.Secret(
             "api-key",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=API_KEY_SECRET, namespace=s.namespaces.serving,
-                                                labels={"app.kubernetes.io/part-of": va.PART_OF}),
+                                                labels={names.PART_OF_LABEL: names.PART_OF}),
             type="Opaque",
             string_data=data,
             opts=pulumi.ResourceOptions(provider=provider, depends_on=[namespace],

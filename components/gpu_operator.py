@@ -22,6 +22,7 @@ import pulumi_kubernetes as k8s
 from components.platform_charts import chart_spec, helm_chart
 from tkf_infra.config import GpuOperatorSettings
 from tkf_infra.config.charts import ChartSource
+from tkf_infra.names import GPU_OPERATOR_TYPE
 
 CHART = "gpu-operator"
 TIME_SLICING_CONFIG = "tkf-time-slicing"
@@ -78,7 +79,7 @@ class GpuOperator(pulumi.ComponentResource):
     resources: list[pulumi.Resource]
 
     def __init__(self, name: str, args: GpuOperatorArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("tkf:platform:GpuOperator", name, None, opts)
+        super().__init__(GPU_OPERATOR_TYPE, name, None, opts)
         s = args.settings
         self.resources = []
         if not s.already_installed:

@@ -22,7 +22,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from components import vllm_args as va
+from tkf_infra import names
 from tkf_infra.plan.layout import ALL_DISABLED, PoolLayout
 
 #: The custom mig-parted ConfigMap (in the GPU Operator's namespace) and its key, as mig-manager reads it.
@@ -71,7 +71,7 @@ class GpuSharing(pulumi.ComponentResource):
     resources: list[pulumi.Resource]
 
     def __init__(self, name: str, args: GpuSharingArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("tkf:platform:GpuSharing", name, None, opts)
+        super().__init__(names.GPU_SHARING_TYPE, name, None, opts)
         self.resources = []
         labels = node_labels(args.layouts)
         if has_mig(args.layouts):
@@ -79,7 +79,7 @@ class GpuSharing(pulumi.ComponentResource):
             self.resources.append(k8s.core.v1.ConfigMap(
                 f"{name}-mig-parted",
                 metadata=k8s.meta.v1.ObjectMetaArgs(name=MIG_CONFIG_NAME, namespace=args.namespace,
-                                                    labels={"app.kubernetes.io/part-of": va.PART_OF}),
+                                                    labels={names.PART_OF_LABEL: names.PART_OF}),
                 data={MIG_CONFIG_KEY: mig_parted_yaml(args.layouts)},
                 opts=child,
             ))  # fmt: skip

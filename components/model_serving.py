@@ -45,9 +45,6 @@ from tkf_infra.plan.share import GPU_RESOURCE
 meta = k8s.meta.v1
 core = k8s.core.v1
 
-#: Name of the pipeline-parallel preset ServingPrerequisites installs (KServe references, but does
-#: not ship, ``config-llm-worker-pipeline-parallel``; its well-known prefix is ``kserve-``).
-PIPELINE_PARALLEL_PRESET = "kserve-config-llm-worker-pipeline-parallel"
 LLMISVC_API_VERSION = "serving.kserve.io/v1alpha2"
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 #: LeaderWorkerSet labels every pod with its index in the group; 0 is the leader, the API server.
@@ -59,10 +56,8 @@ LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 #: ``spec.labels`` are copied over them into the same map the Deployment's labels and selector use
 #: (workload_single_node.go:95-179). One of ours there hides KServe's Deployment from KServe itself:
 #: every reconcile then fails with "already exists" and the service never becomes Ready.
-KSERVE_OWNED_LABELS = frozenset({"app.kubernetes.io/name", "app.kubernetes.io/component", "app.kubernetes.io/part-of",
+KSERVE_OWNED_LABELS = frozenset({names.NAME_LABEL, names.COMPONENT_LABEL, names.PART_OF_LABEL,
                                  "kserve.io/component", "llm-d.ai/role"})  # fmt: skip
-#: The GPU share the workload runs on (`mig:<profile>` / `slice:<k>`); absent for whole GPUs.
-GPU_SHARE_ANNOTATION = "tkf.io/gpu-share"
 
 
 @dataclass(frozen=True)
@@ -138,7 +133,7 @@ class ModelServing(pulumi.ComponentResource):
     workload: pulumi.CustomResource
 
     def __init__(self, name: str, args: ModelServingArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("tkf:serving:ModelServing", name, None, opts)
+        super().__init__(names.MODEL_SERVING_TYPE, name, None, opts)
         e, ns = args.entry, args.namespaces.serving
         self.served_name = e.served_name
         self.resources = []
@@ -173,7 +168,7 @@ class ModelServing(pulumi.ComponentResource):
             self.workload = self._deployment(name, args, deps)
         self.resources.append(self.workload)
 
-        selector = {"tkf.io/model": e.name}
+        selector = {names.MODEL_LABEL: e.name}
         if e.is_multi_node:
             selector[LWS_WORKER_INDEX_LABEL] = "0"
         self.resources.append(core.Service(
@@ -216,7 +211,7 @@ class ModelServing(pulumi.ComponentResource):
         if e.is_multi_node:
             # `worker` switches KServe to a LeaderWorkerSet; the preset holds the PP command line.
             spec["worker"] = pod_spec(args.pod(sa_name), kserve=True, leader=False)
-            spec["baseRefs"] = [{"name": PIPELINE_PARALLEL_PRESET}]
+            spec["baseRefs"] = [{"name": names.PIPELINE_PARALLEL_PRESET}]
         return k8s.apiextensions.CustomResource(
             f"{name}-llmisvc",
             api_version=LLMISVC_API_VERSION,
@@ -244,8 +239,8 @@ class ModelServing(pulumi.ComponentResource):
             spec=k8s.apps.v1.DeploymentSpecArgs(
                 replicas=e.replicas,
                 strategy=rollout(e),
-                selector=meta.LabelSelectorArgs(match_labels={"tkf.io/model": e.name,
-                                                              "app.kubernetes.io/component": "model-server"}),
+                selector=meta.LabelSelectorArgs(match_labels={names.MODEL_LABEL: e.name,
+                                                              names.COMPONENT_LABEL: names.MODEL_SERVER}),
                 template=core.PodTemplateSpecArgs(
                     metadata=meta.ObjectMetaArgs(labels=lbl, annotations=args.pod_annotations or None),
                     spec=pod_spec(args.pod(), kserve=False)),
@@ -300,12 +295,13 @@ class ModelServing(pulumi.ComponentResource):
         if e.is_multi_node:
             # Leader and workers exchange tensors (NCCL / torch.distributed) on dynamic ports.
             ingress.append(net.NetworkPolicyIngressRuleArgs(from_=[net.NetworkPolicyPeerArgs(
-                pod_selector=meta.LabelSelectorArgs(match_labels={"tkf.io/model": e.name}))]))
+                pod_selector=meta.LabelSelectorArgs(match_labels={names.MODEL_LABEL: e.name}))]))
         return net.NetworkPolicy(
             f"{name}-netpol",
             metadata=meta.ObjectMetaArgs(name=names.network_policy(e.name), namespace=ns.serving, labels=va.labels(e)),
-            spec=net.NetworkPolicySpecArgs(pod_selector=meta.LabelSelectorArgs(match_labels={"tkf.io/model": e.name}),
-                                           policy_types=["Ingress"], ingress=ingress),
+            spec=net.NetworkPolicySpecArgs(
+                pod_selector=meta.LabelSelectorArgs(match_labels={names.MODEL_LABEL: e.name}),
+                policy_types=["Ingress"], ingress=ingress),
             opts=opts,
         )  # fmt: skip
 
@@ -316,10 +312,10 @@ def _await_annotations(args: ModelServingArgs) -> dict[str, str]:
 
 
 def _annotations(args: ModelServingArgs, *, ready_condition: str | None) -> dict[str, str]:
-    ann: dict[str, str] = {"tkf.io/repo": args.entry.repo, "tkf.io/revision": args.entry.revision}
+    ann: dict[str, str] = {names.REPO_ANNOTATION: args.entry.repo, names.REVISION_KEY: args.entry.revision}
     ann.update(args.plan.fit.annotations())
     if args.plan.share is not None:
-        ann[GPU_SHARE_ANNOTATION] = args.plan.share.label
+        ann[names.GPU_SHARE_ANNOTATION] = args.plan.share.label
     if args.skip_await:
         ann.update(_await_annotations(args))
     elif ready_condition:

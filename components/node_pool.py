@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import pulumi
 
+from tkf_infra.names import GPU_NODE_POOL_TYPE
 from tkf_infra.plan.pools import PoolFacts
 
 _EKS_EFFECT = {"NoSchedule": "NO_SCHEDULE", "PreferNoSchedule": "PREFER_NO_SCHEDULE", "NoExecute": "NO_EXECUTE"}
@@ -35,7 +36,7 @@ class GpuNodePool(pulumi.ComponentResource):
     resources: list[pulumi.Resource]
 
     def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("tkf:platform:GpuNodePool", name, None, opts)
+        super().__init__(GPU_NODE_POOL_TYPE, name, None, opts)
         self.facts = args.facts
         self.resources = []
         if args.facts.pool.kind == "eks":

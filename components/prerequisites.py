@@ -42,9 +42,9 @@ from tkf_infra.config import Backend, Namespaces, Platform
 from tkf_infra.config.charts import ChartSource
 from tkf_infra.config.platform import installed_pieces
 from tkf_infra.config.stack import VLLM_GPU_IMAGE
+from tkf_infra.names import SERVING_PREREQUISITES_TYPE
 
 DATA = Path(__file__).resolve().parent / "data"
-PRESET = "kserve-config-llm-worker-pipeline-parallel"
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class ServingPrerequisites(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ServingPrerequisitesArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:  # fmt: skip
-        super().__init__("tkf:platform:ServingPrerequisites", name, None, opts)
+        super().__init__(SERVING_PREREQUISITES_TYPE, name, None, opts)
         self._name, self._args = name, args
         p, ns = args.platform, args.namespaces
         installed = installed_pieces(p, args.backend)

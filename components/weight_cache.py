@@ -115,19 +115,20 @@ class WeightCache(pulumi.ComponentResource):
     job: k8s.batch.v1.Job
 
     def __init__(self, name: str, args: WeightCacheArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("tkf:serving:WeightCache", name, None, opts)
+        super().__init__(names.WEIGHT_CACHE_TYPE, name, None, opts)
         self.pvc_name = names.weight_cache(args.repo, args.revision)
         self.subpath = args.revision
         job_name = names.weight_download_job(args.repo, args.revision)
         lbl = {
-            "app.kubernetes.io/name": "weight-cache",
-            "app.kubernetes.io/instance": self.pvc_name,
-            "app.kubernetes.io/component": "weight-cache",
-            "app.kubernetes.io/part-of": va.PART_OF,
-            "app.kubernetes.io/managed-by": "pulumi",
-            "tkf.io/revision": args.revision[:12],
+            names.NAME_LABEL: names.WEIGHT_CACHE_COMPONENT,
+            names.INSTANCE_LABEL: self.pvc_name,
+            names.COMPONENT_LABEL: names.WEIGHT_CACHE_COMPONENT,
+            names.PART_OF_LABEL: names.PART_OF,
+            names.MANAGED_BY_LABEL: "pulumi",
+            names.REVISION_KEY: args.revision[:12],
         }
-        ann = {"tkf.io/repo": args.repo, "tkf.io/revision": args.revision, "tkf.io/models": ",".join(args.consumers)}
+        ann = {names.REPO_ANNOTATION: args.repo, names.REVISION_KEY: args.revision,
+               names.CACHE_MODELS_ANNOTATION: ",".join(args.consumers)}
         # Test API servers run no controllers: the PVC would never bind.
         pvc_ann = {**ann, "pulumi.com/skipAwait": "true"} if args.skip_await else ann
         size = pvc_size_gib(args.weight_bytes, args.headroom)
@@ -183,4 +184,4 @@ class WeightCache(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.pvc], delete_before_replace=True),
         )  # fmt: skip
         self.register_outputs({"pvcName": self.pvc_name, "subpath": self.subpath, "sizeGiB": size,
-                               "models": list(args.consumers)})
+                               names.WEIGHT_CACHE_MODELS_OUTPUT: list(args.consumers)})

@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 
 from components.fleet import Fleet
-from components.model_serving import KSERVE_OWNED_LABELS, PIPELINE_PARALLEL_PRESET
+from components.model_serving import KSERVE_OWNED_LABELS
 from tests.mocks import CPU, MULTI_NODE, SINGLE_GPU, TP4, Harness, Registered, program, stack_doc
 from tkf_infra.hub.lock import load_lock
+from tkf_infra.names import PIPELINE_PARALLEL_PRESET
 
 LOCK = load_lock()
 API_KEY = "sk-test-4f1c9a7e-not-a-real-key"

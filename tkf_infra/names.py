@@ -1,4 +1,10 @@
-"""Kubernetes object names derived from catalog names, so length limits live in one place.
+"""The names that cross a seam, once: Kubernetes object names derived from catalog names (so length
+limits live in one place), the label and annotation keys several packages write or read, our
+components' Pulumi type tokens, the pipeline-parallel preset's name and the project root.
+
+It imports nothing of ours (and nothing but the standard library), so every layer may import it:
+components/ write these names, tkf_infra/ops/ and policy/guardrails/ read them back, and
+tests/test_vocabulary.py fails when one side changes a name alone.
 
 Why 36: the longest name derived from a model is the one KServe gives a multi-node workload,
 `<name>-kserve-mn` (LeaderWorkerSet) with worker StatefulSets `<lws>-<group>`, whose pods carry a
@@ -10,6 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+from pathlib import Path
+
+#: The checkout: stack files, `models.lock.json`, `policy/`, vendored charts are found from here.
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 MAX_MODEL_NAME_LEN = 36
 K8S_NAME_LIMIT = 63
@@ -52,15 +62,59 @@ def service_account(model: str) -> str:
     return _check(f"{model}-sa")
 
 
+# ---------------------------------------------------------------------------------------------
+# Pulumi type tokens of our components (registered by components/*.py; tkf_infra/ops/summary.py and
+# policy_report.py attribute engine events to models by them)
+# ---------------------------------------------------------------------------------------------
+
+MODEL_SERVING_TYPE = "tkf:serving:ModelServing"
+WEIGHT_CACHE_TYPE = "tkf:serving:WeightCache"
+GPU_NODE_POOL_TYPE = "tkf:platform:GpuNodePool"
+GPU_OPERATOR_TYPE = "tkf:platform:GpuOperator"
+GPU_SHARING_TYPE = "tkf:platform:GpuSharing"
+SERVING_PREREQUISITES_TYPE = "tkf:platform:ServingPrerequisites"
+COMPONENT_TYPES = frozenset({MODEL_SERVING_TYPE, WEIGHT_CACHE_TYPE, GPU_NODE_POOL_TYPE, GPU_OPERATOR_TYPE,
+                             GPU_SHARING_TYPE, SERVING_PREREQUISITES_TYPE})  # fmt: skip
+#: Pulumi's own type of the stack resource (its outputs arrive on its events).
+STACK_TYPE = "pulumi:pulumi:Stack"
+#: The WeightCache component's output listing the catalog entries it serves (ops/summary.py reads it).
+WEIGHT_CACHE_MODELS_OUTPUT = "models"
+
+# ---------------------------------------------------------------------------------------------
+# Label and annotation keys (written by components/, read by policy/guardrails/ and dashboards)
+# ---------------------------------------------------------------------------------------------
+
+#: Every object of one catalog entry carries it; the Services and NetworkPolicies select on it.
+MODEL_LABEL = "tkf.io/model"
+#: The first 12 characters of the served revision (label); the full revision (annotation).
+REVISION_KEY = "tkf.io/revision"
+#: The catalog entry's Hugging Face repository (annotation).
+REPO_ANNOTATION = "tkf.io/repo"
+#: The catalog entries one weight cache serves, comma-separated (annotation on its PVC and Job).
+CACHE_MODELS_ANNOTATION = "tkf.io/models"
+#: The GPU share a workload runs on (`mig:<profile>` / `slice:<k>`); absent for whole GPUs.
+GPU_SHARE_ANNOTATION = "tkf.io/gpu-share"
+NAME_LABEL = "app.kubernetes.io/name"
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+#: The role an object plays: `model-server` (pods that run vLLM), `endpoint`, `weight-cache`.
+COMPONENT_LABEL = "app.kubernetes.io/component"
+PART_OF_LABEL = "app.kubernetes.io/part-of"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+#: `app.kubernetes.io/part-of` of everything tkf-infra creates.
+PART_OF = "tkf-infra"
+MODEL_SERVER = "model-server"
+WEIGHT_CACHE_COMPONENT = "weight-cache"
+
+#: Name of the pipeline-parallel preset ServingPrerequisites installs (KServe references, but does
+#: not ship, ``config-llm-worker-pipeline-parallel``; its well-known prefix is ``kserve-``). The
+#: document itself is components/data/pipeline-parallel-preset.yaml (a test pins its name to this).
+PIPELINE_PARALLEL_PRESET = "kserve-config-llm-worker-pipeline-parallel"
+
 #: Pulumi name of the stack's one FitCheck (not a Kubernetes object; it belongs to no single model).
 FIT_CHECK = "fit-checks"
+#: Suffix of a model's own FitCheck before issue 18 (one per model, `<model>-fit`): the CLI still maps
+#: such a resource, deleted by the first `up` after the change, back to its model (ops/summary.py).
 FIT_CHECK_SUFFIX = "-fit"
-
-
-def fit_check(model: str) -> str:
-    """Pulumi name of a model's FitCheck before issue 18 (one per model): the CLI still maps such a
-    resource, deleted by the first `up` after the change, back to its model."""
-    return f"{model}{FIT_CHECK_SUFFIX}"
 
 
 def _slug(text: str) -> str:

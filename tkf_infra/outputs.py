@@ -17,9 +17,23 @@ if TYPE_CHECKING:
     from tkf_infra.plan import FleetPlan, ModelPlan
 
 CONTRACT_VERSION = 1
+# The output keys (docs/outputs.md): exported below, read by the CLI (tkf_infra/ops/) and the program.
+CONTRACT_VERSION_OUTPUT = "contractVersion"
+ENDPOINTS_OUTPUT = "endpoints"
+GATEWAY_MODEL_LIST_OUTPUT = "gatewayModelList"
+#: Every catalog entry left out, with its stage and reasons (`Exclusion.as_output`); ops/summary.py reads it.
+REJECTED_OUTPUT = "rejected"
+PROBLEMS_OUTPUT = "problems"
+GPU_LAYOUT_OUTPUT = "gpuLayout"
 #: The catalog entries as deployed (name → entry): the program's memory of each model's last good
 #: settings, read back by the next run (`tkf_infra.program.previous_deployment`).
 DEPLOYED_OUTPUT = "deployed"
+API_KEY_ENV_OUTPUT = "apiKeyEnv"
+RUNTIME_API_KEY_OUTPUT = "runtimeApiKey"
+API_KEY_ROTATION_OUTPUT = "apiKeyRotation"
+#: Every output a stack may export (the last two only when the stack sets `apiKey`).
+OUTPUT_KEYS = (CONTRACT_VERSION_OUTPUT, ENDPOINTS_OUTPUT, GATEWAY_MODEL_LIST_OUTPUT, REJECTED_OUTPUT, PROBLEMS_OUTPUT,
+               GPU_LAYOUT_OUTPUT, DEPLOYED_OUTPUT, API_KEY_ENV_OUTPUT, RUNTIME_API_KEY_OUTPUT, API_KEY_ROTATION_OUTPUT)
 
 # LiteLLM provider prefixes by serving mode. `openai/` serves chat and embeddings against vLLM's
 # OpenAI-compatible API. Rerank needs its own provider, and the choice is about billing:
@@ -132,15 +146,15 @@ def export_outputs(plan: FleetPlan, api_keys: ApiKeys | None = None) -> None:
     ns = catalog.settings.namespaces.serving
     endpoints = {m.entry.served_name: {**endpoint(m.entry, ns), "fit": m.fit.published(), **share_output(plan, m)}
                  for m in plan.models}  # fmt: skip
-    pulumi.export("contractVersion", CONTRACT_VERSION)
-    pulumi.export("endpoints", endpoints)
-    pulumi.export("gatewayModelList", gateway_model_list(catalog, plan.deployed))
-    pulumi.export("rejected", [x.as_output() for x in plan.excluded])
-    pulumi.export("problems", list(plan.errors))
-    pulumi.export("gpuLayout", {name: layout.published() for name, layout in sorted(plan.layouts.items())})
+    pulumi.export(CONTRACT_VERSION_OUTPUT, CONTRACT_VERSION)
+    pulumi.export(ENDPOINTS_OUTPUT, endpoints)
+    pulumi.export(GATEWAY_MODEL_LIST_OUTPUT, gateway_model_list(catalog, plan.deployed))
+    pulumi.export(REJECTED_OUTPUT, [x.as_output() for x in plan.excluded])
+    pulumi.export(PROBLEMS_OUTPUT, list(plan.errors))
+    pulumi.export(GPU_LAYOUT_OUTPUT, {name: layout.published() for name, layout in sorted(plan.layouts.items())})
     pulumi.export(DEPLOYED_OUTPUT, {m.entry.name: deployed_entry(m.entry) for m in plan.models})
-    pulumi.export("apiKeyEnv", catalog.settings.serving.api_key_env)
+    pulumi.export(API_KEY_ENV_OUTPUT, catalog.settings.serving.api_key_env)
     if api_keys is not None:
         # The key the gateway sends: `apiKey`, which every pod accepts at every step of a rotation.
-        pulumi.export("runtimeApiKey", pulumi.Output.secret(api_keys.current))
-        pulumi.export("apiKeyRotation", api_key_rotation(api_keys))
+        pulumi.export(RUNTIME_API_KEY_OUTPUT, pulumi.Output.secret(api_keys.current))
+        pulumi.export(API_KEY_ROTATION_OUTPUT, api_key_rotation(api_keys))

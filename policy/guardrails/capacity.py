@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tkf_infra.names import CACHE_MODELS_ANNOTATION, COMPONENT_LABEL, WEIGHT_CACHE_COMPONENT
+
 from .base import Guardrail, Violation, owner_fix, violation
 from .objects import (
-    CACHE_MODELS_ANNOTATION,
-    COMPONENT_LABEL,
     GPU_RESOURCE,
     K8sObject,
     as_int,
@@ -83,7 +83,7 @@ def check_gpu_requests(obj: K8sObject, config: Mapping[str, Any]) -> list[Violat
 
 
 def check_cache_protected(obj: K8sObject, config: Mapping[str, Any]) -> list[Violation]:
-    if obj.kind != "PersistentVolumeClaim" or obj.labels.get(COMPONENT_LABEL) != "weight-cache":
+    if obj.kind != "PersistentVolumeClaim" or obj.labels.get(COMPONENT_LABEL) != WEIGHT_CACHE_COMPONENT:
         return []
     if not config.get("requireProtect", False) or obj.protect:
         return []
@@ -108,8 +108,8 @@ def _storage_gib(obj: K8sObject) -> float:
 def check_fleet(objects: Sequence[K8sObject], config: Mapping[str, Any]) -> list[Violation]:
     servers = [o for o in objects if o.is_model_server]
     gpus = {o.model or "?": model_gpus(o) for o in servers}
-    caches = [o for o in objects
-              if o.kind == "PersistentVolumeClaim" and o.labels.get(COMPONENT_LABEL) == "weight-cache"]  # fmt: skip
+    caches = [o for o in objects if o.kind == "PersistentVolumeClaim"
+              and o.labels.get(COMPONENT_LABEL) == WEIGHT_CACHE_COMPONENT]  # fmt: skip
     out: list[Violation] = []
     limit = as_int(config.get("maxGpus"))
     total = sum(gpus.values())

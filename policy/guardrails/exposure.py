@@ -15,8 +15,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tkf_infra.names import MODEL_LABEL
+
 from .base import Guardrail, Violation, owner_fix, violation
-from .objects import MODEL_LABEL, K8sObject, as_list, as_map, as_str, command_words, containers, pod_groups
+from .objects import K8sObject, as_list, as_map, as_str, command_words, containers, pod_groups
 
 DEFAULT_FORBIDDEN_TYPES = ("LoadBalancer", "NodePort")
 #: A command-line word that names an env variable instead of holding a value.

@@ -18,15 +18,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Label every object of one catalog entry carries (components/vllm_args.labels).
-MODEL_LABEL = "tkf.io/model"
-#: Label of the role an object plays: ``model-server`` (pods that run vLLM), ``endpoint``, ``weight-cache``.
-COMPONENT_LABEL = "app.kubernetes.io/component"
-PART_OF_LABEL = "app.kubernetes.io/part-of"
-PART_OF = "tkf-infra"
-MODEL_SERVER = "model-server"
-#: Annotation naming the catalog entries served from one weight cache (components/weight_cache.py).
-CACHE_MODELS_ANNOTATION = "tkf.io/models"
+# The label and annotation keys the components write, from the one module both sides import (it imports
+# only the standard library, so the pack's own virtualenv runs it too).
+from tkf_infra.names import COMPONENT_LABEL, MODEL_LABEL, MODEL_SERVER, PART_OF, PART_OF_LABEL
+
 #: The extended resource the NVIDIA device plugin advertises.
 GPU_RESOURCE = "nvidia.com/gpu"
 #: A MIG slice under the mixed strategy: `nvidia.com/mig-1g.10gb`.

@@ -13,9 +13,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from tkf_infra.names import CACHE_MODELS_ANNOTATION, REVISION_KEY
+
 from .base import Guardrail, Violation, owner_fix, violation
 from .objects import (
-    CACHE_MODELS_ANNOTATION,
     K8sObject,
     as_list,
     as_map,
@@ -110,7 +111,7 @@ def check_images(obj: K8sObject, config: Mapping[str, Any]) -> list[Violation]:
 def _revision_problems(obj: K8sObject) -> list[tuple[str, str]]:
     """(where, value) of every revision reference of the object that is not a 40-hex commit."""
     found: list[tuple[str, str]] = []
-    rev = obj.annotations.get("tkf.io/revision")
+    rev = obj.annotations.get(REVISION_KEY)
     if isinstance(rev, str) and not SHA_RE.match(rev):
         found.append(("annotation tkf.io/revision", rev))
     if obj.kind == "LLMInferenceService":

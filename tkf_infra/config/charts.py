@@ -10,8 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from tkf_infra.names import PROJECT_ROOT
+
 #: A relative `chartPath` is taken from the project's root (where the program runs).
-PROJECT = Path(__file__).resolve().parents[2]
+PROJECT = PROJECT_ROOT
 #: KServe's piece is three charts, found side by side in its folder (KServe's charts/).
 KSERVE_CHARTS = ("kserve-llmisvc-crd", "kserve-llmisvc-resources", "kserve-runtime-configs")
 

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tkf_infra.names import PROJECT_ROOT
 from tkf_infra.sizing.facts import ModelFacts
 
-DEFAULT_LOCK_PATH = Path(__file__).resolve().parents[2] / "models.lock.json"
+DEFAULT_LOCK_PATH = PROJECT_ROOT / "models.lock.json"
 LOCK_VERSION = 1
 
 

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from tkf_infra.names import PROJECT_ROOT
 from tkf_infra.ops.exit_codes import ExitCode, describe
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -234,11 +235,13 @@ def gateway_config(
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")] = None,
 ) -> None:
     """Write the gateway's model list from the stack outputs; secrets stay environment references."""
+    from tkf_infra.outputs import GATEWAY_MODEL_LIST_OUTPUT
+
     _, outs = _outputs(stack)
-    model_list = outs.get("gatewayModelList")
+    model_list = outs.get(GATEWAY_MODEL_LIST_OUTPUT)
     if model_list is None:
-        raise _fail(f"stack {stack!r} has no gatewayModelList output yet; run `python -m tkf_infra up --stack {stack}`",
-                    ExitCode.REFUSED)
+        raise _fail(f"stack {stack!r} has no {GATEWAY_MODEL_LIST_OUTPUT} output yet; "
+                    f"run `python -m tkf_infra up --stack {stack}`", ExitCode.REFUSED)
     doc = {"model_list": model_list}
     text = yaml.safe_dump(doc, sort_keys=False) if fmt is Format.litellm else json.dumps(doc, indent=2) + "\n"
     if output:
@@ -333,7 +336,7 @@ def lock(
         except ValueError as err:
             raise _fail(str(err)) from None
     else:
-        stack_file = Path(__file__).resolve().parents[2] / f"Pulumi.{stack}.yaml"
+        stack_file = PROJECT_ROOT / f"Pulumi.{stack}.yaml"
         if not stack_file.exists():
             raise _fail(f"no stack file {stack_file.name}; give REPO@REVISION arguments or an existing --stack")
         try:
@@ -354,6 +357,7 @@ def status(
     """Capacity signal per model from Prometheus: replicas, queue depth, KV-cache use, hit rate, TTFT."""
     from tkf_infra.live.status_view import status_command
     from tkf_infra.ops import stacks
+    from tkf_infra.outputs import ENDPOINTS_OUTPUT
 
     st, outs = _outputs(stack)
     url = prometheus_url
@@ -362,7 +366,7 @@ def status(
         url = catalog.settings.prometheus_url if catalog else None
     if not url:
         raise _fail(f"stack {stack!r} sets no prometheusUrl; pass --prometheus-url")
-    endpoints = list((outs.get("endpoints") or {}).values())
+    endpoints = list((outs.get(ENDPOINTS_OUTPUT) or {}).values())
     text, code = status_command(endpoints, url, as_json)
     print(text)
     raise typer.Exit(code)
@@ -380,13 +384,14 @@ def calibrate(
     from tkf_infra.hub.lock import load_lock
     from tkf_infra.live.calibrate import calibrate_command
     from tkf_infra.ops import stacks
+    from tkf_infra.outputs import ENDPOINTS_OUTPUT
 
     st, outs = _outputs(stack)
     catalog = stacks.stack_catalog(st)
     url = prometheus_url or (catalog.settings.prometheus_url if catalog else None)
     if not url:
         raise _fail(f"stack {stack!r} sets no prometheusUrl; pass --prometheus-url")
-    text, code = calibrate_command(list((outs.get("endpoints") or {}).values()), url, output, stack=stack,
+    text, code = calibrate_command(list((outs.get(ENDPOINTS_OUTPUT) or {}).values()), url, output, stack=stack,
                                    catalog=catalog, lock=load_lock(), append=append)
     err_console.print(escape(text), highlight=False, soft_wrap=True)
     raise typer.Exit(code)

@@ -22,11 +22,11 @@ from typing import Any, Protocol
 
 from pulumi.automation import events
 
+from tkf_infra.names import MODEL_SERVING_TYPE, PROJECT_ROOT, STACK_TYPE
+
 #: The pack, started by the engine as a binary analyzer (policy/analyzer explains why not the directory).
-PACK_DIR = Path(__file__).resolve().parents[2] / "policy"
+PACK_DIR = PROJECT_ROOT / "policy"
 PACK = PACK_DIR / "analyzer"
-MODEL_SERVING_TYPE = "tkf:serving:ModelServing"
-STACK_TYPE = "pulumi:pulumi:Stack"
 
 _COLOR = re.compile(r"<\{%[^%]*%\}>")
 _NAME = r"[a-z](?:[-a-z0-9]*[a-z0-9])?"

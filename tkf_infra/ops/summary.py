@@ -25,12 +25,16 @@ from typing import Any
 
 from pulumi.automation import events
 
-from tkf_infra.names import FIT_CHECK_SUFFIX
+from tkf_infra.names import (
+    FIT_CHECK_SUFFIX,
+    MODEL_SERVING_TYPE,
+    STACK_TYPE,
+    WEIGHT_CACHE_MODELS_OUTPUT,
+    WEIGHT_CACHE_TYPE,
+)
+from tkf_infra.outputs import PROBLEMS_OUTPUT, REJECTED_OUTPUT
 from tkf_infra.plan import Exclusion
 
-MODEL_SERVING_TYPE = "tkf:serving:ModelServing"
-WEIGHT_CACHE_TYPE = "tkf:serving:WeightCache"
-STACK_TYPE = "pulumi:pulumi:Stack"
 #: The Kubernetes provider's message for an await cut short by a cancel (SIGINT/SIGTERM to the engine).
 CANCELLED_MARKER = "Resource operation was cancelled"
 
@@ -188,8 +192,9 @@ class RunTracker:
         rtype, _ = urn_type_and_name(meta.urn)
         if rtype == STACK_TYPE and meta.new is not None and meta.new.outputs:
             self.outputs.update(meta.new.outputs)
-        if rtype == WEIGHT_CACHE_TYPE and state is not None and isinstance((state.outputs or {}).get("models"), list):
-            self.cache_models[meta.urn] = [str(m) for m in (state.outputs or {})["models"]]
+        cached = (state.outputs or {}).get(WEIGHT_CACHE_MODELS_OUTPUT) if state is not None else None
+        if rtype == WEIGHT_CACHE_TYPE and isinstance(cached, list):
+            self.cache_models[meta.urn] = [str(m) for m in cached]
         if outputs_event:  # a shared weight cache's change counts for every model it serves
             for model in self.models_of(meta.urn):
                 self._count(self.report(model), meta)
@@ -265,10 +270,10 @@ def summarize(stack_name: str, operation: str, tracker: RunTracker, ok: bool,
     """
     tracker.attribute()
     outs = {**(outputs or {}), **tracker.outputs}
-    excluded = [Exclusion.from_output(x) for x in outs.get("rejected") or [] if isinstance(x, Mapping)]
+    excluded = [Exclusion.from_output(x) for x in outs.get(REJECTED_OUTPUT) or [] if isinstance(x, Mapping)]
     for x in excluded:
         tracker.report(x.label).excluded = x
-    explained = {x.log_line() for x in excluded} | set(outs.get("problems") or [])
+    explained = {x.log_line() for x in excluded} | set(outs.get(PROBLEMS_OUTPUT) or [])
     stack_errors = [d for d in tracker.diagnostics
                     if d not in explained and not d.endswith("Fix the errors above and run again.")
                     and "fleet problem(s), reported above" not in d]
@@ -276,10 +281,10 @@ def summarize(stack_name: str, operation: str, tracker: RunTracker, ok: bool,
         # The SDK's note that a resource depending on a failed one could not register (continue-on-error
         # skips the dependents): the failed resource's own error, attributed above, is the reason.
         stack_errors = [d for d in stack_errors if "ResourceRegistrationFailed: resource " not in d]
-    if excluded or outs.get("problems"):
+    if excluded or outs.get(PROBLEMS_OUTPUT):
         # The engine's own note that the program ended non-zero: the verdict above is why.
         stack_errors = [d for d in stack_errors if "program exited with non-zero exit code" not in d]
-    stack_errors = list(outs.get("problems") or []) + stack_errors
+    stack_errors = list(outs.get(PROBLEMS_OUTPUT) or []) + stack_errors
     models = {name: tracker.report(name).as_dict() for name in sorted(tracker.models)}
     counts = Counter(m["status"] for m in models.values())
     failed = sorted(n for n, m in models.items() if m["status"] in {"failed", "rejected", "interrupted"})
@@ -343,8 +348,9 @@ def pending_report(deployment: Mapping[str, Any]) -> tuple[dict[str, list[str]],
     for res in deployment.get("resources") or []:
         if res.get("parent"):
             parents[res["urn"]] = res["parent"]
-        if res.get("type") == WEIGHT_CACHE_TYPE and isinstance((res.get("outputs") or {}).get("models"), list):
-            cache_models[res["urn"]] = [str(m) for m in res["outputs"]["models"]]
+        cached = (res.get("outputs") or {}).get(WEIGHT_CACHE_MODELS_OUTPUT)
+        if res.get("type") == WEIGHT_CACHE_TYPE and isinstance(cached, list):
+            cache_models[res["urn"]] = [str(m) for m in cached]
     per_model: dict[str, list[str]] = {}
     stack_level: list[str] = []
     for op in deployment.get("pending_operations") or []:

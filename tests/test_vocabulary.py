@@ -1,0 +1,244 @@
+"""One vocabulary across the seams (issue 31): a name one package writes and another reads is spelled once.
+
+Component type tokens, label and annotation keys, the pipeline-parallel preset and the project root live
+in `tkf_infra/names.py`; output keys in `tkf_infra/outputs.py`. These tests fail when a name changes on
+one side only: the registered type tokens are the constants, the CLI's per-model attribution finds the
+models through them, the exported keys are the constants and the example gateway reads no other, the
+guardrails read the labels the components write, and no other file spells one of these names again.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+import pytest
+import yaml
+
+from components import vllm_args as va
+from policy.guardrails.objects import K8sObject
+from tests.mocks import CPU, MULTI_NODE, SINGLE_GPU, TP4, Harness, Registered, program, stack_doc
+from tests.sharing_fixtures import QWEN05, mig_settings
+from tkf_infra import names, outputs
+from tkf_infra.config import ModelEntry
+from tkf_infra.ops import policy_report, summary
+
+ROOT = names.PROJECT_ROOT
+STACK, PROJECT = "unit", "tkf-infra"
+
+
+#: What each component passed to `register_outputs`, by `type::name`.
+ComponentOutputs = dict[str, dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def fleet() -> tuple[Harness[Any], ComponentOutputs]:
+    import pulumi
+
+    registered: ComponentOutputs = {}
+    real = pulumi.ComponentResource.register_outputs
+
+    def record(self: pulumi.ComponentResource, outs: Any) -> None:
+        registered[f"{self._type}::{self._name}"] = dict(outs or {})
+        real(self, outs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pulumi.ComponentResource, "register_outputs", record)
+        h = program(stack_doc(SINGLE_GPU, MULTI_NODE, TP4, CPU), api_key="k")
+    assert h.error is None, h.error
+    return h, registered
+
+
+@pytest.fixture(scope="module")
+def shared() -> Harness[Any]:
+    doc = stack_doc(backend="kserve")
+    extra = mig_settings([{"name": "tiny", **QWEN05, "servedName": "tiny", "maxModelLen": 4096}])
+    doc["platform"]["gpuOperator"].update({k: v for k, v in extra.pop("platform")["gpuOperator"].items()
+                                           if k != "alreadyInstalled"})
+    doc.update(extra)
+    h = program(doc)
+    assert h.error is None, h.error
+    return h
+
+
+def urns(h: Harness[Any]) -> dict[str, str]:
+    """Each registered resource's engine URN (`urn:pulumi:<stack>::<project>::<parent types>$<type>::<name>`)."""
+    by_key = {r.urn: r for r in h.resources}
+    out: dict[str, str] = {}
+
+    def urn(r: Registered) -> str:
+        if r.urn not in out:
+            chain = [r.type]
+            parent = by_key.get(r.parent or "")
+            while parent is not None:
+                chain.insert(0, parent.type)
+                parent = by_key.get(parent.parent or "")
+            out[r.urn] = f"urn:pulumi:{STACK}::{PROJECT}::{'$'.join(chain)}::{r.name}"
+        return out[r.urn]
+
+    for r in h.resources:
+        urn(r)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Component type tokens
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_registered_component_types_are_the_constants(
+        fleet: tuple[Harness[Any], ComponentOutputs], shared: Harness[Any]) -> None:
+    registered = {r.type for h in (fleet[0], shared) for r in h.resources if r.type.startswith("tkf:")}
+    assert registered == names.COMPONENT_TYPES, (
+        "a component's type token and tkf_infra/names.py disagree: rename it there (ops/summary.py and "
+        "ops/policy_report.py attribute engine events to models by these tokens)")
+
+
+def test_every_component_registers_its_type_through_names() -> None:
+    """`super().__init__(<token>, …)` of every ComponentResource names a constant of tkf_infra/names.py."""
+    seen: dict[str, str] = {}
+    for path in sorted((ROOT / "components").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            if not any(ast.unparse(b).endswith("ComponentResource") for b in cls.bases):
+                continue
+            for call in (n for n in ast.walk(cls) if isinstance(n, ast.Call)):
+                if ast.unparse(call.func) == "super().__init__":
+                    token = call.args[0]
+                    name = token.attr if isinstance(token, ast.Attribute) else getattr(token, "id", None)
+                    assert name is not None and isinstance(getattr(names, name, None), str), (
+                        f"{path.name}: {cls.name} registers {ast.unparse(token)}, not a tkf_infra.names constant")
+                    seen[cls.name] = getattr(names, name)
+    assert set(seen.values()) == names.COMPONENT_TYPES, seen
+
+
+def test_the_cli_attributes_each_models_resources_through_the_same_tokens(
+        fleet: tuple[Harness[Any], ComponentOutputs]) -> None:
+    """What the program registers under a ModelServing is that model's, for the run summary and the
+    policy report alike; a WeightCache's resources belong to the models its `models` output lists."""
+    h, registered = fleet
+    by_urn = urns(h)
+    parents = {by_urn[r.urn]: by_urn[r.parent] for r in h.resources if r.parent in by_urn}
+    caches = {by_urn[r.urn]: list(registered[r.urn][names.WEIGHT_CACHE_MODELS_OUTPUT])
+              for r in h.resources if r.type == names.WEIGHT_CACHE_TYPE}
+    by_key = {r.urn: r for r in h.resources}
+    attributed: set[str] = set()
+    for r in h.resources:
+        serving: Registered | None = r
+        while serving is not None and serving.type != names.MODEL_SERVING_TYPE:
+            serving = by_key.get(serving.parent or "")
+        if serving is None or serving is r:
+            continue
+        assert summary.models_of(by_urn[r.urn], parents, caches) == [serving.name], r.urn
+        assert policy_report._serving_ancestor(by_urn[r.urn], parents) == by_urn[serving.urn], r.urn
+        attributed.add(serving.name)
+    assert attributed == {SINGLE_GPU["name"], MULTI_NODE["name"], TP4["name"], CPU["name"]}
+    assert caches
+    for urn, models in caches.items():
+        assert models and summary.models_of(urn, parents, caches) == models
+
+
+def test_the_pipeline_parallel_preset_is_the_name_the_workloads_reference() -> None:
+    doc = yaml.safe_load((ROOT / "components" / "data" / "pipeline-parallel-preset.yaml").read_text())
+    assert doc["metadata"]["name"] == names.PIPELINE_PARALLEL_PRESET
+
+
+# ---------------------------------------------------------------------------------------------
+# Stack output keys
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_exported_outputs_are_the_constants(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pulumi
+
+    exported: dict[str, Any] = {}
+    monkeypatch.setattr(pulumi, "export", lambda name, value: exported.__setitem__(name, value))
+    h = program(stack_doc(SINGLE_GPU), api_key="k")
+    assert h.error is None, h.error
+    assert sorted(exported) == sorted(outputs.OUTPUT_KEYS)
+    assert len(set(outputs.OUTPUT_KEYS)) == len(outputs.OUTPUT_KEYS)
+
+
+def test_the_example_gateway_reads_only_outputs_the_stack_exports() -> None:
+    """examples/gateway is copied into another project, so it spells the keys itself: they must exist."""
+    text = (ROOT / "examples" / "gateway" / "__main__.py").read_text()
+    read = set(re.findall(r"\.(?:require_output|get_output)\(\"([^\"]+)\"\)", text))
+    assert read and read <= set(outputs.OUTPUT_KEYS), read - set(outputs.OUTPUT_KEYS)
+
+
+def test_the_summary_reads_left_out_models_from_the_rejected_output() -> None:
+    row = {"index": 0, "name": "m", "stage": "fit", "reasons": ["too big"], "kept": False}
+    tracker = summary.RunTracker("preview")
+    got = summary.summarize("s", "preview", tracker, ok=False, outputs={outputs.REJECTED_OUTPUT: [row]})
+    assert got["models"]["m"]["status"] == "rejected"
+
+
+# ---------------------------------------------------------------------------------------------
+# Label and annotation keys
+# ---------------------------------------------------------------------------------------------
+
+
+def test_vllm_pod_labels_are_the_shared_keys() -> None:
+    """components/vllm_args.labels still spells its keys (another change owns that file): same strings."""
+    entry = ModelEntry.model_validate(SINGLE_GPU)
+    assert va.labels(entry) == {
+        names.NAME_LABEL: "vllm", names.INSTANCE_LABEL: entry.name, names.COMPONENT_LABEL: names.MODEL_SERVER,
+        names.PART_OF_LABEL: names.PART_OF, names.MANAGED_BY_LABEL: "pulumi",
+        names.MODEL_LABEL: entry.name, names.REVISION_KEY: entry.revision[:12],
+    }
+    assert va.PART_OF == names.PART_OF
+
+
+def test_the_guardrails_read_the_labels_the_components_write(fleet: tuple[Harness[Any], ComponentOutputs]) -> None:
+    h, _ = fleet
+    objs = [K8sObject(type=r.type, props=r.manifest() if r.type.startswith("kubernetes:") else r.inputs, urn=r.urn)
+            for r in h.resources if r.custom]  # fmt: skip
+    models = {SINGLE_GPU["name"], MULTI_NODE["name"], TP4["name"], CPU["name"]}
+    servers = {o.model for o in objs if o.is_model_server}
+    assert servers == models, "policy/guardrails/objects.py finds every model's pods by names.MODEL_LABEL"
+    services = [o for o in objs if o.kind == "Service" and o.name.endswith("-openai")]
+    assert {o.props["spec"]["selector"][names.MODEL_LABEL] for o in services} == models
+    caches = [o for o in objs if o.kind == "PersistentVolumeClaim"]
+    assert caches and all(o.labels[names.COMPONENT_LABEL] == names.WEIGHT_CACHE_COMPONENT for o in caches)
+    served = {m for o in caches for m in o.annotations[names.CACHE_MODELS_ANNOTATION].split(",")}
+    assert served == models
+
+
+#: Files that still spell a shared name, and why (each should move to tkf_infra/names.py when free).
+SPELLED_ELSEWHERE = {
+    "tkf_infra/names.py": "the one place",
+    "components/vllm_args.py": "labels() and API_KEYS_ANNOTATION: owned by another change (issue 31, split)",
+    "tkf_infra/sizing/contract.py": "`tkf.io/fit-*`: sizing imports nothing outside sizing",
+    "tkf_infra/plan/pools.py": "`tkf.io/node-pool`: owned by another change",
+    "examples/gateway/__main__.py": "copied into the gateway's own project: imports nothing of ours",
+    "tkf_infra/live/status.py": "a kubectl hint in a message",
+}
+SHARED = re.compile(r"[\"'](?:tkf\.io/|app\.kubernetes\.io/|tkf:(?:serving|platform):|"
+                    r"kserve-config-llm-worker-pipeline-parallel[\"'])")  # fmt: skip
+
+
+def test_no_other_file_spells_a_shared_name() -> None:
+    offenders = []
+    for folder in ("components", "tkf_infra", "providers", "policy", "examples", "bench"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if ".venv" in path.parts or rel in SPELLED_ELSEWHERE:
+                continue
+            offenders += [f"{rel}:{n}: {line.strip()}" for n, line in enumerate(path.read_text().splitlines(), 1)
+                          if SHARED.search(line)]  # fmt: skip
+    assert not offenders, "spell these through tkf_infra/names.py:\n" + "\n".join(offenders)
+
+
+def test_the_project_root_is_computed_once() -> None:
+    assert (ROOT / "Pulumi.yaml").is_file() and (ROOT / "models.lock.json").is_file()
+    climbs = re.compile(r"Path\(__file__\)\.resolve\(\)\.parents\[2\]")
+    offenders = [p.relative_to(ROOT).as_posix() for p in sorted((ROOT / "tkf_infra").rglob("*.py"))
+                 if climbs.search(p.read_text())]  # fmt: skip
+    assert not offenders, f"use tkf_infra.names.PROJECT_ROOT in {offenders}"
+
+
+def test_the_weight_cache_models_output_is_the_shared_key(fleet: tuple[Harness[Any], ComponentOutputs]) -> None:
+    h, registered = fleet
+    caches = [r for r in h.resources if r.type == names.WEIGHT_CACHE_TYPE]
+    assert caches and all(isinstance(registered[r.urn].get(names.WEIGHT_CACHE_MODELS_OUTPUT), list) for r in caches)
