@@ -48,6 +48,12 @@ def test_a_step_budget_below_the_batch_is_refused_naming_both() -> None:
     assert "raise maxNumBatchedTokens to at least 256 or lower maxNumSeqs to at most 128" in msg
 
 
+def test_the_step_budget_is_named_with_the_entrys_other_problems() -> None:
+    """Pydantic skips an entry's cross-field rules once a field failed; the catalog still reports every reason."""
+    msg = rejected_text(stack_doc({**SINGLE_GPU, "revision": "main", "maxNumBatchedTokens": 128}, SIBLING))
+    assert "revision 'main' is a branch" in msg and "maxNumBatchedTokens 128 is below maxNumSeqs 256" in msg
+
+
 def test_a_step_budget_equal_to_the_batch_or_left_to_vllm_passes() -> None:
     cat = validate_catalog(stack_doc({**SINGLE_GPU, "maxNumSeqs": 64, "maxNumBatchedTokens": 64},
                                      {**SIBLING, "maxNumSeqs": 4096}))  # fmt: skip

@@ -175,3 +175,89 @@ def test_a_hostile_string_anywhere_is_named_or_harmless(path: tuple[str, ...], v
     assert all(one_line(p) for p in problems)
     if path not in FREE_TEXT and any(unicodedata.category(c) == "Cc" for c in value):
         assert problems, f"{'.'.join(path)} = {value!r} was accepted"
+
+
+# -- contradictions between fields (each valid alone): only the product's named error, and exactly when due -------
+
+DEEPSEEK_V3 = {"repo": "deepseek-ai/DeepSeek-V3", "revision": "86518964eaef84e3fdd98e9861759a1384f9c29d"}
+CHUNKED = {(): None, ("--enable-chunked-prefill",): True, ("--no-enable-chunked-prefill",): False,
+           ("--no_enable_chunked_prefill",): False, ("--no-enable-chunked",): False}  # fmt: skip
+OWNED_SPELLINGS = [(), ("-q", "awq"), ("--quant", "awq"), ("--quantization=awq",), ("-tp", "2"),
+                   ("--tensor_parallel_size", "2"), ("-qawq",), ("-sc", "{}"), ("--max_model", "1")]  # fmt: skip
+SPECS: list[tuple[dict[str, Any] | None, bool]] = [  # (speculativeConfig, its draft is a repo id or none)
+    (None, True), ({"method": "mtp"}, True), ({"method": "ngram", "num_speculative_tokens": 2}, True),
+    ({"method": "eagle", "model": "org/draft"}, True), ({"method": "eagle", "model": "https://hf.co/org/d"}, False),
+    ({"method": "eagle3", "model": "./draft"}, False)]  # fmt: skip
+#: nvidia.com/gpu.product in the pool's labels → whether it is the H100-80GB the pool is sized on.
+LABELS = {None: True, "NVIDIA-H100-80GB-HBM3": True, "NVIDIA-A100-SXM4-80GB": False, "NVIDIA-L40S": False,
+          "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb": False, "NVIDIA-Foo-80GB": False}  # fmt: skip
+MEMORY = {None: True, 79.5: True, 80: True, 60: True, 141: False, 59: False, 8: False}
+VERSIONS = {None: True, "0.32.0": True, "v0.32": True, "0.19.0": False, "in-house": False}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seqs=st.sampled_from([1, 16, 256, 1024]), mnbt=st.sampled_from([None, 16, 255, 256, 2048, 8192, 65536]),
+       mml=st.sampled_from([512, 4096, 8192, 32768]), chunked=st.sampled_from(list(CHUNKED)),
+       owned=st.sampled_from(OWNED_SPELLINGS), spec=st.sampled_from(SPECS),
+       model=st.sampled_from([{"repo": "Qwen/Qwen3-8B", "revision": "b968826d9c46dd6066d109eabc6255188de91218"},
+                              DEEPSEEK_V3]),
+       label=st.sampled_from(list(LABELS)), memory=st.sampled_from(list(MEMORY)),
+       version=st.sampled_from(list(VERSIONS)), gpu_ns=st.sampled_from(["gpu-operator", "llm-serving"]))  # fmt: skip
+def test_cross_field_contradictions_are_named_exactly_when_present(
+        seqs: int, mnbt: int | None, mml: int, chunked: tuple[str, ...], owned: tuple[str, ...],
+        spec: tuple[dict[str, Any] | None, bool], model: dict[str, str], label: str | None, memory: float | None,
+        version: str | None, gpu_ns: str) -> None:  # fmt: skip
+    from tkf_infra.hub.lock import load_lock
+    from tkf_infra.plan.fleet import plan_fleet
+
+    config, draft_ok = spec
+    entry: dict[str, Any] = {"name": "m", **model, "servedName": "m", "nodePool": "gpu", "maxModelLen": mml,
+                             "maxNumSeqs": seqs, "extraArgs": [*chunked, *owned]}  # fmt: skip
+    if mnbt is not None:
+        entry["maxNumBatchedTokens"] = mnbt
+    if config is not None:
+        entry["speculativeConfig"] = config
+    pool: dict[str, Any] = {**POOL, **({"labels": {"nvidia.com/gpu.product": label}} if label else {}),
+                            **({"gpuMemoryGiB": memory} if memory is not None else {})}  # fmt: skip
+    sibling = {"name": "sibling", "repo": "Qwen/Qwen3-8B", "revision": "b968826d9c46dd6066d109eabc6255188de91218",
+               "servedName": "sibling", "nodePool": "cpu", "gpusPerNode": 0, "maxModelLen": 2048}  # fmt: skip
+    serving: dict[str, Any] = {"allowCpu": True, **({"vllmVersion": version} if version else {})}
+    doc = {"nodePools": [pool, {"name": "cpu", "gpusPerNode": 0}], "models": [entry, sibling],
+           "serving": serving, "namespaces": {"serving": "llm-serving", "gpuOperator": gpu_ns}}  # fmt: skip
+
+    stack_due = {"vllmVersion": not VERSIONS[version], "gpuOperator": gpu_ns == "llm-serving"}
+    try:
+        cat = validate_catalog(doc)
+    except SettingsError as err:
+        text = str(err)
+        assert any(stack_due.values()), text
+        assert ("contradicts serving.vllmImage" in text) == stack_due["vllmVersion"], text
+        assert ("namespaces.gpuOperator is 'llm-serving'" in text) == stack_due["gpuOperator"], text
+        assert all(one_line(p) for p in err.problems)
+        return
+    assert not any(stack_due.values())
+
+    off = CHUNKED[chunked] is False
+    entry_due = {"is below maxNumSeqs": mnbt is not None and mnbt < seqs,
+                 "while extraArgs turn chunked prefill off": off and mnbt is not None and mnbt < mml,
+                 "a flag the platform owns": bool(owned), "is not a Hugging Face repo id": not draft_ok}  # fmt: skip
+    text = "\n".join(str(p) for r in cat.rejected for p in r.problems)
+    assert {k for k in entry_due if k in text} == {k for k, due in entry_due.items() if due}, text
+    assert [r.name for r in cat.rejected] == (["m"] if any(entry_due.values()) else []), text
+    assert "sibling" in [m.name for m in cat.models]
+
+    plan = plan_fleet(cat, lock=load_lock())
+    assert "sibling" in plan.deployed
+    if any(entry_due.values()):
+        return
+    pool_due = not LABELS[label] or not MEMORY[memory]
+    reasons = "\n".join(r for x in plan.excluded for r in x.reasons)
+    assert ("node pool gpu:" in reasons) == pool_due, reasons
+    if not LABELS[label] and MEMORY[memory]:
+        assert "labels nvidia.com/gpu.product is" in reasons
+    if not MEMORY[memory]:
+        assert "no part of that name has it" in reasons
+    mtp_due = not pool_due and config == {"method": "mtp"} and model["repo"] == "Qwen/Qwen3-8B"
+    assert ("speculativeConfig.method mtp drafts" in reasons) == mtp_due, reasons
+    stages = {x.stage.value for x in plan.excluded}
+    assert stages <= {"pool", "catalog", "fit"}, plan.excluded

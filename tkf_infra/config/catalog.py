@@ -60,6 +60,28 @@ def parallelism_problem(nodes: int, gpus: int, tp: int, pp: int, dp: int = 1) ->
     return None
 
 
+def step_budget_problems(mnbt: int | None, seqs: int, mml: int, extra_args: list[str]) -> list[str]:
+    """Values each valid alone that vLLM 0.32 refuses together at start-up, after the pod was scheduled.
+
+    vllm/config/scheduler.py@v0.32.0:314-333 (`SchedulerConfig.verify_max_model_len`): the step budget
+    must hold the whole batch, and — with chunked prefill off — the longest prompt. The one place it is
+    written down (the entry's validator, and validate.py on an entry whose other fields failed)."""
+    if mnbt is None:
+        return []
+    problems = []
+    if mnbt < seqs:
+        problems.append(f"maxNumBatchedTokens {mnbt} is below maxNumSeqs {seqs}: vLLM refuses a step budget "
+                        "smaller than the batch (max_num_batched_tokens must be >= max_num_seqs); raise "
+                        f"maxNumBatchedTokens to at least {seqs} or lower maxNumSeqs to at most {mnbt}")
+    chunked = extra_args_dests(extra_args).get("enable_chunked_prefill")
+    if chunked is not None and chunked.startswith("--no-") and mnbt < mml:
+        problems.append(f"maxNumBatchedTokens {mnbt} is below maxModelLen {mml} while extraArgs turn chunked "
+                        f"prefill off ({chunked}): vLLM then refuses to start (a prompt must fit one step); "
+                        f"raise maxNumBatchedTokens to at least {mml}, lower maxModelLen to {mnbt}, or drop "
+                        f"{chunked} from extraArgs")
+    return problems
+
+
 class ModelEntry(ServingSpec):
     """One served model. Defaults from `modelDefaults` are merged under it before validation."""
 
@@ -164,24 +186,8 @@ class ModelEntry(ServingSpec):
 
     @model_validator(mode="after")
     def _step_budget(self) -> ModelEntry:
-        """Values each valid alone that vLLM 0.32 refuses together at start-up, after the pod was scheduled.
-
-        vllm/config/scheduler.py@v0.32.0:314-333 (`SchedulerConfig.verify_max_model_len`): the step
-        budget must hold the whole batch, and — with chunked prefill off — the longest prompt."""
-        mnbt, seqs, mml = self.max_num_batched_tokens, self.max_num_seqs, self.max_model_len
-        if mnbt is None:
-            return self
-        problems = []
-        if mnbt < seqs:
-            problems.append(f"maxNumBatchedTokens {mnbt} is below maxNumSeqs {seqs}: vLLM refuses a step budget "
-                            "smaller than the batch (max_num_batched_tokens must be >= max_num_seqs); raise "
-                            f"maxNumBatchedTokens to at least {seqs} or lower maxNumSeqs to at most {mnbt}")
-        chunked = extra_args_dests(self.extra_args).get("enable_chunked_prefill")
-        if chunked is not None and chunked.startswith("--no-") and mnbt < mml:
-            problems.append(f"maxNumBatchedTokens {mnbt} is below maxModelLen {mml} while extraArgs turn chunked "
-                            f"prefill off ({chunked}): vLLM then refuses to start (a prompt must fit one step); "
-                            f"raise maxNumBatchedTokens to at least {mml}, lower maxModelLen to {mnbt}, or drop "
-                            f"{chunked} from extraArgs")
+        problems = step_budget_problems(self.max_num_batched_tokens, self.max_num_seqs, self.max_model_len,
+                                        self.extra_args)
         if problems:
             raise ValueError("; ".join(problems))
         return self

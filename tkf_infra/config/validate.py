@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from tkf_infra.config.api_keys import CONFIG_KEYS as API_KEY_CONFIG_KEYS
 from tkf_infra.config.base import Problem, SettingsError, label_name, problems_from, short
-from tkf_infra.config.catalog import ModelEntry, parallelism_problem
+from tkf_infra.config.catalog import ModelEntry, parallelism_problem, step_budget_problems
 from tkf_infra.config.stack import NodePool, StackSettings
 
 
@@ -126,8 +126,10 @@ def validate_catalog(raw: Mapping[str, Any]) -> Catalog:
         try:
             parsed[i] = ModelEntry.model_validate(merged)
         except ValidationError as err:
-            per_entry[i] = (problems_from(err, labels[i], model=ModelEntry)
-                            + _raw_parallelism_problems(merged, labels[i]))
+            found = problems_from(err, labels[i], model=ModelEntry)
+            raw_rules = _raw_parallelism_problems(merged, labels[i]) + _raw_step_budget_problems(merged, labels[i])
+            # A rule that ran (every field parsed) is in `found` already; only the ones pydantic skipped are added.
+            per_entry[i] = found + [p for p in raw_rules if not any(p.message in q.message for q in found)]
 
     _cross_entry_rules(settings, pools, bad_pools, parsed, labels, per_entry)
 
@@ -156,6 +158,18 @@ def _raw_parallelism_problems(raw: Mapping[str, Any], label: str) -> list[Proble
         return []
     problem = parallelism_problem(*values)
     return [Problem(label, "tensorParallelSize", problem)] if problem else []
+
+
+def _raw_step_budget_problems(raw: Mapping[str, Any], label: str) -> list[Problem]:
+    """The step-budget rule on the raw entry when other fields already failed (as `_raw_parallelism_problems`)."""
+    mnbt, seqs, mml = raw.get("maxNumBatchedTokens"), raw.get("maxNumSeqs", 256), raw.get("maxModelLen")
+    args = raw.get("extraArgs", [])
+    if not (isinstance(mnbt, int) and isinstance(seqs, int) and isinstance(mml, int)) or any(
+            isinstance(v, bool) for v in (mnbt, seqs, mml)):  # fmt: skip
+        return []
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        return []
+    return [Problem(label, "maxNumBatchedTokens", p) for p in step_budget_problems(mnbt, seqs, mml, args)]
 
 
 def _cross_entry_rules(settings: StackSettings, pools: list[NodePool], bad_pools: Mapping[str, str],
