@@ -22,6 +22,7 @@ from tkf_infra.config.reader import read_api_keys
 from tkf_infra.hub.lock import Lock, load_lock
 from tkf_infra.outputs import DEPLOYED_OUTPUT
 from tkf_infra.plan import FleetPlan, LiveFindings, plan_fleet
+from tkf_infra.plan.admission import ClusterState, Footprints
 from tkf_infra.sizing.ec2 import InstanceGpus
 
 
@@ -37,6 +38,8 @@ class Edge:
     api_keys: ApiKeys | None = None
     """The runtime API keys; None reads the `apiKey*` secrets unless `read_api_key` is False."""
     read_api_key: bool = True
+    cluster: ClusterState | None = None
+    """What the cluster says (Nodes, storage, APIs); None reads it in cluster mode (`tkf_infra.live.cluster`)."""
 
 
 def load_catalog(raw: dict[str, Any] | None = None) -> Catalog:
@@ -107,14 +110,45 @@ def previous_deployment() -> dict[str, Any]:
     return dict(deployed) if isinstance(deployed, dict) else {}
 
 
+#: The metrics sidecar's requests (components/pod.py, metrics_container), counted on every pod of a replica.
+SIDECAR_CPU_MILLIS, SIDECAR_MEMORY_MIB = 10, 32
+
+
+def footprints(catalog: Catalog) -> Footprints:
+    """How each serving pod and weight cache is sized: the components' own rules, as plain functions."""
+    from components.vllm_args import cpu_cores, memory_gib
+    from components.weight_cache import pvc_size_gib
+    from tkf_infra.names import weight_cache
+
+    headroom = catalog.settings.serving.weight_cache_headroom
+
+    def pod(entry: Any, weight_bytes: int) -> tuple[int, int]:
+        return (cpu_cores(entry) * 1000 + SIDECAR_CPU_MILLIS,
+                memory_gib(entry, weight_bytes) * 1024 + SIDECAR_MEMORY_MIB)
+
+    return Footprints(pod=pod, cache_gib=lambda b: pvc_size_gib(b, headroom), cache_name=weight_cache)
+
+
+def cluster_facts(catalog: Catalog) -> ClusterState | None:
+    """What the cluster says about room and APIs (cluster mode only; render mode reads nothing)."""
+    target = catalog.settings.cluster
+    if target.mode != "kubeconfig" or not target.kubeconfig:
+        return None
+    from tkf_infra.live.cluster import cluster_state
+
+    return cluster_state(target.kubeconfig, target.context, catalog.settings.namespaces.serving)
+
+
 def plan(edge: Edge | None = None) -> FleetPlan:
     """Settings and the edge's data → the fleet plan (no resources registered)."""
     edge = edge or Edge()
     catalog = load_catalog(edge.settings)
     found, errors = ec2_facts(catalog, edge.ec2_client, edge.region)
     lock = edge.lock if edge.lock is not None else load_lock()
+    cluster = edge.cluster if edge.cluster is not None else cluster_facts(catalog)
     return plan_fleet(catalog, lock=lock, ec2=found, ec2_errors=errors, live=live_findings(catalog),
-                      refused_by_policy=policy_refusals(), previous=previous_deployment())
+                      refused_by_policy=policy_refusals(), previous=previous_deployment(), cluster=cluster,
+                      footprints=footprints(catalog))
 
 
 def report(plan: FleetPlan) -> None:

@@ -143,6 +143,24 @@ class Taint(SettingsModel):
         return v
 
 
+class NodeResources(SettingsModel):
+    """What one node of a pool gives pods (its allocatable), for previews that cannot read the Nodes."""
+
+    cpu: str | float = Field(description="CPU cores, e.g. 191.45 or 191450m.")
+    memory: str | float = Field(description="Memory, e.g. 2000Gi.")
+    ephemeral_storage: str | float | None = Field(None, description="Ephemeral storage, e.g. 3500Gi.")
+    pods: int | None = Field(None, ge=1, description="Pods per node (kubelet maxPods).")
+
+    @field_validator("cpu", "memory", "ephemeral_storage")
+    @classmethod
+    def _quantity(cls, v: str | float | None) -> str | float | None:
+        from tkf_infra.config.quantity import parse_quantity
+
+        if v is not None and parse_quantity(v) <= 0:
+            raise ValueError(f"{v!r} must be above 0")
+        return v
+
+
 class NodePool(SettingsModel):
     """A set of identical GPU nodes. `gpusPerNode: 0` marks a CPU pool (dev only)."""
 
@@ -172,6 +190,10 @@ class NodePool(SettingsModel):
     max_size: int | None = Field(None, ge=1)
     capacity_type: Literal["ON_DEMAND", "SPOT", "CAPACITY_BLOCK"] = "ON_DEMAND"
     ami_type: str = "AL2023_x86_64_NVIDIA"
+    node_resources: NodeResources | None = Field(
+        None, description="What one node gives pods (allocatable: cpu, memory, ephemeralStorage), used where the "
+                          "Nodes cannot be read (render mode, offline previews, nodes not yet joined); the node "
+                          "capacity check packs every replica's CPU and memory requests onto the pool's nodes.")
 
     @field_validator("name")
     @classmethod
@@ -277,6 +299,11 @@ class Serving(SettingsModel):
     allow_cpu: bool = Field(False, description="Allow the CPU profile (gpusPerNode 0). Dev stacks only.")
     storage_class: str | None = Field(None, description="StorageClass of weight-cache PVCs; None = cluster default.")
     weight_cache_headroom: float = Field(1.25, ge=1.0, le=4.0)
+    weight_cache_budget_gib: float | None = Field(
+        None, gt=0, alias="weightCacheBudgetGiB",
+        description="GiB the weight caches may still claim on storageClass, where no API says (render mode, no "
+                    "CSIStorageCapacity and no storage quota); caches beyond it are refused, the last deployed models "
+                    "first, then catalog order.")
     prune_weight_cache: bool = Field(False, description="Delete a removed model's weight PVC (default: keep it).")
     protect: bool = Field(False, description="Protect PVCs and namespaces from deletion (prod).")
     api_key_env: str = Field("TKF_VLLM_API_KEY", description="Env var the gateway reads the runtime API key from.")

@@ -20,6 +20,13 @@ class InstanceGpus:
     count: int
     memory_mib: int  # per GPU
     gpu: GpuSpec | None  # None when the part is not in our table
+    vcpus: int = 0
+    """VCpuInfo.DefaultVCpus (0: EC2 did not say)."""
+    host_memory_mib: int = 0
+    """MemoryInfo.SizeInMiB of the instance (0: EC2 did not say)."""
+    default_max_enis: int = 0
+    """MaximumNetworkInterfaces of the default network card: with the next, the EKS AMI's max pods."""
+    ipv4_per_eni: int = 0
 
 
 def _match(name: str, memory_mib: int) -> GpuSpec | None:
@@ -31,6 +38,21 @@ def _match(name: str, memory_mib: int) -> GpuSpec | None:
         except KeyError:
             return None
     return min(candidates, key=lambda g: abs(g.nominal_gib * 1024 - memory_mib))
+
+
+def _host(item: dict[str, Any]) -> tuple[int, int, int, int]:
+    """vCPUs, memory MiB, ENIs of the default network card and IPv4 addresses per ENI of one instance type.
+
+    The ENI figures are the ones the EKS AMI's nodeadm reads for max pods (amazon-eks-ami
+    nodeadm/internal/util/ec2.go@v20260724, getInstanceInfoFromDescribeResponse).
+    """
+    net = item.get("NetworkInfo") or {}
+    default_card = int(net.get("DefaultNetworkCardIndex") or 0)
+    enis = next((int(c.get("MaximumNetworkInterfaces") or 0) for c in net.get("NetworkCards") or []
+                 if int(c.get("NetworkCardIndex") or 0) == default_card), int(net.get("MaximumNetworkInterfaces") or 0))
+    return (int((item.get("VCpuInfo") or {}).get("DefaultVCpus") or 0),
+            int((item.get("MemoryInfo") or {}).get("SizeInMiB") or 0), enis,
+            int(net.get("Ipv4AddressesPerInterface") or 0))
 
 
 def describe_gpu_instances(instance_types: list[str], client: Any = None, region: str | None = None) -> dict[
@@ -55,15 +77,16 @@ def describe_gpu_instances(instance_types: list[str], client: Any = None, region
         for page in pages:
             for item in page.get("InstanceTypes", []):
                 itype = item["InstanceType"]
+                host = _host(item)
                 gpus = (item.get("GpuInfo") or {}).get("Gpus") or []
                 if not gpus:
-                    out[itype] = InstanceGpus(itype, "", "", 0, 0, None)
+                    out[itype] = InstanceGpus(itype, "", "", 0, 0, None, *host)
                     continue
                 g = gpus[0]
                 mem = int((g.get("MemoryInfo") or {}).get("SizeInMiB") or 0)
                 out[itype] = InstanceGpus(
                     itype, str(g.get("Name")), str(g.get("Manufacturer")), int(g.get("Count") or 0), mem,
-                    _match(str(g.get("Name")), mem),
+                    _match(str(g.get("Name")), mem), *host,
                 )  # fmt: skip
     except NoRegionError:
         raise ValueError(f"instance type {asked} cannot be looked up: no AWS region is configured on this machine; "

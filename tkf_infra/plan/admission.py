@@ -1,0 +1,411 @@
+"""Admission beside the fit check: node capacity, storage room and topology support, from plain data.
+
+Why here, before any resource: a replica whose CPU or memory request no node can give, or a weight
+cache the storage class has no room for, previews clean and then hangs after `up` as a Pending pod
+or a Pending PVC — the outage the fit check exists to prevent, one resource over. The program's
+edge (`tkf_infra.program`, `tkf_infra.live.cluster`) reads what the cluster says (Nodes,
+CSIStorageCapacity, ResourceQuota, PVCs, the APIs served), EC2's instance facts, or the stack's
+settings, and hands it here as data; every refusal becomes one `Exclusion` of its model with its
+stage, and a source that could not be read is a named warning, never a silent pass.
+
+Rules (docs/admission.md):
+- Nodes: replicas are packed in catalog order, first fit, on every resource at once (GPUs, CPU,
+  memory; pods ask for no ephemeral storage); a multi-node replica puts each of its pods on a
+  different node. A model one of whose replicas fits on no node is refused whole, with the pod's
+  asks, the largest free node and which resource ran out; the models after it are still packed.
+- Storage: one cache per repo@revision (shared caches count once), in catalog order of their first
+  model; an existing PVC of that name costs only its growth against a quota (it is already counted)
+  and nothing against CSIStorageCapacity once bound. Caches that overflow refuse every model they
+  serve; existing caches are never deleted or shrunk to make room.
+- Topology: a multi-node model needs LeaderWorkerSet's API, a kserve-backend model KServe's, when
+  that piece is `alreadyInstalled` and the cluster does not serve it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tkf_infra.config.quantity import cpu_text, gib_text, mebibytes, millicores
+from tkf_infra.sizing.node_room import NodeRoom
+
+GPU_RESOURCE = "nvidia.com/gpu"
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+KSERVE_API = "serving.kserve.io/v1alpha1"
+
+#: Stable names at the head of each warning (docs/admission.md lists them), so a reader can grep them.
+W_NODES_NOT_LIVE = "node-capacity-not-live"
+W_NODES_UNREAD = "node-capacity-unreadable"
+W_NODES_UNCHECKED = "node-capacity-unchecked"
+W_NODES_ABSENT = "node-capacity-nodes-absent"
+W_STORAGE_NOT_LIVE = "storage-not-live"
+W_STORAGE_UNREAD = "storage-unreadable"
+W_STORAGE_UNCHECKED = "storage-unchecked"
+W_APIS_UNREAD = "topology-unreadable"
+
+
+def named(code: str, text: str) -> str:
+    return f"[{code}] {text}"
+
+
+# ------------------------------------------------------------------------------------------------
+# What the edge hands over
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LiveNode:
+    """A Node object as read: labels, taints, allocatable (None: no kubelet has registered it), state."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Mapping[str, str], ...] = ()
+    allocatable: Mapping[str, str] | None = None
+    ready: bool = False
+    unschedulable: bool = False
+
+
+@dataclass(frozen=True)
+class LivePvc:
+    name: str
+    request_gib: float
+    bound: bool
+    storage_class: str | None = None
+
+
+@dataclass(frozen=True)
+class StorageCapacity:
+    """One CSIStorageCapacity object: what one topology segment can still provision for a class."""
+
+    storage_class: str
+    capacity_gib: float | None
+    maximum_volume_gib: float | None = None
+
+
+@dataclass(frozen=True)
+class QuotaLimit:
+    """One storage line of a ResourceQuota in the serving namespace: hard and used, in GiB."""
+
+    quota: str
+    resource: str
+    hard_gib: float
+    used_gib: float
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """What the cluster said (cluster mode); a part that could not be read carries its error instead."""
+
+    source: str
+    """Where it was read from, e.g. `the cluster of ~/.kube/prod-llm.yaml (context prod-llm)`."""
+    nodes: tuple[LiveNode, ...] | None = None
+    nodes_error: str | None = None
+    storage_error: str | None = None
+    default_storage_class: str | None = None
+    capacities: tuple[StorageCapacity, ...] = ()
+    quotas: tuple[QuotaLimit, ...] = ()
+    pvcs: Mapping[str, LivePvc] = field(default_factory=dict)
+    api_versions: frozenset[str] | None = None
+    api_error: str | None = None
+
+
+@dataclass(frozen=True)
+class PodAsk:
+    """What one pod of a replica requests (init containers ask less than the main one)."""
+
+    cpu_millis: int
+    memory_mib: int
+    gpus: int
+    ephemeral_mib: int = 0
+
+    def text(self) -> str:
+        gpus = f", {self.gpus} GPU{'s' if self.gpus != 1 else ''}" if self.gpus else ""
+        return f"{cpu_text(self.cpu_millis)}, {gib_text(self.memory_mib)} memory{gpus}"
+
+
+@dataclass(frozen=True)
+class Footprints:
+    """How the program sizes pods and caches (components/vllm_args.py, components/weight_cache.py),
+    handed in so the plan stays free of the components package."""
+
+    pod: Callable[[object, int], tuple[int, int]]
+    """(entry, weight bytes) → (CPU millicores, memory MiB) one serving pod requests."""
+    cache_gib: Callable[[int], int]
+    """weight bytes → the weight cache PVC's GiB."""
+    cache_name: Callable[[str, str], str]
+    """(repo, revision) → the PVC's name."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Nodes of a pool
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PoolNodes:
+    pool: str
+    nodes: tuple[NodeRoom, ...]
+    source: str
+    cpu_memory: bool = True
+    """False when only GPUs are known (no Node, EC2 or nodeResources figure): CPU and memory unchecked."""
+    gpus: bool = True
+    """False on MIG pools (the layout planner places their GPUs)."""
+
+
+def tolerated(taint: Mapping[str, str], tolerations: Sequence[Mapping[str, object]]) -> bool:
+    effect = taint.get("effect", "")
+    if effect not in ("NoSchedule", "NoExecute"):
+        return True
+    for t in tolerations:
+        if t.get("effect") not in (None, "", effect) or t.get("key") not in (None, "", taint.get("key")):
+            continue
+        if t.get("operator") == "Exists" or t.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def node_room(node: LiveNode, gpus: bool) -> NodeRoom:
+    alloc = node.allocatable or {}
+    eph = alloc.get("ephemeral-storage")
+    return NodeRoom(node.name, millicores(alloc.get("cpu", 0)), mebibytes(alloc.get("memory", 0)),
+                    int(millicores(alloc.get(GPU_RESOURCE, 0)) // 1000) if gpus else 0,
+                    mebibytes(eph) if eph is not None else None,
+                    int(alloc["pods"]) if str(alloc.get("pods", "")).isdigit() else None)
+
+
+def live_pool_nodes(pool: str, listed: Sequence[str], selector: Mapping[str, str],
+                    tolerations: Sequence[Mapping[str, object]], nodes: Sequence[LiveNode], source: str,
+                    gpus: bool) -> tuple[PoolNodes | None, list[str]]:  # fmt: skip
+    """The pool's usable nodes from the cluster (None: no registered node matches, use the settings)."""
+    if listed:
+        matching = [n for n in nodes if n.name in set(listed)]
+        how = f"the nodes it lists ({', '.join(listed)})"
+    else:
+        matching = [n for n in nodes if all(n.labels.get(k) == v for k, v in selector.items())]
+        how = "its selector " + ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+    registered = [n for n in matching if n.allocatable is not None]
+    if not registered:
+        return None, [f"no Node registered by a kubelet matches {how} in {source}"]
+    usable, absent = [], []
+    for n in sorted(registered, key=lambda n: n.name):
+        why = ("cordoned" if n.unschedulable else "not Ready" if not n.ready else
+               next((f"taint {t.get('key')}={t.get('value', '')}:{t.get('effect')} not tolerated"
+                     for t in n.taints if not tolerated(t, tolerations)), None))
+        (absent.append(f"{n.name} ({why})") if why else usable.append(node_room(n, gpus)))
+    warnings = [named(W_NODES_ABSENT, f"nodePool {pool}: {len(absent)} matching node(s) count as absent: "
+                      f"{', '.join(absent)}")] if absent else []
+    return PoolNodes(pool, tuple(usable), f"{len(usable)} Node(s) of {source}", gpus=gpus), warnings
+
+
+def settings_pool_nodes(pool: str, count: int, gpus_per_node: int, cpu: str | float | None,
+                        memory: str | float | None, ephemeral: str | float | None, pods: int | None,
+                        gpus: bool) -> PoolNodes:  # fmt: skip
+    known = cpu is not None and memory is not None
+    room = NodeRoom("", millicores(cpu) if known else 0, mebibytes(memory) if known else 0,
+                    gpus_per_node if gpus else 0, mebibytes(ephemeral) if ephemeral is not None else None, pods)
+    nodes = tuple(NodeRoom(f"{pool}-{i + 1}", room.cpu_millis, room.memory_mib, room.gpus, room.ephemeral_mib,
+                           room.pods) for i in range(count))
+    source = (f"nodePools[{pool}].nodeResources ({count} x {cpu_text(room.cpu_millis)}, {gib_text(room.memory_mib)})"
+              if known else f"nodePools[{pool}] nodeCount x gpusPerNode")
+    return PoolNodes(pool, nodes, source, cpu_memory=known, gpus=gpus)
+
+
+# ------------------------------------------------------------------------------------------------
+# Packing
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Demand:
+    model: str
+    replicas: int
+    pods_per_replica: int
+    ask: PodAsk
+
+
+@dataclass
+class _Free:
+    name: str
+    cpu: int
+    mem: int
+    gpus: int
+    pods: int | None
+
+    def holds(self, ask: PodAsk, pools: PoolNodes) -> bool:
+        return ((not pools.cpu_memory or (ask.cpu_millis <= self.cpu and ask.memory_mib <= self.mem))
+                and (not pools.gpus or ask.gpus <= self.gpus) and (self.pods is None or self.pods >= 1))
+
+    def take(self, ask: PodAsk, sign: int = 1) -> None:
+        self.cpu -= sign * ask.cpu_millis
+        self.mem -= sign * ask.memory_mib
+        self.gpus -= sign * ask.gpus
+        if self.pods is not None:
+            self.pods -= sign
+
+
+def _ran_out(ask: PodAsk, free: Sequence[_Free], pools: PoolNodes) -> tuple[_Free | None, list[str]]:
+    if not free:
+        return None, ["nodes (the pool has no usable node)"]
+    short = []
+    best_cpu, best_mem, best_gpu = max(f.cpu for f in free), max(f.mem for f in free), max(f.gpus for f in free)
+    if pools.gpus and ask.gpus > best_gpu:
+        short.append(f"GPUs (asked {ask.gpus}, at most {max(best_gpu, 0)} free on a node)")
+    if pools.cpu_memory and ask.cpu_millis > best_cpu:
+        short.append(f"CPU (asked {cpu_text(ask.cpu_millis)}, at most {cpu_text(max(best_cpu, 0))} free on a node)")
+    if pools.cpu_memory and ask.memory_mib > best_mem:
+        short.append(f"memory (asked {gib_text(ask.memory_mib)}, at most {gib_text(max(best_mem, 0))} free on a "
+                     "node)")
+    if any(f.pods is not None and f.pods < 1 for f in free) and not short:
+        short.append("pods (the kubelet's maxPods)")
+
+    def score(f: _Free) -> tuple[int, int, int, int]:
+        fits = ((ask.gpus <= f.gpus) if pools.gpus else 1) + (ask.cpu_millis <= f.cpu) + (ask.memory_mib <= f.mem)
+        return fits, f.gpus, f.mem, f.cpu
+
+    return max(free, key=score), short or ["no single node has all of them free at once"]
+
+
+def pack_pool(pools: PoolNodes, demands: Sequence[Demand]) -> tuple[dict[str, str], dict[str, list[list[str]]]]:
+    """(model → refusal reason, model → nodes of each replica), replicas first fit in the given order."""
+    free = [_Free(n.name, n.cpu_millis, n.memory_mib, n.gpus, n.pods) for n in pools.nodes]
+    refused: dict[str, str] = {}
+    placed: dict[str, list[list[str]]] = {}
+    for d in demands:
+        taken: list[tuple[_Free, PodAsk]] = []
+        where: list[list[str]] = []
+        failed: str | None = None
+        for r in range(d.replicas):
+            group: list[_Free] = []
+            for _ in range(d.pods_per_replica):
+                node = next((f for f in free if f not in group and f.holds(d.ask, pools)), None)
+                if node is None:
+                    failed = _refusal(pools, d, r, [f for f in free if f not in group])
+                    break
+                node.take(d.ask)
+                taken.append((node, d.ask))
+                group.append(node)
+            if failed:
+                break
+            where.append([g.name for g in group])
+        if failed:
+            for node, ask in taken:
+                node.take(ask, -1)
+            refused[d.model] = failed
+        else:
+            placed[d.model] = where
+    return refused, placed
+
+
+def _refusal(pools: PoolNodes, d: Demand, replica: int, free: Sequence[_Free]) -> str:
+    best, short = _ran_out(d.ask, free, pools)
+    pods = f" ({d.pods_per_replica} pods on different nodes)" if d.pods_per_replica > 1 else ""
+    left = (f"the largest free node, {best.name}, has {cpu_text(max(best.cpu, 0))}, {gib_text(max(best.mem, 0))} "
+            f"memory{f', {max(best.gpus, 0)} GPU(s)' if pools.gpus else ''} left after the models before it in "
+            "catalog order" if best is not None else "the pool has no usable node")
+    ways = [f"lower replicas to {replica}" if replica else "",
+            f"add nodes to pool {pools.pool} (nodeCount, or more Ready nodes matching its selector) or use nodes "
+            "with more of what ran out", "move it to another nodePool",
+            "or give models before it in the catalog fewer replicas"]
+    return (f"model {d.model}: replica {replica + 1} of {d.replicas}{pods} fits on no node of pool {pools.pool} "
+            f"(nodes from {pools.source}): each pod asks {d.ask.text()}; {left}; ran out of: {'; '.join(short)}. "
+            f"Way out: {', '.join(w for w in ways if w)}")
+
+
+# ------------------------------------------------------------------------------------------------
+# Storage
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StorageLimit:
+    """One limit on what the caches may still claim: its name, GiB left, and how an existing PVC counts."""
+
+    name: str
+    free_gib: float
+    counts_existing_request: bool
+    """True for quotas (an existing PVC's request is already in `used`); False for provisioned capacity
+    (only a bound PVC has taken it)."""
+    max_volume_gib: float | None = None
+
+
+@dataclass(frozen=True)
+class Cache:
+    name: str
+    ref: str
+    gib: int
+    models: tuple[str, ...]
+
+
+def storage_limits(state: ClusterState | None, storage_class: str | None,
+                   budget_gib: float | None) -> tuple[list[StorageLimit], list[str], str]:  # fmt: skip
+    """Limits from the cluster (CSIStorageCapacity, quotas) or the budget setting, warnings, the class named."""
+    warnings: list[str] = []
+    klass = storage_class or (state.default_storage_class if state else None)
+    shown = klass or "the cluster's default StorageClass"
+    limits: list[StorageLimit] = []
+    if state is not None and state.storage_error is None:
+        caps = [c for c in state.capacities if c.storage_class == klass]
+        if caps:
+            total = sum(c.capacity_gib or 0 for c in caps)
+            biggest = max((c.maximum_volume_gib if c.maximum_volume_gib is not None else c.capacity_gib or 0)
+                          for c in caps)
+            limits.append(StorageLimit(f"CSIStorageCapacity of {shown} ({len(caps)} segment(s), {total:.0f} GiB)",
+                                       total, False, biggest))
+        for q in state.quotas:
+            if q.resource == "requests.storage" or (klass and q.resource ==
+                                                    f"{klass}.storageclass.storage.k8s.io/requests.storage"):
+                limits.append(StorageLimit(f"ResourceQuota {q.quota} {q.resource} ({q.used_gib:.0f} of "
+                                           f"{q.hard_gib:.0f} GiB used)", q.hard_gib - q.used_gib, True))
+    elif state is not None:
+        warnings.append(named(W_STORAGE_UNREAD, f"storage: {state.storage_error}; the weight caches are checked "
+                              "against serving.weightCacheBudgetGiB only" if budget_gib else
+                              f"storage: {state.storage_error}; the weight caches were not checked against "
+                              f"{shown} (set serving.weightCacheBudgetGiB to check them offline)"))
+    if not limits and budget_gib is not None:
+        limits.append(StorageLimit(f"serving.weightCacheBudgetGiB ({budget_gib:g} GiB)", budget_gib, True))
+        if state is None:
+            warnings.append(named(W_STORAGE_NOT_LIVE, f"storage: the room on {shown} was not read live (render "
+                                  f"mode); the weight caches are checked against serving.weightCacheBudgetGiB "
+                                  f"({budget_gib:g} GiB)"))
+    elif not limits and (state is None or state.storage_error is None):
+        where = (f"no CSIStorageCapacity for {shown} and no storage ResourceQuota in the serving namespace "
+                 f"({state.source})" if state else "render mode reads no cluster")
+        warnings.append(named(W_STORAGE_UNCHECKED, f"storage: nothing says how much room {shown} has left ({where});"
+                              " the weight caches were not checked: set serving.weightCacheBudgetGiB"))
+    return limits, warnings, shown
+
+
+def admit_storage(caches: Sequence[Cache], limits: Sequence[StorageLimit], existing: Mapping[str, LivePvc],
+                  shown: str) -> dict[str, str]:  # fmt: skip
+    """Model → refusal, caches admitted in the given order (catalog order of their first model)."""
+    free = {lim.name: lim.free_gib for lim in limits}
+    claimed = 0.0
+    refused: dict[str, str] = {}
+    for c in caches:
+        old = existing.get(c.name)
+        costs = {}
+        for lim in limits:
+            if old is None:
+                costs[lim.name] = float(c.gib)
+            elif lim.counts_existing_request:
+                costs[lim.name] = max(0.0, c.gib - old.request_gib)
+            else:
+                costs[lim.name] = max(0.0, c.gib - old.request_gib) if old.bound else float(c.gib)
+        over = [f"{lim.name}: {max(free[lim.name], 0):.0f} GiB left, overflows by "
+                f"{costs[lim.name] - max(free[lim.name], 0):.0f} GiB" for lim in limits
+                if costs[lim.name] > free[lim.name] + 1e-9]
+        over += [f"{lim.name}: the largest volume it can provision is {lim.max_volume_gib:.0f} GiB"
+                 for lim in limits if old is None and lim.max_volume_gib is not None and c.gib > lim.max_volume_gib]
+        if over:
+            shared = f", shared by {', '.join(c.models)}" if len(c.models) > 1 else ""
+            for m in c.models:
+                refused[m] = (f"model {m}: its weight cache {c.name} ({c.gib} GiB for {c.ref}{shared}) does not fit "
+                              f"on {shown} after the {claimed:.0f} GiB the caches before it in catalog order claim: "
+                              f"{'; '.join(over)}. Way out: free room on the storage class or raise the quota, set "
+                              "serving.storageClass to a class with room, lower serving.weightCacheHeadroom, or drop "
+                              "a model; existing caches are never deleted or shrunk to make room")
+            continue
+        for lim in limits:
+            free[lim.name] -= costs[lim.name]
+        claimed += max(costs.values(), default=float(c.gib))
+    return refused
