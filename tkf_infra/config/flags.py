@@ -289,6 +289,12 @@ PLATFORM_FLAGS: dict[str, str] = {
     "--num-gpu-blocks-override": "the KV-cache budget is what the fit check sizes",
     "--compilation-config": "CUDA-graph capture sizes are part of the fit check's overhead",
     "--optimization-level": "CUDA-graph capture sizes are part of the fit check's overhead",
+    "--cudagraph-capture-sizes": "CUDA-graph capture sizes are part of the fit check's overhead",
+    "--max-cudagraph-capture-size": "CUDA-graph capture sizes are part of the fit check's overhead",
+    # vllm/config/parallel.py@v0.32.0:945-949: world size = pipeline x tensor x prefill-context parallel.
+    "--prefill-context-parallel-size": "it multiplies the GPUs a replica uses beyond what its pods request and the "
+                                       "fit check sizes; set tensorParallelSize / pipelineParallelSize instead",
+    "--data-parallel-size-local": "data parallelism comes from `dataParallelSize`",
     "--hf-overrides": "it changes the model config the fit check sizes from models.lock.json",
     "--enable-lora": "LoRA adapters take GPU memory the fit check does not size",
     "--limit-mm-per-prompt": "the multimodal encoder cache is part of what the fit check sizes",
