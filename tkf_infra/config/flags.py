@@ -301,7 +301,7 @@ PLATFORM_FLAGS: dict[str, str] = {
     "--load-format": "weights are loaded from the weight cache in the format the fit check sized",
 }
 
-#: The release the option table below was generated from (tests/test_vllm_pin.py: = VLLM_RELEASE).
+#: The release the option table below was generated from (tests/test_extra_args_spellings.py: = VLLM_RELEASE).
 SERVE_OPTIONS_VLLM = "0.32.0"
 SERVE_OPTIONS_FILE = Path(__file__).parent / "data" / f"vllm_serve_options-{SERVE_OPTIONS_VLLM}.json"
 
