@@ -51,6 +51,7 @@ def entries(*extra: list[str]) -> dict[str, Any]:
     (["--max_cudagraph_capture_size=8"], "--max_cudagraph_capture_size=8", "CUDA-graph capture sizes"),
     (["-pcp", "2"], "-pcp", "multiplies the GPUs a replica uses"),  # world size = PP x TP x PCP
     (["-dpl", "2"], "-dpl", "dataParallelSize"),
+    (["--quantization-config.linear.method", "fp8"], "--quantization-config.linear.method", "online quantization"),
 ])  # fmt: skip
 def test_every_spelling_of_an_owned_flag_is_refused_by_name(args: list[str], word: str, owner: str) -> None:
     cat = validate_catalog(entries(args))

@@ -295,6 +295,7 @@ PLATFORM_FLAGS: dict[str, str] = {
     "--prefill-context-parallel-size": "it multiplies the GPUs a replica uses beyond what its pods request and the "
                                        "fit check sizes; set tensorParallelSize / pipelineParallelSize instead",
     "--data-parallel-size-local": "data parallelism comes from `dataParallelSize`",
+    "--quantization-config": "online quantization changes the weights the fit check sizes; set `quantization`",
     "--hf-overrides": "it changes the model config the fit check sizes from models.lock.json",
     "--enable-lora": "LoRA adapters take GPU memory the fit check does not size",
     "--limit-mm-per-prompt": "the multimodal encoder cache is part of what the fit check sizes",
@@ -381,7 +382,7 @@ def resolve_option(arg: str) -> tuple[str, ...]:
     one-letter option, the rest of the word as its value (`-qawq` is `-q awq`): Lib/argparse.py
     `_parse_optional` / `_get_option_tuples` (Python 3.11-3.13)."""
     name = _spelled(arg)
-    if name is None:
+    if name is None or name in ("-", "--"):
         return ()
     options = serve_options()
     if name in options:
@@ -420,7 +421,11 @@ def extra_args_problems(args: list[str]) -> list[str]:
             hit = owned.get("--" + name.removeprefix("--no-"))
         if hit is None:
             ours = [h for h in hits if h in owned]
-            if ours:
+            several = len({serve_options()[h] for h in hits}) > 1
+            if ours and several:  # argparse refuses it as ambiguous, at start-up: say so now, with our flag
+                hit = (f"it abbreviates several options ({', '.join(hits[:4])}{' …' if len(hits) > 4 else ''}), "
+                       f"among them {ours[0]} ({owned[ours[0]]})")
+            elif ours:
                 hit = f"vLLM's parser reads it as {ours[0]} ({owned[ours[0]]})"
         if hit is not None:
             problems.append(f"extraArgs contains {arg!r}, a flag the platform owns: {hit}; remove it")
