@@ -9,13 +9,9 @@ prefix; tests pin that both sides agree.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
-
-from .objects import K8sObject
-
-Level = Literal["advisory", "mandatory", "disabled"]
 
 
 @dataclass(frozen=True)
@@ -23,12 +19,6 @@ class Violation:
     message: str
     urn: str | None = None
     """The resource in violation (stack policies); None = the object being validated, or the stack."""
-
-
-#: A resource check: one object and the policy's configuration → violations (empty = compliant).
-ResourceCheck = Callable[[K8sObject, Mapping[str, Any]], list[Violation]]
-#: A stack check: every object of the stack and the policy's configuration → violations.
-StackCheck = Callable[[Sequence[K8sObject], Mapping[str, Any]], list[Violation]]
 
 
 @dataclass(frozen=True)
@@ -43,6 +33,8 @@ class Guardrail:
     description: str
     scope: Literal["resource", "stack"]
     check: Callable[..., list[Violation]]
+    """A resource check (one object and the policy's configuration) or a stack check (every object of the
+    stack and the configuration) → violations, empty when compliant."""
     config_schema: dict[str, Any] = field(default_factory=dict)
     """JSON Schema ``properties`` of the policy's configuration; the engine validates the stack's
     config file against it before anything runs."""
@@ -62,6 +54,6 @@ def violation(models: Sequence[str], what: str, problem: str, fix: str, urn: str
     return Violation(f"{subject(models)}: {what}: {problem}. Fix: {fix}", urn)
 
 
-def owner_fix(stack_hint: str = "policy/config/<stack>.json") -> str:
+def owner_fix() -> str:
     """The second way out of every violation: the platform owner changes the limit."""
-    return f"or ask the platform owner to change the limit in {stack_hint}"
+    return "or ask the platform owner to change the limit in policy/config/<stack>.json"

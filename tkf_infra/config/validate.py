@@ -51,11 +51,6 @@ class Catalog:
     def pool(self, name: str | None) -> NodePool | None:
         return next((p for p in self.pools if p.name == name), None)
 
-    def index_of(self, name: str) -> int:
-        """Position of a model in the stack file's `models` list (-1 when unknown)."""
-        raws = self.settings.models
-        return next((i for i, m in enumerate(raws) if isinstance(m, Mapping) and m.get("name") == name), -1)
-
 
 def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     """Merge `over` onto `base`; nested mappings merge, everything else (lists too) is replaced."""
