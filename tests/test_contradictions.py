@@ -192,6 +192,17 @@ def test_a_vllm_version_that_agrees_with_the_tag_passes(version: str) -> None:
     assert cat.settings.serving.version == version
 
 
+def test_a_cpu_model_on_a_cpu_image_of_another_release_is_left_out() -> None:
+    cpu = {"name": "tiny", "repo": "Qwen/Qwen2.5-0.5B-Instruct", "revision": "7ae557604adf67be50417f59c2c2f167def9a775",
+           "servedName": "tiny", "gpusPerNode": 0, "maxModelLen": 4096}  # fmt: skip
+    serving = {"vllmImage": "vllm/vllm-openai:v0.32.0",
+               "vllmCpuImage": "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v0.19.0"}
+    cat = validate_catalog(stack_doc(cpu, SIBLING, serving=serving))
+    assert [m.name for m in cat.models] == ["sibling"], "the GPU model runs the image the check sizes"
+    msg = str(cat.rejected[0].problems[0])
+    assert "runs serving.vllmCpuImage" in msg and "vLLM 0.19.0, but the fit check sizes vLLM 0.32.0" in msg
+
+
 # -- 6. the GPU Operator's privileged namespace is not the models' ------------------------------------------------
 
 def test_the_gpu_operator_and_the_models_cannot_share_a_namespace() -> None:

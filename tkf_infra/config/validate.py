@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from tkf_infra.config.api_keys import CONFIG_KEYS as API_KEY_CONFIG_KEYS
 from tkf_infra.config.base import Problem, SettingsError, label_name, problems_from, short
 from tkf_infra.config.catalog import ModelEntry, parallelism_problem, step_budget_problems
-from tkf_infra.config.stack import NodePool, StackSettings
+from tkf_infra.config.stack import NodePool, StackSettings, image_version
 
 
 @dataclass(frozen=True)
@@ -172,6 +172,9 @@ def _cross_entry_rules(settings: StackSettings, pools: list[NodePool], bad_pools
                        per_entry: dict[int, list[Problem]]) -> None:  # fmt: skip
     """Rules that need more than one entry, or the node pools: uniqueness, placement, CPU policy."""
     by_name = {p.name: p for p in pools}
+    # The CPU profile runs the CPU image, sized as the release vllmImage's tag names (vllmVersion agrees with it).
+    cpu_release = image_version(settings.serving.vllm_cpu_image)
+    gpu_release = image_version(settings.serving.vllm_image)
     names: dict[str, int] = {}
     served: dict[str, int] = {}
     for i, m in sorted(parsed.items()):
@@ -196,6 +199,11 @@ def _cross_entry_rules(settings: StackSettings, pools: list[NodePool], bad_pools
                                         "not allow (serving.allowCpu is false); give the model GPUs"))
             if m.node_pool is not None and pool is None:
                 problems.append(_unknown_pool(labels[i], m.node_pool, pools))
+            if cpu_release and gpu_release and cpu_release != gpu_release:
+                problems.append(Problem(labels[i], "gpusPerNode", f"0 runs serving.vllmCpuImage "
+                                        f"{settings.serving.vllm_cpu_image!r}, vLLM {cpu_release}, but the fit check "
+                                        f"sizes vLLM {gpu_release} (serving.vllmImage); tag both images with one "
+                                        "release"))
         elif m.node_pool is None:
             problems.append(Problem(labels[i], "nodePool", f"is required for a GPU model; choose one of "
                                     f"{_pool_names(pools)}"))
