@@ -208,11 +208,10 @@ def test_the_guardrails_read_the_labels_the_components_write(fleet: tuple[Harnes
 #: Files that still spell a shared name, and why (each should move to tkf_infra/names.py when free).
 SPELLED_ELSEWHERE = {
     "tkf_infra/names.py": "the one place",
-    "components/vllm_args.py": "labels() and API_KEYS_ANNOTATION: owned by another change (issue 31, split)",
+    "components/vllm_args.py": "labels(), PART_OF and API_KEYS_ANNOTATION: owned by another change right now",
     "tkf_infra/sizing/contract.py": "`tkf.io/fit-*`: sizing imports nothing outside sizing",
     "tkf_infra/plan/pools.py": "`tkf.io/node-pool`: owned by another change",
     "examples/gateway/__main__.py": "copied into the gateway's own project: imports nothing of ours",
-    "tkf_infra/live/status.py": "a kubectl hint in a message",
 }
 SHARED = re.compile(r"[\"'](?:tkf\.io/|app\.kubernetes\.io/|tkf:(?:serving|platform):|"
                     r"kserve-config-llm-worker-pipeline-parallel[\"'])")  # fmt: skip

@@ -16,18 +16,20 @@ names such as "meta-llama/Llama-3.1-8B-Instruct" into PromQL regexes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tkf_infra.live import vllm_metrics as vm
 from tkf_infra.live.prometheus import PrometheusClient, PrometheusQueryError, Sample
+from tkf_infra.names import INSTANCE_LABEL
 from tkf_infra.ops.exit_codes import ExitCode
 from tkf_infra.sizing.contract import wire_name
 
 # Target label that carries the pod label app.kubernetes.io/instance after the usual
 # `labelmap: __meta_kubernetes_pod_label_(.+)` relabelling (dots and slashes become underscores).
-DEFAULT_TARGET_LABEL = "app_kubernetes_io_instance"
+DEFAULT_TARGET_LABEL = re.sub(r"[^a-zA-Z0-9_]", "_", INSTANCE_LABEL)
 
 # Issue 13's tolerance for the live check: the sizing bench holds the estimator to a 2 % median and
 # 10 % worst case on recorded start-ups; one live model off by more than 5 % is worth a person's look.
@@ -145,10 +147,25 @@ class ModelStatus:
     scrape_targets: int | None = None
     scrape_targets_down: int | None = None
     kv_check: KvCheck = field(default_factory=lambda: KvCheck(predicted=None))
+    footprint: Mapping[str, Any] | None = None
+    """What the model asks of nodes and storage (`endpoints[...].footprint`, docs/admission.md), when published."""
+
+    def footprint_text(self) -> str | None:
+        """One line: pod requests, pods per replica and the weight cache (None without a published footprint)."""
+        fp = self.footprint or {}
+        pod = fp.get("pod") if isinstance(fp.get("pod"), Mapping) else None
+        if not pod:
+            return None
+        pods = int(fp.get("podsPerReplica") or 1)
+        per = f"{pods} pods per replica, each" if pods > 1 else "each pod"
+        cache = f"; weight cache {fp['weightCache']} {fp['weightCacheGiB']} GiB" if fp.get("weightCacheGiB") else ""
+        return (f"{per} asks {float(pod.get('cpuMillis') or 0) / 1000:g} CPU, "
+                f"{float(pod.get('memoryMiB') or 0) / 1024:.1f} GiB memory, {pod.get('gpus', 0)} GPU(s){cache}")
 
     def to_json(self) -> dict[str, Any]:
         """camelCase like the stack outputs; ratios and seconds rounded past what anyone acts on."""
-        return {
+        extra = {"footprint": dict(self.footprint)} if self.footprint else {}
+        return {**extra,
             "name": self.name,
             "servedName": self.served_name,
             "namespace": self.namespace,
@@ -311,10 +328,11 @@ def read_model_status(
             scrape_targets=total,
             scrape_targets_down=down,
             kv_check=check,
+            footprint=ep.get("footprint") if isinstance(ep.get("footprint"), Mapping) else None,
         )
         result.models.append(status)
         where = f"namespace {namespace}" if namespace else "no namespace"
-        kubectl = f"kubectl -n {namespace or '<namespace>'} get pods -l app.kubernetes.io/instance={name}"
+        kubectl = f"kubectl -n {namespace or '<namespace>'} get pods -l {INSTANCE_LABEL}={name}"
         if not found_any:
             result.warnings.append(
                 f"model '{name}' ({where}): no data — Prometheus has no vLLM series with "
