@@ -25,6 +25,7 @@ from tkf_infra.plan.admission import (
     KSERVE_API,
     LWS_API,
     W_NODES_ABSENT,
+    W_NODES_NO_GPUS,
     W_NODES_NOT_LIVE,
     W_NODES_UNCHECKED,
     W_NODES_UNREAD,
@@ -357,3 +358,61 @@ def test_a_kubeconfig_without_the_context_is_named() -> None:
     plan = planned(doc, state)
     assert {W_NODES_UNREAD, W_STORAGE_UNCHECKED} <= codes(plan) or {W_NODES_UNREAD, W_STORAGE_UNREAD} <= codes(plan)
     assert not plan.excluded, "an unreadable source warns; it never refuses a model by itself"
+
+
+def test_a_node_without_advertised_gpus_counts_per_who_installs_the_gpu_operator() -> None:
+    bare = LiveNode("n1", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, (),
+                    {"cpu": "191450m", "memory": "2095697Mi", "pods": "110"}, True, False)
+    cluster = ClusterState("the test cluster", (bare,), api_versions=SERVED)
+    doc = stack_doc(SINGLE_GPU, cluster=kube(), nodePools=[h100_pool(1)])
+    plan = planned(doc, cluster)  # stack_doc: every piece alreadyInstalled
+    assert "ran out of: GPUs (asked 1, at most 0 free on a node)" in refused(plan)["qwen3-8b"][1]
+    (warning,) = [w for w in plan.warnings if W_NODES_NO_GPUS in w]
+    assert "n1 advertise no nvidia.com/gpu yet; counted as none" in warning
+    doc["platform"]["gpuOperator"]["alreadyInstalled"] = False  # installed by this very run
+    plan = planned(doc, cluster)
+    assert plan.deployed == {"qwen3-8b"}
+    assert any("counted at gpusPerNode 8" in w for w in plan.warnings if W_NODES_NO_GPUS in w)
+
+
+# ------------------------------------------------------------------------------------------------
+# Seeing it: size, the endpoints output, status
+# ------------------------------------------------------------------------------------------------
+
+
+def test_size_shows_the_node_and_storage_footprint() -> None:
+    import json
+
+    from tkf_infra.ops.size import size_command
+    from tkf_infra.sizing.params import SizingParams
+
+    ref = f"{QWEN3_32B['repo']}@{QWEN3_32B['revision']}"
+    params = SizingParams(vllm_version="0.32.0", max_model_len=8192)
+    text, _ = size_command(ref, "H100-80GB", params)
+    assert "node footprint: each pod asks 4.01 CPU, 34.0 GiB memory and 1 GPU(s) on one node; its weight cache is" \
+           in " ".join(text.split())
+    data = json.loads(size_command(ref, "H100-80GB", params, as_json=True)[0])
+    assert data["footprint"]["pod"] == {"cpuMillis": 4010, "memoryMiB": 34 * 1024 + 32, "gpus": 1}
+    assert data["footprint"]["weightCacheGiB"] == plan_cache_gib(tp1_32b(1))
+
+
+def plan_cache_gib(model: dict[str, Any]) -> int:
+    plan = planned(stack_doc(model, nodePools=[h100_pool(1, nodeResources=H100_NODE)]))
+    return int(plan.footprints[model["name"]]["weightCacheGiB"])
+
+
+def test_status_prints_the_published_footprint() -> None:
+    from tkf_infra.live.status import ModelStatus, StatusResult
+    from tkf_infra.live.status_view import render_table
+
+    plan = planned(stack_doc(dict(SINGLE_GPU, replicas=2), nodePools=[h100_pool(1, nodeResources=H100_NODE)]))
+    from tkf_infra.outputs import footprint_output
+
+    published = footprint_output(plan, plan.model("qwen3-8b"))["footprint"]
+    assert published["nodes"] == [["h100-1"], ["h100-1"]] and published["podsPerReplica"] == 1
+    status = ModelStatus("qwen3-8b", "qwen3-8b", "llm-serving", True, footprint=published)
+    text = render_table(StatusResult("http://prom", True, [status]))
+    assert ("footprint: qwen3-8b: each pod asks 4.01 CPU, 22.0 GiB memory, 1 GPU(s); weight cache "
+            f"{published['weightCache']} 20 GiB") in text
+    assert status.to_json()["footprint"] == published
+    assert "footprint" not in ModelStatus("x", "x", "ns", True).to_json(), "nothing published, nothing shown"

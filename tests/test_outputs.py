@@ -182,7 +182,9 @@ def test_export_outputs_publishes_the_contract_and_marks_the_key_secret(monkeypa
     assert set(exported) == EXPORTED
     assert exported["contractVersion"] == CONTRACT_VERSION
     assert set(exported["endpoints"]) == {"qwen3-8b"}
-    assert set(exported["endpoints"]["qwen3-8b"]) == ENDPOINT_KEYS | {"fit"}
+    assert set(exported["endpoints"]["qwen3-8b"]) == ENDPOINT_KEYS | {"fit", "footprint"}
+    footprint = exported["endpoints"]["qwen3-8b"]["footprint"]
+    assert footprint["pod"] == {"cpuMillis": 4010, "memoryMiB": 22560, "gpus": 1} and footprint["weightCacheGiB"] == 20
     fit = exported["endpoints"]["qwen3-8b"]["fit"]
     assert set(fit) == FIT_KEYS and fit["fits"] is True and fit["kvCacheTokens"] > 0, "known at preview"
     assert h.values["secret"] is True

@@ -125,6 +125,15 @@ def share_output(plan: FleetPlan, m: ModelPlan) -> dict[str, Any]:
     return {"share": {**m.share.published(), **where}}
 
 
+def footprint_output(plan: FleetPlan, m: ModelPlan) -> dict[str, Any]:
+    """`footprint`: what the model asks of nodes and storage, as the admission checks counted it (docs/admission.md)."""
+    fp = plan.footprints.get(m.entry.name)
+    if not fp:
+        return {}
+    keys = ("pod", "podsPerReplica", "nodes", "nodesFrom", "weightCache", "weightCacheGiB")
+    return {"footprint": {k: fp[k] for k in keys if k in fp}}
+
+
 def api_key_rotation(keys: ApiKeys) -> dict[str, Any]:
     """Where the stack is in a key rotation, without any key: the step, how many keys the pods accept,
     and digests to check against (``tkf.io/api-keys-scrypt`` on every pod once it has rolled; the
@@ -144,7 +153,8 @@ def export_outputs(plan: FleetPlan, api_keys: ApiKeys | None = None) -> None:
 
     catalog = plan.catalog
     ns = catalog.settings.namespaces.serving
-    endpoints = {m.entry.served_name: {**endpoint(m.entry, ns), "fit": m.fit.published(), **share_output(plan, m)}
+    endpoints = {m.entry.served_name: {**endpoint(m.entry, ns), "fit": m.fit.published(), **share_output(plan, m),
+                                       **footprint_output(plan, m)}
                  for m in plan.models}  # fmt: skip
     pulumi.export(CONTRACT_VERSION_OUTPUT, CONTRACT_VERSION)
     pulumi.export(ENDPOINTS_OUTPUT, endpoints)

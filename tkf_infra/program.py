@@ -114,19 +114,26 @@ def previous_deployment() -> dict[str, Any]:
 SIDECAR_CPU_MILLIS, SIDECAR_MEMORY_MIB = 10, 32
 
 
+def pod_requests(entry: Any, weight_bytes: int) -> tuple[int, int]:
+    """(CPU millicores, memory MiB) one serving pod requests: the main container and the metrics sidecar."""
+    from components.vllm_args import cpu_cores, memory_gib
+
+    return (cpu_cores(entry) * 1000 + SIDECAR_CPU_MILLIS, memory_gib(entry, weight_bytes) * 1024 + SIDECAR_MEMORY_MIB)
+
+
+def cache_gib(weight_bytes: int, headroom: float) -> int:
+    """The weight cache PVC's GiB (components/weight_cache.py)."""
+    from components.weight_cache import pvc_size_gib
+
+    return pvc_size_gib(weight_bytes, headroom)
+
+
 def footprints(catalog: Catalog) -> Footprints:
     """How each serving pod and weight cache is sized: the components' own rules, as plain functions."""
-    from components.vllm_args import cpu_cores, memory_gib
-    from components.weight_cache import pvc_size_gib
     from tkf_infra.names import weight_cache
 
     headroom = catalog.settings.serving.weight_cache_headroom
-
-    def pod(entry: Any, weight_bytes: int) -> tuple[int, int]:
-        return (cpu_cores(entry) * 1000 + SIDECAR_CPU_MILLIS,
-                memory_gib(entry, weight_bytes) * 1024 + SIDECAR_MEMORY_MIB)
-
-    return Footprints(pod=pod, cache_gib=lambda b: pvc_size_gib(b, headroom), cache_name=weight_cache)
+    return Footprints(pod=pod_requests, cache_gib=lambda b: cache_gib(b, headroom), cache_name=weight_cache)
 
 
 def cluster_facts(catalog: Catalog) -> ClusterState | None:

@@ -87,6 +87,7 @@ def render_table(result: StatusResult, width: int = 180) -> str:
     buffer = io.StringIO()
     Console(file=buffer, width=width, color_system=None, force_terminal=False).print(table)
     lines = [line.rstrip() for line in buffer.getvalue().rstrip("\n").splitlines()]
+    lines += [f"footprint: {m.name}: {text}" for m in result.models if (text := m.footprint_text())]
     lines += [f"warning: {w}" for w in result.warnings]
     return "\n".join(lines)
 

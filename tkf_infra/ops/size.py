@@ -76,6 +76,7 @@ def size_command(model: str, gpu_name: str, params: SizingParams, *, as_json: bo
             return json.dumps({"error": message}), ExitCode.USAGE
         return f"error: {message}", ExitCode.USAGE
     code = ExitCode.OK if est.fits else ExitCode.REFUSED
+    print_ = footprint(repo, revision, facts, params)
     if as_json:
         data = est.model_dump()
         data["uncertainty"] = doubt_text(est)
@@ -83,6 +84,7 @@ def size_command(model: str, gpu_name: str, params: SizingParams, *, as_json: bo
         data["suggested_max_model_len"] = sugg.max_model_len if sugg else None
         data["shares"] = share_rows
         data["smallest_share"] = next((r["share"] for r in share_rows if r["fits"]), None)
+        data["footprint"] = print_
         return json.dumps(data, indent=2), code
 
     table = Table(title=f"{repo}@{revision[:12]} on {gpu.name} (per GPU rank, vLLM {params.vllm_version}, "
@@ -120,7 +122,35 @@ def size_command(model: str, gpu_name: str, params: SizingParams, *, as_json: bo
         console.print(f"way out: {sugg.text()}", soft_wrap=True)
     if share_rows:
         _print_shares(console, gpu, share_rows, est.max_model_len)
+    if print_:
+        pod = print_["pod"]
+        console.print(f"node footprint: each pod asks {pod['cpuMillis'] / 1000:g} CPU, {pod['memoryMiB'] / 1024:.1f} "
+                      f"GiB memory and {pod['gpus']} GPU(s) on one node; its weight cache is "
+                      f"{print_['weightCacheGiB']} GiB at weightCacheHeadroom {print_['weightCacheHeadroom']}",
+                      soft_wrap=True)
     return console.export_text(), code
+
+
+def footprint(repo: str, revision: str, facts: ModelFacts, params: SizingParams) -> dict[str, Any] | None:
+    """What one replica asks of a node and of storage (the node capacity and storage checks' figures), on
+    one node at the sizing's parallelism; None when the checkpoint's size is not known."""
+    from tkf_infra.config import ModelEntry, Serving
+    from tkf_infra.program import cache_gib, pod_requests
+    from tkf_infra.sizing.weights import checkpoint_bytes
+
+    gpus = params.tensor_parallel_size * params.pipeline_parallel_size * params.data_parallel_size
+    try:
+        weight_bytes = checkpoint_bytes(facts, quantization=params.quantization)
+        entry = ModelEntry.model_validate({
+            "name": "size", "repo": repo, "revision": revision, "servedName": "size", "maxModelLen": 4096,
+            "gpusPerNode": gpus, "tensorParallelSize": params.tensor_parallel_size,
+            "pipelineParallelSize": params.pipeline_parallel_size, "dataParallelSize": params.data_parallel_size})
+    except (SizingError, KeyError, ValueError):
+        return None
+    cpu, memory = pod_requests(entry, weight_bytes)
+    headroom = float(Serving.model_fields["weight_cache_headroom"].default)  # the stack's default
+    return {"pod": {"cpuMillis": cpu, "memoryMiB": memory, "gpus": gpus}, "weightCacheGiB": cache_gib(weight_bytes,
+            headroom), "weightCacheHeadroom": headroom}
 
 
 def _print_shares(console: Console, gpu: GpuSpec, rows: list[dict[str, Any]], max_len: int) -> None:

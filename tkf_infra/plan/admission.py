@@ -38,6 +38,7 @@ W_NODES_NOT_LIVE = "node-capacity-not-live"
 W_NODES_UNREAD = "node-capacity-unreadable"
 W_NODES_UNCHECKED = "node-capacity-unchecked"
 W_NODES_ABSENT = "node-capacity-nodes-absent"
+W_NODES_NO_GPUS = "node-capacity-no-gpus-advertised"
 W_STORAGE_NOT_LIVE = "storage-not-live"
 W_STORAGE_UNREAD = "storage-unreadable"
 W_STORAGE_UNCHECKED = "storage-unchecked"
@@ -164,19 +165,25 @@ def tolerated(taint: Mapping[str, str], tolerations: Sequence[Mapping[str, objec
     return False
 
 
-def node_room(node: LiveNode, gpus: bool) -> NodeRoom:
+def node_room(node: LiveNode, gpus: bool, gpus_if_unadvertised: int = 0) -> NodeRoom:
     alloc = node.allocatable or {}
     eph = alloc.get("ephemeral-storage")
+    count = int(millicores(alloc[GPU_RESOURCE]) // 1000) if GPU_RESOURCE in alloc else gpus_if_unadvertised
     return NodeRoom(node.name, millicores(alloc.get("cpu", 0)), mebibytes(alloc.get("memory", 0)),
-                    int(millicores(alloc.get(GPU_RESOURCE, 0)) // 1000) if gpus else 0,
+                    count if gpus else 0,
                     mebibytes(eph) if eph is not None else None,
                     int(alloc["pods"]) if str(alloc.get("pods", "")).isdigit() else None)
 
 
 def live_pool_nodes(pool: str, listed: Sequence[str], selector: Mapping[str, str],
                     tolerations: Sequence[Mapping[str, object]], nodes: Sequence[LiveNode], source: str,
-                    gpus: bool) -> tuple[PoolNodes | None, list[str]]:  # fmt: skip
-    """The pool's usable nodes from the cluster (None: no registered node matches, use the settings)."""
+                    gpus: bool, gpus_per_node: int = 0,
+                    operator_installed_here: bool = False) -> tuple[PoolNodes | None, list[str]]:  # fmt: skip
+    """The pool's usable nodes from the cluster (None: no registered node matches, use the settings).
+
+    A GPU node that advertises no `nvidia.com/gpu` at all is counted at the pool's gpusPerNode when this
+    stack installs the GPU Operator (its device plugin starts with this run), else at none, named.
+    """
     if listed:
         matching = [n for n in nodes if n.name in set(listed)]
         how = f"the nodes it lists ({', '.join(listed)})"
@@ -186,15 +193,25 @@ def live_pool_nodes(pool: str, listed: Sequence[str], selector: Mapping[str, str
     registered = [n for n in matching if n.allocatable is not None]
     if not registered:
         return None, [f"no Node registered by a kubelet matches {how} in {source}"]
-    usable, absent = [], []
+    usable: list[LiveNode] = []
+    absent: list[str] = []
     for n in sorted(registered, key=lambda n: n.name):
         why = ("cordoned" if n.unschedulable else "not Ready" if not n.ready else
                next((f"taint {t.get('key')}={t.get('value', '')}:{t.get('effect')} not tolerated"
                      for t in n.taints if not tolerated(t, tolerations)), None))
-        (absent.append(f"{n.name} ({why})") if why else usable.append(node_room(n, gpus)))
+        (absent.append(f"{n.name} ({why})") if why else usable.append(n))
     warnings = [named(W_NODES_ABSENT, f"nodePool {pool}: {len(absent)} matching node(s) count as absent: "
                       f"{', '.join(absent)}")] if absent else []
-    return PoolNodes(pool, tuple(usable), f"{len(usable)} Node(s) of {source}", gpus=gpus), warnings
+    silent = [n.name for n in usable if gpus and gpus_per_node and GPU_RESOURCE not in (n.allocatable or {})]
+    if silent:
+        counted = (f"counted at gpusPerNode {gpus_per_node}: this stack installs the GPU Operator, whose device "
+                   "plugin advertises them once it runs" if operator_installed_here else
+                   "counted as none: the GPU Operator is alreadyInstalled, so its device plugin should be "
+                   "advertising them; check its pods on these nodes")
+        warnings.append(named(W_NODES_NO_GPUS, f"nodePool {pool}: node(s) {', '.join(silent)} advertise no "
+                              f"{GPU_RESOURCE} yet; {counted}"))
+    rooms = tuple(node_room(n, gpus, gpus_per_node if operator_installed_here else 0) for n in usable)
+    return PoolNodes(pool, rooms, f"{len(rooms)} Node(s) of {source}", gpus=gpus), warnings
 
 
 def settings_pool_nodes(pool: str, count: int, gpus_per_node: int, cpu: str | float | None,

@@ -369,14 +369,15 @@ Refusals = dict[str, tuple[Stage, str]]
 
 
 def _pool_nodes(pf: PoolFacts, cluster: adm.ClusterState | None, ec2: Mapping[str, InstanceGpus],
-                render: bool) -> tuple[adm.PoolNodes, list[str]]:  # fmt: skip
+                render: bool, operator_installed_here: bool) -> tuple[adm.PoolNodes, list[str]]:  # fmt: skip
     """Where a pool's node figures come from: the cluster's Nodes, else EC2 (eks), else the pool's settings."""
     gpus = pf.mig is None
     warnings: list[str] = []
     why = "render mode reads no cluster" if render else ""
     if cluster is not None and cluster.nodes is not None:
         live, notes = adm.live_pool_nodes(pf.name, pf.pool.nodes, pf.node_selector, pf.tolerations, cluster.nodes,
-                                          cluster.source, gpus)
+                                          cluster.source, gpus, pf.gpus_per_node * max(1, pf.time_slices),
+                                          operator_installed_here)
         if live is not None:
             return live, notes
         why = "; ".join(notes)
@@ -420,12 +421,12 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
     refused: Refusals = {}
     warnings: list[str] = []
     prints: dict[str, dict[str, Any]] = {}
+    installed = installed_pieces(s.platform, s.serving.backend)
     # Topology: what the configured platform renders, against the APIs the cluster serves.
     if cluster is not None and cluster.api_versions is None:
         warnings.append(adm.named(adm.W_APIS_UNREAD, f"topology: the APIs {cluster.source} serves could not be read "
                                   f"({cluster.api_error}); LeaderWorkerSet and KServe were not checked"))
     elif cluster is not None and cluster.api_versions is not None:
-        installed = installed_pieces(s.platform, s.serving.backend)
         for m in models:
             e = m.entry
             if e.is_multi_node and "lws" not in installed and adm.LWS_API not in cluster.api_versions:
@@ -444,7 +445,7 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
         on = [m for m in models if m.pool is not None and m.pool.name == name and m.entry.name not in refused]
         if not on:
             continue
-        nodes, notes = _pool_nodes(pf, cluster, ec2, render)
+        nodes, notes = _pool_nodes(pf, cluster, ec2, render, "gpuOperator" in installed)
         warnings += notes
         demands = []
         for m in on:
