@@ -416,3 +416,13 @@ def test_status_prints_the_published_footprint() -> None:
             f"{published['weightCache']} 20 GiB") in text
     assert status.to_json()["footprint"] == published
     assert "footprint" not in ModelStatus("x", "x", "ns", True).to_json(), "nothing published, nothing shown"
+
+
+def test_identical_nodes_are_told_apart_while_packing_a_multi_node_replica() -> None:
+    """Two pods of one replica on two nodes with the same figures (nodes are compared by identity)."""
+    from tkf_infra.plan.admission import Demand, PodAsk, PoolNodes, pack_pool
+    from tkf_infra.sizing.node_room import NodeRoom
+
+    nodes = PoolNodes("p", (NodeRoom("a", 1000, 1024, 0), NodeRoom("b", 1000, 1024, 0)), "test", gpus=False)
+    refusals, placed = pack_pool(nodes, [Demand("m", 1, 2, PodAsk(0, 0, 0))])
+    assert not refusals and placed == {"m": [["a", "b"]]}

@@ -240,8 +240,10 @@ class Demand:
     ask: PodAsk
 
 
-@dataclass
+@dataclass(eq=False)
 class _Free:
+    """A node's room left while packing; compared by identity (two nodes may have equal figures)."""
+
     name: str
     cpu: int
     mem: int
