@@ -15,13 +15,16 @@ refuses makes every source a named warning.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import os
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tests.engine_fixtures import EngineStack
 from tests.kube.apiserver import KubeAPIServer, start_apiserver, stop_apiserver
 from tests.kube.client import KubeClient
 from tests.mocks import QWEN3_8B, QWEN_05B, QWEN_72B, stack_doc
@@ -30,6 +33,7 @@ from tkf_infra.config import validate_catalog
 from tkf_infra.hub.lock import load_lock
 from tkf_infra.live.cluster import cluster_state
 from tkf_infra.names import weight_cache
+from tkf_infra.ops.stacks import DEV_PASSPHRASE
 from tkf_infra.plan import plan_fleet
 from tkf_infra.program import footprints
 
@@ -202,3 +206,34 @@ def test_a_refused_credential_makes_every_source_a_named_warning(cluster: KubeCl
     assert "HTTP 401" in text
     assert not [x for x in plan.excluded if x.stage.value in ("capacity", "storage", "topology")], \
         "an unreadable source warns; it never refuses by itself"
+
+
+@pytest.mark.engine
+def test_a_preview_through_the_engine_names_every_refusal(cluster: KubeClient, server: KubeAPIServer,
+                                                          make_stack: Callable[..., EngineStack],
+                                                          lean_engine_env: dict[str, str]) -> None:
+    """`python -m tkf_infra preview --json` of a project stack aimed at this server: exit 1, the three refusals
+    with their stages, the two siblings planned for creation."""
+    es = make_stack(extra_env=lean_engine_env)
+    path = es.project / f"Pulumi.{es.stack.name}.yaml"
+    stack_file = yaml.safe_load(path.read_text())
+    cfg = stack_file["config"]
+    d = doc(server.kubeconfig)
+    cfg["tkf-infra:cluster"] = d["cluster"]
+    cfg["tkf-infra:namespaces"]["serving"] = NS
+    cfg["tkf-infra:serving"].update(backend="vllm", storageClass=CLASS, allowCpu=False)
+    cfg["tkf-infra:nodePools"] = d["nodePools"]
+    cfg["tkf-infra:modelDefaults"] = {}
+    cfg["tkf-infra:models"] = CATALOG
+    path.write_text(yaml.safe_dump(stack_file, sort_keys=False))
+    env = {**os.environ, **es.env, "PULUMI_CONFIG_PASSPHRASE": DEV_PASSPHRASE}
+    proc = subprocess.run([str(es.project / ".venv" / "bin" / "python"), "-m", "tkf_infra", "preview", "--stack",
+                           es.stack.name, "--json"], cwd=es.project, env=env, capture_output=True, text=True,
+                          timeout=900)  # fmt: skip
+    assert proc.returncode == 1, (proc.stdout[-3000:], proc.stderr[-3000:])
+    summary = json.loads(proc.stdout)
+    assert summary["failedModels"] == ["llama-405b", "qwen-72b", "qwen3-32b"]
+    stages = {name: summary["models"][name]["stage"] for name in summary["failedModels"]}
+    assert stages == {"qwen3-32b": "capacity", "qwen-72b": "storage", "llama-405b": "topology"}
+    assert "ran out of: memory" in " ".join(summary["models"]["qwen3-32b"]["reasons"])
+    assert {summary["models"][n]["status"] for n in ("qwen3-8b", "qwen-05b")} == {"created"}
