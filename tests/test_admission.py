@@ -426,3 +426,19 @@ def test_identical_nodes_are_told_apart_while_packing_a_multi_node_replica() -> 
     nodes = PoolNodes("p", (NodeRoom("a", 1000, 1024, 0), NodeRoom("b", 1000, 1024, 0)), "test", gpus=False)
     refusals, placed = pack_pool(nodes, [Demand("m", 1, 2, PodAsk(0, 0, 0))])
     assert not refusals and placed == {"m": [["a", "b"]]}
+
+
+def test_an_eks_type_without_host_figures_falls_back_to_the_settings_by_name() -> None:
+    """EC2 answered with GPUs but no VCpuInfo/MemoryInfo (a partial answer): named, then nodeResources."""
+    from tkf_infra.sizing.ec2 import InstanceGpus
+    from tkf_infra.sizing.gpus import lookup_gpu
+
+    info = InstanceGpus("p5.48xlarge", "H100", "NVIDIA", 8, 81920, lookup_gpu("H100-80GB"))
+    catalog = validate_catalog(stack_doc(SINGLE_GPU, nodePools=[{**eks_pool("p5.48xlarge", 8),
+                                                                "nodeResources": H100_NODE}]))
+    from tkf_infra.plan import plan_fleet
+
+    plan = plan_fleet(catalog, lock=LOCK, ec2={"p5.48xlarge": info}, footprints=footprints(catalog))
+    assert plan.deployed == {"qwen3-8b"}
+    (warning,) = [w for w in plan.warnings if W_NODES_NOT_LIVE in w]
+    assert "EC2 gave no vCPU and memory figures for p5.48xlarge" in warning and "nodeResources" in warning

@@ -395,6 +395,9 @@ def _pool_nodes(pf: PoolFacts, cluster: adm.ClusterState | None, ec2: Mapping[st
             warnings.append(adm.named(adm.W_NODES_NOT_LIVE, f"nodePool {pf.name}: node capacity was not read live "
                                       f"({why}); planned from {source}"))
         return adm.PoolNodes(pf.name, nodes, source, gpus=gpus), warnings
+    if pf.pool.kind == "eks":
+        itype = str(pf.pool.instance_type)
+        why = "; ".join(w for w in (why, f"EC2 gave no vCPU and memory figures for {itype}") if w)
     res = pf.pool.node_resources
     nodes_ = adm.settings_pool_nodes(pf.name, pf.node_count, pf.gpus_per_node * max(1, pf.time_slices),
                                      res.cpu if res else None, res.memory if res else None,
