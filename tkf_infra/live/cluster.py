@@ -117,12 +117,16 @@ def client_from_kubeconfig(kubeconfig: str, context: str | None) -> httpx.Client
             Path(name).unlink(missing_ok=True)
 
 
+class Unreachable(ValueError):
+    """The server did not answer at all (so the other reads are not tried: each would wait its timeout)."""
+
+
 def _get(client: httpx.Client, path: str) -> dict[str, Any]:
     """GET a path; ValueError with what went wrong (network, HTTP status and the server's message)."""
     try:
         response = client.get(path)
     except httpx.HTTPError as exc:
-        raise ValueError(f"GET {path} did not answer ({type(exc).__name__}: {exc})") from None
+        raise Unreachable(f"GET {path} did not answer ({type(exc).__name__}: {exc})") from None
     if not response.is_success:
         try:
             message = response.json().get("message", response.text)
@@ -153,6 +157,10 @@ def read_cluster(client: httpx.Client, source: str, namespace: str) -> ClusterSt
     nodes_error = storage_error = api_error = None
     try:
         nodes = tuple(_node(i) for i in _get(client, "/api/v1/nodes").get("items") or [])
+    except Unreachable as exc:
+        why = f"{exc}; check the network and cluster.kubeconfig"
+        return ClusterState(source, None, why, f"the storage objects of {source} could not be read ({why})",
+                            api_error=why)
     except ValueError as exc:
         nodes_error = str(exc)
     default_class, caps, quotas, pvcs = None, [], [], {}
