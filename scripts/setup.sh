@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything a fresh clone needs, idempotent (seconds when already done):
 #   scripts/setup.sh          the virtualenv with runtime deps + the Pulumi engine
-#   scripts/setup.sh --dev    also test tools, a Prometheus server and the test kube-apiserver
+#   scripts/setup.sh --dev    also test tools, a Prometheus server, the test kube-apiserver and the
+#                             KServe and LWS controllers it runs in tests/controllers
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -25,6 +26,7 @@ bash scripts/bootstrap.sh
 if [ $dev = 1 ]; then
   bash scripts/install_prometheus.sh
   if [ -f scripts/build_kube_apiserver.sh ]; then bash scripts/build_kube_apiserver.sh; fi
+  bash scripts/build_controllers.sh  # KServe's and LWS's controller managers for tests/controllers
   bash scripts/install_vllm.sh  # real vLLM (CPU) for tests/vllm, in its own shared virtualenv
 fi
 log "ready"

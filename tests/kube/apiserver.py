@@ -43,12 +43,17 @@ STOP_TIMEOUT_S = 30.0
 _READY_SECONDS: list[float] = []  # reported in the terminal summary
 
 
+def tools_bin() -> Path:
+    """Where the build scripts put the test tools (scripts/build_kube_apiserver.sh, build_controllers.sh)."""
+    home = os.environ.get("TKF_TOOLS_HOME") or str(Path.home() / ".cache" / "tkf-infra")
+    return Path(home) / "bin"
+
+
 def binary_path() -> Path:
     """Where scripts/build_kube_apiserver.sh puts the binary (or $TKF_KUBE_APISERVER_BIN)."""
     if override := os.environ.get(BINARY_ENV):
         return Path(override)
-    home = os.environ.get("TKF_TOOLS_HOME") or str(Path.home() / ".cache" / "tkf-infra")
-    return Path(home) / "bin" / "tkf-kube-apiserver"
+    return tools_bin() / "tkf-kube-apiserver"
 
 
 def require_binary() -> Path:
@@ -127,12 +132,15 @@ def stop_apiserver(proc: subprocess.Popen[bytes]) -> None:
 
 
 def start_apiserver(
-    workdir: Path, extra_args: list[str] | None = None
+    workdir: Path, extra_args: list[str] | None = None, controllers: str | None = None
 ) -> tuple[subprocess.Popen[bytes], KubeAPIServer]:
-    """Start a server whose files live in workdir; the caller must stop_apiserver() the process."""
+    """Start a server whose files live in workdir; the caller must stop_apiserver() the process.
+    ``controllers``: the kube-controller-manager's list (default: garbage collector and namespaces)."""
     binary = require_binary()
     kubeconfig, log = workdir / "kubeconfig", workdir / "tkf-kube-apiserver.log"
     args = [str(binary), "--kubeconfig", str(kubeconfig), "--data-dir", str(workdir / "data")]
+    if controllers:
+        args.append(f"--controllers={controllers}")
     (workdir / "data").mkdir(parents=True, exist_ok=True)
     if extra_args:
         args += ["--", *extra_args]

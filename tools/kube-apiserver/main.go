@@ -1,11 +1,11 @@
 // Command tkf-kube-apiserver runs a real, throw-away Kubernetes control plane for tests: an embedded
-// etcd, kube-apiserver, and a kube-controller-manager that runs only the garbage-collector and
+// etcd, kube-apiserver, and a kube-controller-manager that runs, by default, only the garbage-collector and
 // namespace controllers (without them foreground deletes and namespace deletes never finish).
 // Everything listens on 127.0.0.1 only; state lives in a temp dir removed on exit.
 //
 // Usage:
 //
-//	tkf-kube-apiserver --kubeconfig PATH [--data-dir DIR] [--secure-port N] [-- extra kube-apiserver flags]
+//	tkf-kube-apiserver --kubeconfig PATH [--data-dir DIR] [--secure-port N] [--controllers LIST] [-- extra kube-apiserver flags]
 //
 // The kubeconfig (admin token, CA of the generated serving cert) is written only once /readyz
 // answers 200, then one JSON line {"server":…,"kubeconfig":…} is printed on stdout. SIGTERM/SIGINT
@@ -64,6 +64,10 @@ func run() error {
 	dataDir := flag.String("data-dir", "", "directory for etcd data, certs and keys (default: a temp dir removed on exit)")
 	securePort := flag.Int("secure-port", 0, "kube-apiserver HTTPS port on 127.0.0.1 (0: pick a free one)")
 	readyTimeout := flag.Duration("ready-timeout", 3*time.Minute, "give up if /readyz does not answer 200 in time")
+	controllers := flag.String("controllers", defaultControllers,
+		"kube-controller-manager controllers to run (its --controllers list); the workload controllers "+
+			"(deployment-controller,replicaset-controller,statefulset-controller,job-controller) turn objects "+
+			"written by KServe or LWS into Pods, which stay Pending: no kubelet runs")
 	flag.Parse()
 	if *kubeconfigPath == "" {
 		return errors.New("--kubeconfig is required")
@@ -144,7 +148,7 @@ func run() error {
 	if err := writeKubeconfig(internalKubeconfig, server, creds); err != nil {
 		return err
 	}
-	kcmDone, kcm, err := startControllerManager(internalKubeconfig)
+	kcmDone, kcm, err := startControllerManager(internalKubeconfig, *controllers)
 	if err != nil {
 		return err
 	}
@@ -310,18 +314,22 @@ func writeKubeconfig(path, server string, c *credentials) error {
 	return os.Rename(tmp, path)
 }
 
+// defaultControllers: what deletions need (foreground deletes and namespace deletes never finish
+// without them).
+const defaultControllers = "garbage-collector-controller,namespace-controller"
+
 // startControllerManager runs this binary's `controller-manager` mode with only the controllers
 // deletions need. Pdeathsig kills it if this process dies without cleaning up (even SIGKILL);
 // Pdeathsig fires when the *thread* that forked exits, so that goroutine keeps its thread locked
 // for the child's whole life.
-func startControllerManager(kubeconfig string) (chan error, *exec.Cmd, error) {
+func startControllerManager(kubeconfig, controllers string) (chan error, *exec.Cmd, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, nil, err
 	}
 	cmd := exec.Command(self, "controller-manager",
 		"--kubeconfig="+kubeconfig,
-		"--controllers=garbage-collector-controller,namespace-controller",
+		"--controllers="+controllers,
 		"--leader-elect=false",
 		"--secure-port=0", // no HTTPS endpoint: nothing scrapes it
 		"--use-service-account-credentials=false",

@@ -1,0 +1,31 @@
+"""A fresh API server per test, with the workload controllers of kube-controller-manager; the tests
+start KServe's manager (tests/controllers/harness.py) once the platform's CRDs are on it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.controllers.harness import KCM_CONTROLLERS
+from tests.kube.apiserver import _READY_SECONDS, KubeAPIServer, start_apiserver, stop_apiserver
+from tests.kube.client import KubeClient
+
+
+@pytest.fixture
+def kube_apiserver(tmp_path: Path) -> Iterator[KubeAPIServer]:
+    """One server per test (about 10 s to start): each test installs the whole platform, and a thrown-away
+    server needs no `destroy` (minutes for the platform's charts)."""
+    proc, server = start_apiserver(tmp_path / "apiserver", controllers=KCM_CONTROLLERS)
+    _READY_SECONDS.append(server.ready_seconds)
+    try:
+        yield server
+    finally:
+        stop_apiserver(proc)
+
+
+@pytest.fixture
+def kube(kube_apiserver: KubeAPIServer) -> Iterator[KubeClient]:
+    with kube_apiserver.client() as client:
+        yield client

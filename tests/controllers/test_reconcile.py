@@ -1,0 +1,253 @@
+"""What we render, reconciled by the controllers that consume it: KServe v0.20.0's LLMInferenceService
+manager and the kube-controller-manager's workload controllers, on a real kube-apiserver
+(tests/controllers/harness.py).
+
+One `up` of a prod-like stack per backend (the platform from its vendored charts, then single GPU,
+tensor parallel with n-gram speculative decoding, multi-node, and the dev CPU models), with hostile
+catalog strings in `extraArgs`. Then KServe's manager starts and the tests read what was written:
+
+- every LLMInferenceService is reconciled: KServe combines its presets, writes the Deployment (or the
+  LeaderWorkerSet of a multi-node model) and its router objects (RouterReady), and says why it is not
+  Ready (no kubelet: the pods stay Pending) — a rejected, mis-merged or unreconcilable object fails here;
+- the workload KServe wrote carries our args, resources, node selection, tolerations, volumes and
+  labels, and the Pending pods the workload controllers made from it carry ``tkf.io/model``, which
+  our alias Service and NetworkPolicy select;
+- its container, run the way the kubelet starts it (env resolved from the Secret, ``$(VAR)``
+  expanded, the preset's real bash with a stand-in ``vllm``), hands vLLM every catalog string byte
+  for byte and runs none of them.
+
+Not yet here: LWS's controller. Without its defaulting webhook (``rolloutStrategy`` and
+``networkConfig`` defaults) v0.8.0's reconciler dereferences a nil ``rollingUpdateConfiguration``
+(pkg/controllers/leaderworkerset_controller.go:266) on every LeaderWorkerSet, KServe's and ours; this
+server runs no admission webhooks (README, "Real controllers").
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components.model_serving import KSERVE_OWNED_LABELS
+from tests.apiserver.readback import GATEWAY_NS, H100_LABELS, LLMISVC, LWS, MONITORING_NS, container
+from tests.apiserver.test_up_against_apiserver import CPU_MODELS, H100_TAINT, LLAMA_405B, QWEN3_8B, QWEN_72B
+from tests.controllers.harness import Manager, start_kserve
+from tests.engine_fixtures import EngineStack
+from tests.kube.apiserver import KubeAPIServer
+from tests.kube.client import KubeClient
+from tests.vllm.argv import fake_vllm, run_recorded, vllm_version
+from tests.vllm.pod import kubelet_expand
+from tkf_infra import names
+
+pytestmark = [pytest.mark.apiserver, pytest.mark.engine]
+
+#: A chat template (vLLM takes the template text itself) holding what a shell or Go template would run.
+HOSTILE_TEMPLATE = "{{{{ messages }}}} $(touch {marker}) `touch {marker}`; a \"b\" 'c' $(HOME) $$ {{{{- end }}}}"
+GENERATION = '{"temperature": 0.5, "top_p": 0.9}'
+SPECULATIVE = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
+TIMINGS: dict[str, float] = {}
+#: The managers of the running test, whose logs a timeout shows.
+MANAGERS: list[Manager] = []
+RECONCILE_TIMEOUT_S = 240.0
+
+
+def catalog(marker: Path) -> list[dict[str, Any]]:
+    hostile = ["--chat-template", HOSTILE_TEMPLATE.format(marker=marker), "--override-generation-config", GENERATION]
+    tp = {**QWEN_72B, "speculativeConfig": {k: v for k, v in SPECULATIVE.items() if k != "prompt_lookup_max"}}
+    return [{**QWEN3_8B, "extraArgs": hostile}, tp, LLAMA_405B, *CPU_MODELS]
+
+
+def configure(es: EngineStack, kube_apiserver: KubeAPIServer, backend: str, models: list[dict[str, Any]]) -> str:
+    """The stack aimed at the test server, platform from the vendored charts, the given catalog."""
+    serving = f"llm-{backend}-{uuid.uuid4().hex[:6]}"
+    path = es.project / f"Pulumi.{es.stack.name}.yaml"
+    doc = yaml.safe_load(path.read_text())
+    cfg = doc["config"]
+    # skipAwait: no kubelet, so no pod (hence no workload) ever becomes ready.
+    cfg["tkf-infra:cluster"] = {"mode": "kubeconfig", "kubeconfig": str(kube_apiserver.kubeconfig), "skipAwait": True}
+    cfg["tkf-infra:namespaces"] = {"serving": serving, "gateway": GATEWAY_NS, "monitoring": MONITORING_NS}
+    cfg["tkf-infra:serving"].update(backend=backend, allowCpu=True)
+    cfg["tkf-infra:nodePools"] = [
+        {"name": "h100", "kind": "existing", "gpuProduct": "H100-80GB", "gpusPerNode": 8, "nodeCount": 4,
+         "labels": H100_LABELS, "taints": [H100_TAINT]},
+        *cfg["tkf-infra:nodePools"],
+    ]
+    cfg["tkf-infra:models"] = models
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return serving
+
+
+@pytest.fixture
+def deployed(kube_apiserver: KubeAPIServer, lean_engine_env: dict[str, str],
+             make_stack: Callable[..., EngineStack], tmp_path: Path) -> Iterator[Callable[[str], tuple[str, Path]]]:
+    """`up` of a stack on one backend, then (kserve) KServe's manager against the server."""
+    managers = MANAGERS
+    stacks: list[EngineStack] = []
+
+    def deploy(backend: str) -> tuple[str, Path]:
+        marker = tmp_path / f"ran-{backend}"
+        es = make_stack(platform=True, extra_env=lean_engine_env)
+        stacks.append(es)
+        serving = configure(es, kube_apiserver, backend, catalog(marker))
+        t = time.monotonic()
+        es.stack.up(color="never", on_output=lambda _: None)
+        TIMINGS[f"up {backend}"] = round(time.monotonic() - t, 1)
+        if backend == "kserve":
+            m = start_kserve(kube_apiserver.kubeconfig, tmp_path / "kserve")
+            managers.append(m)
+            TIMINGS[f"{m.name} ready"] = round(m.wait_ready(), 1)
+        return serving, marker
+
+    yield deploy
+    for m in managers:
+        m.stop()
+    managers.clear()
+    # The server is thrown away with the test: forget the stacks instead of a `destroy` (minutes for the
+    # platform's charts) that make_stack's teardown would otherwise run against it.
+    for es in stacks:
+        es.stack.workspace.remove_stack(es.stack.name, force=True)
+
+
+def conditions(obj: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in ((obj or {}).get("status") or {}).get("conditions", [])}
+
+
+def wait(what: str, check: Callable[[], Any], timeout: float = RECONCILE_TIMEOUT_S) -> Any:
+    """``check()``'s first truthy answer; on a timeout the managers' logs say why."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if result := check():
+            return result
+        time.sleep(1)
+    logs = "".join(f"\n--- {m.name}:\n{m.log_tail()}" for m in MANAGERS)
+    raise AssertionError(f"timed out waiting for {what}{logs}")
+
+
+def pods_of(kube: KubeClient, namespace: str, model: str) -> Callable[[], list[dict[str, Any]]]:
+    """The pods our alias Service selects for a model (``tkf.io/model``)."""
+    return lambda: [p for p in kube.list_objects("v1", "Pod", namespace)
+                    if p["metadata"].get("labels", {}).get("tkf.io/model") == model]  # fmt: skip
+
+
+def secret_env(kube: KubeClient, namespace: str, env: list[dict[str, Any]]) -> dict[str, str]:
+    """The container's env as the kubelet sets it: values, and secretKeyRef read from the server."""
+    out: dict[str, str] = {}
+    for var in env:
+        if "valueFrom" in var:
+            ref = var["valueFrom"]["secretKeyRef"]
+            secret = kube.get("v1", "Secret", ref["name"], namespace)
+            assert secret is not None, ref
+            out[var["name"]] = base64.b64decode(secret["data"][ref["key"]]).decode()
+        else:
+            out[var["name"]] = str(var.get("value", ""))
+    return out
+
+
+def vllm_argv(kube: KubeClient, namespace: str, pod_spec: dict[str, Any], bin_dir: Path,
+              extra_env: dict[str, str] | None = None) -> list[str]:  # fmt: skip
+    """What vLLM receives from the pod's ``main`` container: started as the kubelet does it."""
+    main = container(pod_spec)
+    env = secret_env(kube, namespace, main.get("env", []))
+    argv = [kubelet_expand(a, env) for a in [*main["command"], *main.get("args", [])]]
+    return run_recorded(argv, {**env, **(extra_env or {})}, bin_dir)
+
+
+def flag_value(argv: list[str], flag: str) -> str:
+    assert argv.count(flag) == 1, (flag, argv)
+    return argv[argv.index(flag) + 1]
+
+
+def test_kserve_reconciles_every_profile_and_hands_vllm_the_catalog_as_written(
+        kube: KubeClient, deployed: Callable[[str], tuple[str, Path]], tmp_path: Path) -> None:  # fmt: skip
+    serving, marker = deployed("kserve")
+    bin_dir = fake_vllm(tmp_path / "bin", vllm_version())
+    models = catalog(marker)
+    single = [m for m in models if m.get("nodeCount", 1) == 1]
+
+    for m in models:
+        name = names.workload(m["name"])
+
+        def combined(name: str = name) -> dict[str, Any] | None:
+            """Once KServe has merged the presets and judged the workload it wrote."""
+            isvc = kube.get(LLMISVC, "LLMInferenceService", name, serving)
+            conds = conditions(isvc)
+            done = conds.get("PresetsCombined", {}).get("status") == "True" and "WorkloadsReady" in conds
+            return isvc if done else None
+
+        isvc = wait(f"KServe to combine the presets of {name}", combined)
+        conds = conditions(isvc)
+        # Nothing runs without a kubelet: Ready waits, and says it is the workload that is not ready.
+        assert conds["Ready"]["status"] == "False", conds
+        assert conds["RouterReady"]["status"] == "True", conds
+        failed = {t: c for t, c in conds.items() if c["status"] == "False" and t not in ("Ready", "WorkloadsReady",
+                  "MainWorkloadReady", "WorkerWorkloadReady")}  # fmt: skip
+        assert not failed, f"{name}: KServe could not reconcile: {json.dumps(failed, indent=1)}"
+
+    for m in single:
+        name = names.workload(m["name"])
+        dep = wait(f"KServe's Deployment of {name}",
+                   partial(kube.get, "apps/v1", "Deployment", f"{name}-kserve", serving))
+        owner = dep["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"]) == ("LLMInferenceService", name)
+        labels = dep["spec"]["template"]["metadata"]["labels"]
+        assert labels["app.kubernetes.io/part-of"] == "llminferenceservice", labels  # KServe's own, not ours
+        assert labels["tkf.io/model"] == m["name"] and not {k for k in labels if k in KSERVE_OWNED_LABELS} - {
+            "app.kubernetes.io/part-of", "app.kubernetes.io/name", "app.kubernetes.io/component",
+            "kserve.io/component", "llm-d.ai/role"}
+        pod = dep["spec"]["template"]["spec"]
+        # The replica set and the (Pending) pods the workload controllers wrote, found by our alias Service's selector.
+        pods = wait(f"the pods of {name}", pods_of(kube, serving, m["name"]))
+        assert all(p["status"]["phase"] == "Pending" for p in pods)
+        argv = vllm_argv(kube, serving, pod, bin_dir)
+        assert flag_value(argv, "--served-model-name") == m["servedName"]
+        if "maxModelLen" in m:  # else modelDefaults'
+            assert flag_value(argv, "--max-model-len") == str(m["maxModelLen"])
+        if m is models[0]:
+            assert flag_value(argv, "--chat-template") == HOSTILE_TEMPLATE.format(marker=marker)
+            assert flag_value(argv, "--override-generation-config") == GENERATION
+            assert not marker.exists(), "a catalog string ran as a command in the pod"
+        if "speculativeConfig" in m:
+            assert json.loads(flag_value(argv, "--speculative-config")) == m["speculativeConfig"]
+        if m.get("gpusPerNode", 0):
+            main = container(pod)
+            assert main["resources"]["limits"]["nvidia.com/gpu"] == str(m["gpusPerNode"])
+            assert pod["nodeSelector"] == H100_LABELS
+            assert {**H100_TAINT, "operator": "Equal"} in pod["tolerations"]
+            assert any("persistentVolumeClaim" in v for v in pod["volumes"])
+
+    multi = names.workload(LLAMA_405B["name"])
+    lws = wait("KServe's LeaderWorkerSet", partial(kube.get, LWS, "LeaderWorkerSet", f"{multi}-kserve-mn", serving))
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == LLAMA_405B["nodeCount"]
+    leader = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+    argv = vllm_argv(kube, serving, leader, bin_dir, {"LWS_LEADER_ADDRESS": "leader.invalid", "LWS_GROUP_SIZE": "2",
+                                                       "LWS_WORKER_INDEX": "0"})  # fmt: skip
+    assert flag_value(argv, "--pipeline-parallel-size") == str(LLAMA_405B["pipelineParallelSize"])
+    assert flag_value(argv, "--served-model-name") == LLAMA_405B["servedName"]
+
+
+def test_vllm_backend_deployments_become_pods_that_get_the_catalog_as_written(
+        kube: KubeClient, deployed: Callable[[str], tuple[str, Path]], tmp_path: Path) -> None:  # fmt: skip
+    """Our own Deployments, turned into pods by the deployment and replicaset controllers."""
+    serving, marker = deployed("vllm")
+    bin_dir = fake_vllm(tmp_path / "bin", vllm_version())
+    models = catalog(marker)
+    for m in models:
+        name = names.workload(m["name"])
+        if m.get("nodeCount", 1) > 1:
+            continue  # the LWS controller needs its defaulting webhook, which this tier does not serve yet
+        pods = wait(f"the pods of {name}", pods_of(kube, serving, m["name"]))
+        assert len(pods) == m.get("replicas", 1) and all(p["status"]["phase"] == "Pending" for p in pods)
+        argv = vllm_argv(kube, serving, pods[0]["spec"], bin_dir)
+        assert flag_value(argv, "--served-model-name") == m["servedName"]
+        if m is models[0]:
+            assert flag_value(argv, "--chat-template") == HOSTILE_TEMPLATE.format(marker=marker)
+            assert flag_value(argv, "--override-generation-config") == GENERATION
+            assert not marker.exists(), "a catalog string ran as a command in the pod"
