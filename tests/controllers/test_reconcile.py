@@ -251,3 +251,68 @@ def test_vllm_backend_deployments_become_pods_that_get_the_catalog_as_written(
             assert flag_value(argv, "--chat-template") == HOSTILE_TEMPLATE.format(marker=marker)
             assert flag_value(argv, "--override-generation-config") == GENERATION
             assert not marker.exists(), "a catalog string ran as a command in the pod"
+
+
+def _bind(kube: KubeClient, pod: dict[str, Any], node: str) -> None:
+    """What the scheduler does: the Binding subresource puts the pod on a node."""
+    ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    kube.request("POST", f"/api/v1/namespaces/{ns}/pods/{name}/binding",
+                 json={"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+                       "target": {"apiVersion": "v1", "kind": "Node", "name": node}})  # fmt: skip
+
+
+def _ready(kube: KubeClient, pod: dict[str, Any]) -> None:
+    """What the kubelet reports once vLLM answers /health: the pod Running and Ready."""
+    ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    conds = [{"type": t, "status": "True", "lastTransitionTime": now} for t in
+             ("PodScheduled", "Initialized", "ContainersReady", "Ready")]  # fmt: skip
+    kube.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status",
+                 json={"status": {"phase": "Running", "conditions": conds, "startTime": now}},
+                 headers={"Content-Type": "application/merge-patch+json"})  # fmt: skip
+
+
+def test_status_gives_each_model_its_phase_from_what_the_controllers_wrote(
+        kube: KubeClient, kube_apiserver: KubeAPIServer,
+        deployed: Callable[[str], tuple[str, Path]]) -> None:  # fmt: skip
+    """Downloading → Pending → Loading → Ready as the job controller, the scheduler and the kubelet would
+    move a model along (the first from the real job controller; the others written as those three write
+    them), and Failed for a failed download — each judged from the objects KServe and the workload
+    controllers keep (tkf_infra/live/lifecycle.py)."""
+    from tests.kube.jobs import complete_job, fail_job
+    from tkf_infra.live.cluster import client_from_kubeconfig
+    from tkf_infra.live.lifecycle import Phase, read_lifecycle
+
+    serving, marker = deployed("kserve")
+    models = [m for m in catalog(marker) if m.get("nodeCount", 1) == 1]
+    endpoints = [{"name": m["name"], "namespace": serving, "model": f"{m['repo']}@{m['revision']}"} for m in models]
+
+    def phases() -> dict[str, Any]:
+        with client_from_kubeconfig(str(kube_apiserver.kubeconfig), None) as client:
+            return {r.model: r for r in read_lifecycle(client, endpoints)}
+
+    def settled(want: Phase, models: list[dict[str, Any]]) -> Callable[[], dict[str, Any] | None]:
+        def check() -> dict[str, Any] | None:
+            now = phases()
+            return now if all(now[m["name"]].phase is want for m in models) else None
+        return check
+
+    now = wait("every model Downloading", settled(Phase.DOWNLOADING, models))
+    assert all(r.cache.value == "downloading" and r.desired == 1 and not r.ready for r in now.values()), now
+    first, broken, *rest = models
+    for m in (first, *rest):
+        complete_job(kube, serving, names.weight_download_job(m["repo"], m["revision"]))
+    # One model's download fails (written as the job controller does: tests/kube/jobs.py).
+    fail_job(kube, serving, names.weight_download_job(broken["repo"], broken["revision"]))
+    now = wait(f"{broken['name']} Failed", settled(Phase.FAILED, [broken]))
+    assert "weight download failed" in now[broken["name"]].reason and now[broken["name"]].cache.value == "failed"
+    now = wait("the others Pending (weights cached, no pod on a node)", settled(Phase.PENDING, [first, *rest]))
+    assert all(now[m["name"]].cache.value == "complete" for m in (first, *rest)), now
+    pod = wait(f"a pod of {first['name']}", pods_of(kube, serving, first["name"]))[0]
+    kube.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-node-0", "labels": H100_LABELS}})
+    _bind(kube, pod, "gpu-node-0")
+    wait(f"{first['name']} Loading", settled(Phase.LOADING, [first]))
+    _ready(kube, pod)
+    now = wait(f"{first['name']} Ready", settled(Phase.READY, [first]))
+    assert (now[first["name"]].ready, now[first["name"]].desired) == (1, 1)
+    assert all(now[m["name"]].phase is Phase.PENDING for m in rest), now

@@ -32,7 +32,10 @@ def _condition(kind: str, reason: str, message: str) -> dict[str, Any]:
 def _write_status(kube: KubeClient, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
     path = kube.resource("batch/v1", "Job").path(namespace, name) + "/status"
     job = kube.request("GET", path)
-    job["status"] = status  # resourceVersion from the read: a concurrent writer fails with 409, as for the controller
+    # A running job controller may have set startTime already: it is immutable once set.
+    started = (job.get("status") or {}).get("startTime")
+    job["status"] = {**status, "startTime": started} if started else status
+    # resourceVersion from the read: a concurrent writer fails with 409, as for the controller
     return kube.request("PUT", path, json=job)
 
 

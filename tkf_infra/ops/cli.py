@@ -354,22 +354,43 @@ def status(
     prometheus_url: Annotated[str | None, typer.Option(help="Default: the stack's prometheusUrl.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Capacity signal per model from Prometheus: replicas, queue depth, KV-cache use, hit rate, TTFT."""
+    """Per model: its lifecycle phase from the cluster (kubeconfig stacks) and the capacity signal from
+    Prometheus: replicas, queue depth, KV-cache use, hit rate, TTFT."""
+    from tkf_infra.live import lifecycle
     from tkf_infra.live.status_view import status_command
     from tkf_infra.ops import stacks
     from tkf_infra.outputs import ENDPOINTS_OUTPUT
 
     st, outs = _outputs(stack)
-    url = prometheus_url
-    if not url:
-        catalog = stacks.stack_catalog(st)
-        url = catalog.settings.prometheus_url if catalog else None
-    if not url:
-        raise _fail(f"stack {stack!r} sets no prometheusUrl; pass --prometheus-url")
+    catalog = stacks.stack_catalog(st)
+    url = prometheus_url or (catalog.settings.prometheus_url if catalog else None)
     endpoints = list((outs.get(ENDPOINTS_OUTPUT) or {}).values())
+    # Each model's phase from what the cluster's controllers wrote, when the stack deploys to one.
+    cluster = catalog.settings.cluster if catalog else None
+    rows: list[lifecycle.Lifecycle] | None = None
+    unreadable: str | None = None
+    if cluster is not None and cluster.mode == "kubeconfig" and cluster.kubeconfig:
+        rows, unreadable = lifecycle.lifecycle_of(endpoints, cluster.kubeconfig, cluster.context)
+    if not url and rows is None:
+        raise _fail(f"stack {stack!r} sets no prometheusUrl; pass --prometheus-url"
+                    + (f" (and its cluster could not be read: {unreadable})" if unreadable else ""))  # fmt: skip
+    failed = rows is not None and any(r.phase.value == "Failed" for r in rows)
+    if not url:  # the cluster's view only
+        assert rows is not None
+        print(json.dumps({"lifecycle": {r.model: r.to_json() for r in rows}}, indent=2) if as_json
+              else lifecycle.render_table(rows))  # fmt: skip
+        raise typer.Exit(ExitCode.REFUSED if failed else ExitCode.OK)
     text, code = status_command(endpoints, url, as_json)
+    if rows is not None and as_json:
+        doc = json.loads(text)
+        doc["lifecycle"] = {r.model: r.to_json() for r in rows}
+        text = json.dumps(doc, indent=2)
+    elif rows is not None:
+        text = lifecycle.render_table(rows) + "\n\n" + text
+    elif unreadable:
+        text += f"\nlifecycle: the cluster could not be read: {unreadable}"
     print(text)
-    raise typer.Exit(code)
+    raise typer.Exit(ExitCode.REFUSED if failed and code == ExitCode.OK else code)
 
 
 @app.command()

@@ -1,0 +1,58 @@
+"""Phase rules of tkf_infra/live/lifecycle.py on the object shapes the controllers write (the
+controllers tier, tests/controllers/, checks them against KServe and the workload controllers live)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tkf_infra.live.lifecycle import CacheState, Phase, Workload, judge, render_table
+
+
+def cond(t: str, status: str, reason: str = "", message: str = "") -> dict[str, Any]:
+    return {"type": t, "status": status, "reason": reason, "message": message}
+
+
+def deployment(desired: int, ready: int, *conds: dict[str, Any]) -> dict[str, Any]:
+    return {"spec": {"replicas": desired}, "status": {"readyReplicas": ready, "conditions": list(conds)}}
+
+
+COMPLETE = {"status": {"conditions": [cond("Complete", "True")]}}
+ON_NODE = {"spec": {"nodeName": "n0"}}
+UNPLACED: dict[str, Any] = {"spec": {}}
+
+
+def test_replicas_decide_ready_and_degraded() -> None:
+    assert judge("m", Workload(workload=deployment(2, 2), job=COMPLETE)).phase is Phase.READY
+    degraded = judge("m", Workload(workload=deployment(3, 1), job=COMPLETE, pods=(ON_NODE,) * 3))
+    assert (degraded.phase, degraded.ready, degraded.desired) == (Phase.DEGRADED, 1, 3)
+
+
+def test_no_ready_replica_is_downloading_pending_or_loading_by_where_it_waits() -> None:
+    running_job = {"status": {"active": 1}}
+    assert judge("m", Workload(workload=deployment(1, 0), job=running_job)).phase is Phase.DOWNLOADING
+    assert judge("m", Workload(workload=deployment(1, 0), job=COMPLETE, pods=(UNPLACED,))).phase is Phase.PENDING
+    assert judge("m", Workload(workload=deployment(1, 0), job=COMPLETE, pods=(ON_NODE,))).phase is Phase.LOADING
+    assert judge("m", Workload(job=COMPLETE)).reason == "no workload written yet"
+
+
+def test_failures_name_their_cause() -> None:
+    failed_job = {"status": {"conditions": [cond("Failed", "True", "BackoffLimitExceeded", "Job has reached the "
+                                                                                        "specified backoff limit")]}}
+    r = judge("m", Workload(workload=deployment(1, 0), job=failed_job))
+    assert (r.phase, r.cache) == (Phase.FAILED, CacheState.FAILED) and "BackoffLimitExceeded" in r.reason
+    isvc = {"status": {"conditions": [cond("PresetsCombined", "False", "ConfigNotFound", "no such preset")]}}
+    assert "ConfigNotFound" in judge("m", Workload(llmisvc=isvc)).reason
+    kserve = {"status": {"conditions": [cond("MainWorkloadReady", "False", "",
+                                             'failed to reconcile main workload: deployments.apps "m-kserve" '
+                                             "already exists")]}}  # fmt: skip
+    assert judge("m", Workload(llmisvc=kserve, job=COMPLETE)).phase is Phase.FAILED
+    waiting = {"status": {"conditions": [cond("MainWorkloadReady", "False", "MinimumReplicasUnavailable",
+                                              "Deployment does not have minimum availability.")]}}  # fmt: skip
+    assert judge("m", Workload(llmisvc=waiting, workload=deployment(1, 0), job=COMPLETE)).phase is Phase.PENDING
+    stalled = deployment(1, 0, cond("Progressing", "False", "ProgressDeadlineExceeded", "ReplicaSet timed out"))
+    assert judge("m", Workload(workload=stalled, job=COMPLETE)).phase is Phase.FAILED
+
+
+def test_the_table_lists_every_model() -> None:
+    text = render_table([judge("a", Workload(workload=deployment(1, 1))), judge("b", Workload())])
+    assert "a " in text and "Ready" in text and "1/1" in text and "b " in text and "Pending" in text

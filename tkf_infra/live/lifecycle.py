@@ -1,0 +1,218 @@
+"""Each model's lifecycle phase, read from what the cluster's controllers wrote (issue 25).
+
+Why from the controllers' own objects: the phase a platform team acts on is the one Kubernetes
+holds — KServe's ``LLMInferenceService`` conditions, the Deployment or LeaderWorkerSet readiness the
+workload controllers keep, and the weight download Job's conditions — not a guess from metrics. The
+phases are the TKF design's status block:
+
+| phase | when |
+|---|---|
+| Failed | the download failed; KServe could not combine presets or reconcile; the rollout passed its deadline |
+| Downloading | the weight cache's download Job has not completed |
+| Pending | no replica is ready and no pod of the model is on a node yet (unschedulable, or waiting for one) |
+| Loading | pods are on nodes, none ready yet (vLLM loading weights, compiling) |
+| Degraded | some replicas ready, fewer than desired |
+| Ready | every desired replica ready |
+
+`judge` is pure (plain objects in, a `Lifecycle` out); `read_lifecycle` reads them with the edge's
+httpx client (tkf_infra/live/cluster.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import httpx
+
+from tkf_infra import names
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    DOWNLOADING = "Downloading"
+    LOADING = "Loading"
+    READY = "Ready"
+    DEGRADED = "Degraded"
+    FAILED = "Failed"
+
+
+class CacheState(StrEnum):
+    COMPLETE = "complete"
+    DOWNLOADING = "downloading"
+    FAILED = "failed"
+    NONE = "none"
+    """No download Job: no weight cache for this model (fetched by KServe or vLLM itself), or not created yet."""
+
+
+#: KServe's conditions whose False means it could not do its part (not "waiting for pods").
+KSERVE_FAILURE_CONDITIONS = ("PresetsCombined",)
+#: Messages KServe v0.20.0 writes on a workload condition when a reconcile failed (controller.go:245).
+KSERVE_RECONCILE_FAILURE = "failed to reconcile"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the cluster holds for one model; any part may be absent (None / empty)."""
+
+    llmisvc: Mapping[str, Any] | None = None
+    workload: Mapping[str, Any] | None = None
+    """The Deployment or LeaderWorkerSet that runs the pods (KServe's or ours)."""
+    job: Mapping[str, Any] | None = None
+    pods: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    model: str
+    phase: Phase
+    desired: int | None
+    ready: int | None
+    cache: CacheState
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"phase": self.phase.value, "replicas": {"desired": self.desired, "ready": self.ready},
+                "weightCache": self.cache.value, "reason": self.reason}  # fmt: skip
+
+
+def _conditions(obj: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
+    status = (obj or {}).get("status") or {}
+    return {str(c.get("type")): c for c in status.get("conditions") or [] if isinstance(c, Mapping)}
+
+
+def cache_state(job: Mapping[str, Any] | None) -> CacheState:
+    if job is None:
+        return CacheState.NONE
+    conds = _conditions(job)
+    if conds.get("Complete", {}).get("status") == "True":
+        return CacheState.COMPLETE
+    if conds.get("Failed", {}).get("status") == "True":
+        return CacheState.FAILED
+    return CacheState.DOWNLOADING
+
+
+def _replicas(w: Workload) -> tuple[int | None, int | None]:
+    """(desired, ready): from the workload's spec and status (LWS counts groups, as replicas)."""
+    if w.workload is None:
+        desired = (w.llmisvc or {}).get("spec", {}).get("replicas")
+        return (int(desired) if isinstance(desired, int) else None), None
+    spec, status = w.workload.get("spec") or {}, w.workload.get("status") or {}
+    desired = spec.get("replicas", 1)
+    return int(desired), int(status.get("readyReplicas") or 0)
+
+
+def _failure(w: Workload) -> str | None:
+    job_conds = _conditions(w.job)
+    if job_conds.get("Failed", {}).get("status") == "True":
+        c = job_conds["Failed"]
+        return f"weight download failed: {c.get('reason', '')}: {c.get('message', '')}".rstrip(": ")
+    for t, c in _conditions(w.llmisvc).items():
+        if c.get("status") != "False":
+            continue
+        if t in KSERVE_FAILURE_CONDITIONS or str(c.get("message", "")).startswith(KSERVE_RECONCILE_FAILURE):
+            return f"KServe {t}: {c.get('reason') or ''} {c.get('message') or ''}".strip()
+    progressing = _conditions(w.workload).get("Progressing", {})
+    if progressing.get("status") == "False" and progressing.get("reason") == "ProgressDeadlineExceeded":
+        return f"rollout stalled: {progressing.get('message', '')}"
+    return None
+
+
+def judge(model: str, w: Workload) -> Lifecycle:
+    """The phase of one model from its objects (see the module docstring's table)."""
+    cache = cache_state(w.job)
+    desired, ready = _replicas(w)
+    if (why := _failure(w)) is not None:
+        return Lifecycle(model, Phase.FAILED, desired, ready, cache, why)
+    if desired is not None and ready is not None and desired > 0:
+        if ready >= desired:
+            return Lifecycle(model, Phase.READY, desired, ready, cache, f"{ready}/{desired} replicas ready")
+        if ready > 0:
+            return Lifecycle(model, Phase.DEGRADED, desired, ready, cache, f"{ready}/{desired} replicas ready")
+    if cache is CacheState.DOWNLOADING:
+        return Lifecycle(model, Phase.DOWNLOADING, desired, ready, cache, "the weight download Job has not completed")
+    if w.workload is None:
+        return Lifecycle(model, Phase.PENDING, desired, ready, cache, "no workload written yet")
+    placed = [p for p in w.pods if (p.get("spec") or {}).get("nodeName")]
+    if placed:
+        return Lifecycle(model, Phase.LOADING, desired, ready, cache,
+                         f"{len(placed)} pod(s) on nodes, none ready yet")  # fmt: skip
+    reason = f"{len(w.pods)} pod(s), none on a node yet" if w.pods else "no pod yet"
+    return Lifecycle(model, Phase.PENDING, desired, ready, cache, reason)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading (the edge)
+# --------------------------------------------------------------------------------------------
+
+_LLMISVC = "/apis/serving.kserve.io/v1alpha2/namespaces/{ns}/llminferenceservices/{name}"
+_DEPLOYMENT = "/apis/apps/v1/namespaces/{ns}/deployments/{name}"
+_LWS = "/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets/{name}"
+_JOB = "/apis/batch/v1/namespaces/{ns}/jobs/{name}"
+_PODS = "/api/v1/namespaces/{ns}/pods"
+
+
+def _get(client: httpx.Client, path: str) -> dict[str, Any] | None:
+    """The object, or None when the server says it does not exist (or serves no such kind)."""
+    response = client.get(path)
+    if response.status_code == 404:
+        return None
+    response.raise_for_status()
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def read_workload(client: httpx.Client, namespace: str, model: str, repo: str | None,
+                  revision: str | None) -> Workload:  # fmt: skip
+    """One model's objects: KServe's if it has an LLMInferenceService, else our own Deployment/LWS."""
+    name = names.workload(model)
+    isvc = _get(client, _LLMISVC.format(ns=namespace, name=name))
+    candidates = ([_DEPLOYMENT.format(ns=namespace, name=f"{name}-kserve"),
+                   _LWS.format(ns=namespace, name=f"{name}-kserve-mn")] if isvc is not None
+                  else [_DEPLOYMENT.format(ns=namespace, name=name), _LWS.format(ns=namespace, name=name)])  # fmt: skip
+    workload = next((o for o in (_get(client, p) for p in candidates) if o is not None), None)
+    job = (_get(client, _JOB.format(ns=namespace, name=names.weight_download_job(repo, revision)))
+           if repo and revision else None)  # fmt: skip
+    response = client.get(_PODS.format(ns=namespace), params={"labelSelector": f"{names.MODEL_LABEL}={model}"})
+    response.raise_for_status()
+    pods = tuple(p for p in response.json().get("items", []) if isinstance(p, Mapping))
+    return Workload(isvc, workload, job, pods)
+
+
+def read_lifecycle(client: httpx.Client, endpoints: Iterable[Mapping[str, Any]]) -> list[Lifecycle]:
+    """Every model of the stack's `endpoints` output, judged from the cluster."""
+    out: list[Lifecycle] = []
+    for ep in endpoints:
+        repo, _, revision = str(ep.get("model", "")).partition("@")
+        w = read_workload(client, str(ep["namespace"]), str(ep["name"]), repo or None, revision or None)
+        out.append(judge(str(ep["name"]), w))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The `status` command's lifecycle part
+# --------------------------------------------------------------------------------------------
+
+
+def render_table(rows: Iterable[Lifecycle]) -> str:
+    lines = [f"{'model':<30} {'phase':<12} {'replicas':<9} {'weights':<12} why"]
+    for r in rows:
+        replicas = f"{r.ready if r.ready is not None else '-'}/{r.desired if r.desired is not None else '-'}"
+        lines.append(f"{r.model:<30} {r.phase.value:<12} {replicas:<9} {r.cache.value:<12} {r.reason}")
+    return "\n".join(lines)
+
+
+def lifecycle_of(endpoints: Iterable[Mapping[str, Any]], kubeconfig: str,
+                 context: str | None) -> tuple[list[Lifecycle] | None, str | None]:  # fmt: skip
+    """(rows, None), or (None, why the cluster could not be read): a reason, never a traceback."""
+    from tkf_infra.live.cluster import KubeconfigError, client_from_kubeconfig
+
+    try:
+        with client_from_kubeconfig(kubeconfig, context) as client:
+            return read_lifecycle(client, endpoints), None
+    except KubeconfigError as exc:
+        return None, f"{exc}; fix cluster.kubeconfig / cluster.context"
+    except httpx.HTTPError as exc:
+        return None, f"the cluster of {kubeconfig} did not answer as expected ({type(exc).__name__}: {exc})"
