@@ -52,6 +52,14 @@ def entries(*extra: list[str]) -> dict[str, Any]:
     (["-pcp", "2"], "-pcp", "multiplies the GPUs a replica uses"),  # world size = PP x TP x PCP
     (["-dpl", "2"], "-dpl", "dataParallelSize"),
     (["--quantization-config.linear.method", "fp8"], "--quantization-config.linear.method", "online quantization"),
+    # Flags that change what the GPU holds behind the fit check's back (weights, KV cache, recurrent state).
+    (["--cpu-offload-params", "x"], "--cpu-offload-params", "weights on the GPU"),
+    (["--kv-offloading-size", "8"], "--kv-offloading-size", "KV-cache offloading"),
+    (["--kv_offloading_backend=native"], "--kv_offloading_backend=native", "KV-cache offloading"),
+    (["--decode-context-parallel-size", "2"], "--decode-context-parallel-size", "shards the KV cache"),
+    (["--kv-cache-dtype-skip-layers", "0"], "--kv-cache-dtype-skip-layers", "kvCacheDtype"),
+    (["--mamba-cache-dtype", "float32"], "--mamba-cache-dtype", "recurrent state"),
+    (["--mamba-ssm-cache-dtype", "float32"], "--mamba-ssm-cache-dtype", "recurrent state"),
 ])  # fmt: skip
 def test_every_spelling_of_an_owned_flag_is_refused_by_name(args: list[str], word: str, owner: str) -> None:
     cat = validate_catalog(entries(args))

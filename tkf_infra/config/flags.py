@@ -300,6 +300,16 @@ PLATFORM_FLAGS: dict[str, str] = {
     "--enable-lora": "LoRA adapters take GPU memory the fit check does not size",
     "--limit-mm-per-prompt": "the multimodal encoder cache is part of what the fit check sizes",
     "--load-format": "weights are loaded from the weight cache in the format the fit check sized",
+    "--cpu-offload-params": "offloading changes the weights on the GPU, which the fit check sizes",
+    "--kv-offloading-size": "KV-cache offloading moves KV cache to host memory the pod does not request and the "
+                            "fit check does not size",
+    "--kv-offloading-backend": "KV-cache offloading moves KV cache to host memory the pod does not request and "
+                               "the fit check does not size",
+    "--decode-context-parallel-size": "it shards the KV cache across ranks other than the fit check sized",
+    "--kv-cache-dtype-skip-layers": "layers kept at full-precision KV change the KV cache the fit check sized with "
+                                    "`kvCacheDtype`",
+    "--mamba-cache-dtype": "the recurrent state's dtype is part of what the fit check sizes",
+    "--mamba-ssm-cache-dtype": "the recurrent state's dtype is part of what the fit check sizes",
 }
 
 #: The release the option table below was generated from (tests/test_extra_args_spellings.py: = VLLM_RELEASE).
