@@ -201,7 +201,9 @@ def metrics_container(p: PodInputs, *, kserve: bool) -> core.ContainerArgs:
         name=METRICS_CONTAINER, image=va.image(p.entry, p.serving),
         command=encode(va.metrics_proxy_command(), ArgvPath.KSERVE_ARGS if kserve else ArgvPath.EXEC),
         ports=[core.ContainerPortArgs(name="metrics", container_port=METRICS_PORT, protocol="TCP")],
-        resources=core.ResourceRequirementsArgs(requests={"cpu": "10m", "memory": "32Mi"}, limits={"memory": "64Mi"}),
+        resources=core.ResourceRequirementsArgs(requests={"cpu": f"{va.SIDECAR_CPU_MILLIS}m",
+                                                          "memory": f"{va.SIDECAR_MEMORY_MIB}Mi"},
+                                                limits={"memory": "64Mi"}),
         security_context=container_security(),
     )  # fmt: skip
 

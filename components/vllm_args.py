@@ -53,6 +53,8 @@ PART_OF = "tkf-infra"
 LOAD_BYTES_PER_SECOND = 200 * MIB
 #: Assumed throughput of one download from the Hub, for the time bounds of `up`'s waits.
 HUB_DOWNLOAD_BYTES_PER_SECOND = 100 * MIB
+#: The metrics sidecar's requests (components/pod.py), counted on every serving pod by the node-capacity check.
+SIDECAR_CPU_MILLIS, SIDECAR_MEMORY_MIB = 10, 32
 STARTUP_BASE_SECONDS = 300
 PROBE_PERIOD_SECONDS = 10
 
