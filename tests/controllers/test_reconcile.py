@@ -38,7 +38,7 @@ import yaml
 
 from components.model_serving import KSERVE_OWNED_LABELS
 from tests.apiserver.readback import GATEWAY_NS, H100_LABELS, LLMISVC, LWS, MONITORING_NS, container
-from tests.apiserver.test_up_against_apiserver import CPU_MODELS, H100_TAINT, LLAMA_405B, QWEN3_8B, QWEN_72B
+from tests.apiserver.test_up_against_apiserver import CPU_MODELS, H100_TAINT, LLAMA_405B, QWEN3_8B, QWEN_72B, cli
 from tests.controllers.harness import Manager, start_kserve
 from tests.engine_fixtures import EngineStack
 from tests.kube.apiserver import KubeAPIServer
@@ -54,6 +54,8 @@ HOSTILE_TEMPLATE = "{{{{ messages }}}} $(touch {marker}) `touch {marker}`; a \"b
 GENERATION = '{"temperature": 0.5, "top_p": 0.9}'
 SPECULATIVE = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
 TIMINGS: dict[str, float] = {}
+#: What `deployed` hands a test: the serving namespace, the file a hostile string would create, the stack.
+Deployed = tuple[str, Path, EngineStack]
 #: The managers of the running test, whose logs a timeout shows.
 MANAGERS: list[Manager] = []
 RECONCILE_TIMEOUT_S = 240.0
@@ -87,12 +89,12 @@ def configure(es: EngineStack, kube_apiserver: KubeAPIServer, backend: str, mode
 
 @pytest.fixture
 def deployed(kube_apiserver: KubeAPIServer, lean_engine_env: dict[str, str],
-             make_stack: Callable[..., EngineStack], tmp_path: Path) -> Iterator[Callable[[str], tuple[str, Path]]]:
+             make_stack: Callable[..., EngineStack], tmp_path: Path) -> Iterator[Callable[[str], Deployed]]:
     """`up` of a stack on one backend, then (kserve) KServe's manager against the server."""
     managers = MANAGERS
     stacks: list[EngineStack] = []
 
-    def deploy(backend: str) -> tuple[str, Path]:
+    def deploy(backend: str) -> Deployed:
         marker = tmp_path / f"ran-{backend}"
         es = make_stack(platform=True, extra_env=lean_engine_env)
         stacks.append(es)
@@ -104,7 +106,7 @@ def deployed(kube_apiserver: KubeAPIServer, lean_engine_env: dict[str, str],
             m = start_kserve(kube_apiserver.kubeconfig, tmp_path / "kserve")
             managers.append(m)
             TIMINGS[f"{m.name} ready"] = round(m.wait_ready(), 1)
-        return serving, marker
+        return serving, marker, es
 
     yield deploy
     for m in managers:
@@ -166,8 +168,8 @@ def flag_value(argv: list[str], flag: str) -> str:
 
 
 def test_kserve_reconciles_every_profile_and_hands_vllm_the_catalog_as_written(
-        kube: KubeClient, deployed: Callable[[str], tuple[str, Path]], tmp_path: Path) -> None:  # fmt: skip
-    serving, marker = deployed("kserve")
+        kube: KubeClient, deployed: Callable[[str], Deployed], tmp_path: Path) -> None:  # fmt: skip
+    serving, marker, _ = deployed("kserve")
     bin_dir = fake_vllm(tmp_path / "bin", vllm_version())
     models = catalog(marker)
     single = [m for m in models if m.get("nodeCount", 1) == 1]
@@ -234,9 +236,9 @@ def test_kserve_reconciles_every_profile_and_hands_vllm_the_catalog_as_written(
 
 
 def test_vllm_backend_deployments_become_pods_that_get_the_catalog_as_written(
-        kube: KubeClient, deployed: Callable[[str], tuple[str, Path]], tmp_path: Path) -> None:  # fmt: skip
+        kube: KubeClient, deployed: Callable[[str], Deployed], tmp_path: Path) -> None:  # fmt: skip
     """Our own Deployments, turned into pods by the deployment and replicaset controllers."""
-    serving, marker = deployed("vllm")
+    serving, marker, _ = deployed("vllm")
     bin_dir = fake_vllm(tmp_path / "bin", vllm_version())
     models = catalog(marker)
     for m in models:
@@ -274,7 +276,7 @@ def _ready(kube: KubeClient, pod: dict[str, Any]) -> None:
 
 def test_status_gives_each_model_its_phase_from_what_the_controllers_wrote(
         kube: KubeClient, kube_apiserver: KubeAPIServer,
-        deployed: Callable[[str], tuple[str, Path]]) -> None:  # fmt: skip
+        deployed: Callable[[str], Deployed]) -> None:  # fmt: skip
     """Downloading → Pending → Loading → Ready as the job controller, the scheduler and the kubelet would
     move a model along (the first from the real job controller; the others written as those three write
     them), and Failed for a failed download — each judged from the objects KServe and the workload
@@ -283,7 +285,7 @@ def test_status_gives_each_model_its_phase_from_what_the_controllers_wrote(
     from tkf_infra.live.cluster import client_from_kubeconfig
     from tkf_infra.live.lifecycle import Phase, read_lifecycle
 
-    serving, marker = deployed("kserve")
+    serving, marker, es = deployed("kserve")
     models = [m for m in catalog(marker) if m.get("nodeCount", 1) == 1]
     endpoints = [{"name": m["name"], "namespace": serving, "model": f"{m['repo']}@{m['revision']}"} for m in models]
 
@@ -316,3 +318,9 @@ def test_status_gives_each_model_its_phase_from_what_the_controllers_wrote(
     now = wait(f"{first['name']} Ready", settled(Phase.READY, [first]))
     assert (now[first["name"]].ready, now[first["name"]].desired) == (1, 1)
     assert all(now[m["name"]].phase is Phase.PENDING for m in rest), now
+    # What an operator types: `status` on the stack (dev-based: no Prometheus, so the cluster's view only).
+    code, summary, err = cli(es, "status")
+    assert code == 1, (code, err)  # one model Failed
+    shown = {name: row["phase"] for name, row in summary["lifecycle"].items()}
+    assert shown[first["name"]] == "Ready" and shown[broken["name"]] == "Failed", shown
+    assert summary["lifecycle"][first["name"]]["replicas"] == {"desired": 1, "ready": 1}
