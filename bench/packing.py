@@ -77,7 +77,7 @@ def _doc(pools: list[dict[str, Any]], models: list[dict[str, Any]], time_slices:
 def mig_pool(nodes: int) -> dict[str, Any]:
     names = [f"{MIG_POOL}-{i + 1}" for i in range(nodes)]
     return {"name": MIG_POOL, "kind": "existing", "gpuProduct": "H100-80GB", "gpusPerNode": 8, "nodeCount": nodes,
-            "mig": True, "nodes": names, "labels": {"tkf.io/pool": MIG_POOL}, "nodeResources": P5}
+            "mig": True, "nodes": names, "labels": {"bench/pool": MIG_POOL}, "nodeResources": P5}
 
 
 def plain_pool(name: str, nodes: int) -> dict[str, Any]:
