@@ -19,7 +19,7 @@ from components import pod
 from components import vllm_args as va
 from tests.mocks import CPU, MULTI_NODE, SINGLE_GPU, stack_doc
 from tests.vllm.argv import fake_vllm, run_recorded, vllm_version
-from tests.vllm.pod import kserve_command, kserve_preset, kubelet_expand
+from tests.vllm.pod import kserve_command, kserve_preset, kubelet_expand, llmisvc_doc
 from tkf_infra.config import ModelEntry, Serving, validate_catalog
 from tkf_infra.names import workload
 
@@ -58,22 +58,14 @@ def _env(c: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _llmisvc(e: ModelEntry, main: Any) -> dict[str, Any]:
-    container = {"name": "main", "args": list(main.args), "env": _env(main)}
-    spec: dict[str, Any] = {"model": {"name": e.served_name}, "template": {"containers": [container]}}
-    if not e.is_cpu:
-        spec["parallelism"] = {"tensor": e.tensor_parallel_size}
-        if e.pipeline_parallel_size > 1:
-            spec["parallelism"]["pipeline"] = e.pipeline_parallel_size
-    return {"metadata": {"name": workload(e.name), "namespace": "llm-serving"}, "spec": spec}
-
-
 def kserve_argv(e: ModelEntry, bin_dir: Path, env: dict[str, str], *, two_keys: bool = False) -> list[str]:
     """vLLM's argv in the pod KServe writes for ``e``: our container args through KServe's template,
     the kubelet and the preset's bash."""
-    main = pod.container(_inputs(e, two_keys=two_keys), kserve=True)
+    main: Any = pod.container(_inputs(e, two_keys=two_keys), kserve=True)
     secret = {"stringData": {"apiKey": env.get(va.API_KEY_ENV, "k"), "apiKeyNext": env.get(va.API_KEY_EXTRA_ENV, "")}}
-    manifests = {("LLMInferenceService", workload(e.name)): _llmisvc(e, main), ("Secret", "keys"): secret}
+    ours = {"name": "main", "args": list(main.args), "env": _env(main)}
+    manifests = {("LLMInferenceService", workload(e.name)): llmisvc_doc(e, ours, "llm-serving"),
+                 ("Secret", "keys"): secret}
     preset = kserve_preset(PP_PRESET) if e.is_multi_node else kserve_preset()
     cmd = kserve_command(manifests, workload(e.name), preset)  # the kubelet's expansion included
     return run_recorded(cmd.argv, {**LWS_ENV, **cmd.env}, bin_dir)

@@ -102,9 +102,11 @@ def changes(res: auto.UpResult) -> dict[str, int]:
     return {str(k): v for k, v in (res.summary.resource_changes or {}).items() if str(k) != "same"}
 
 
-def target_config(es: EngineStack, kube_apiserver: KubeAPIServer, backend: str) -> str:
+def target_config(es: EngineStack, kube_apiserver: KubeAPIServer, backend: str,
+                  models: list[dict[str, Any]] | None = None) -> str:  # fmt: skip
     """Point the stack at the test server, platform installed from the vendored charts (offline);
-    the serving namespace is per stack, the platform's are the ones its charts hard-code."""
+    the serving namespace is per stack, the platform's are the ones its charts hard-code. ``models``:
+    the catalog (default `CATALOG`)."""
     serving = f"llm-{backend}-{uuid.uuid4().hex[:6]}"
     path = es.project / f"Pulumi.{es.stack.name}.yaml"
     doc = yaml.safe_load(path.read_text())
@@ -120,7 +122,7 @@ def target_config(es: EngineStack, kube_apiserver: KubeAPIServer, backend: str) 
          "labels": H100_LABELS, "taints": [H100_TAINT]},
         *cfg["tkf-infra:nodePools"],  # the dev CPU pool
     ]
-    cfg["tkf-infra:models"] = CATALOG
+    cfg["tkf-infra:models"] = CATALOG if models is None else models
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return serving
 

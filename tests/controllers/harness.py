@@ -20,7 +20,6 @@ import datetime
 import ipaddress
 import os
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.kube.apiserver import tools_bin
+from tests.vllm.server import free_port
 
 #: The controllers tkf-kube-apiserver runs for this tier: deletion needs the first two; the next four
 #: turn Deployments, StatefulSets and Jobs into Pods; the last gives each namespace its `default`
@@ -50,12 +50,6 @@ def binary(name: str) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run scripts/build_controllers.sh (or make test)")
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def serving_cert(cert_dir: Path, host: str = "127.0.0.1") -> Path:

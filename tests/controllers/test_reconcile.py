@@ -24,27 +24,32 @@ server runs no admission webhooks (README, "Real controllers").
 
 from __future__ import annotations
 
-import base64
 import json
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from components.model_serving import KSERVE_OWNED_LABELS
-from tests.apiserver.readback import GATEWAY_NS, H100_LABELS, LLMISVC, LWS, MONITORING_NS, container
-from tests.apiserver.test_up_against_apiserver import CPU_MODELS, H100_TAINT, LLAMA_405B, QWEN3_8B, QWEN_72B, cli
+from tests.apiserver.readback import H100_LABELS, LLMISVC, LWS, container
+from tests.apiserver.test_up_against_apiserver import (
+    CPU_MODELS,
+    H100_TAINT,
+    LLAMA_405B,
+    QWEN3_8B,
+    QWEN_72B,
+    cli,
+    target_config,
+)
 from tests.controllers.harness import Manager, start_kserve
 from tests.engine_fixtures import EngineStack
 from tests.kube.apiserver import KubeAPIServer
 from tests.kube.client import KubeClient
 from tests.vllm.argv import fake_vllm, run_recorded, vllm_version
-from tests.vllm.pod import kubelet_expand
+from tests.vllm.pod import kubelet_expand, resolve_env
 from tkf_infra import names
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.engine]
@@ -67,26 +72,6 @@ def catalog(marker: Path) -> list[dict[str, Any]]:
     return [{**QWEN3_8B, "extraArgs": hostile}, tp, LLAMA_405B, *CPU_MODELS]
 
 
-def configure(es: EngineStack, kube_apiserver: KubeAPIServer, backend: str, models: list[dict[str, Any]]) -> str:
-    """The stack aimed at the test server, platform from the vendored charts, the given catalog."""
-    serving = f"llm-{backend}-{uuid.uuid4().hex[:6]}"
-    path = es.project / f"Pulumi.{es.stack.name}.yaml"
-    doc = yaml.safe_load(path.read_text())
-    cfg = doc["config"]
-    # skipAwait: no kubelet, so no pod (hence no workload) ever becomes ready.
-    cfg["tkf-infra:cluster"] = {"mode": "kubeconfig", "kubeconfig": str(kube_apiserver.kubeconfig), "skipAwait": True}
-    cfg["tkf-infra:namespaces"] = {"serving": serving, "gateway": GATEWAY_NS, "monitoring": MONITORING_NS}
-    cfg["tkf-infra:serving"].update(backend=backend, allowCpu=True)
-    cfg["tkf-infra:nodePools"] = [
-        {"name": "h100", "kind": "existing", "gpuProduct": "H100-80GB", "gpusPerNode": 8, "nodeCount": 4,
-         "labels": H100_LABELS, "taints": [H100_TAINT]},
-        *cfg["tkf-infra:nodePools"],
-    ]
-    cfg["tkf-infra:models"] = models
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return serving
-
-
 @pytest.fixture
 def deployed(kube_apiserver: KubeAPIServer, lean_engine_env: dict[str, str],
              make_stack: Callable[..., EngineStack], tmp_path: Path) -> Iterator[Callable[[str], Deployed]]:
@@ -98,7 +83,7 @@ def deployed(kube_apiserver: KubeAPIServer, lean_engine_env: dict[str, str],
         marker = tmp_path / f"ran-{backend}"
         es = make_stack(platform=True, extra_env=lean_engine_env)
         stacks.append(es)
-        serving = configure(es, kube_apiserver, backend, catalog(marker))
+        serving = target_config(es, kube_apiserver, backend, catalog(marker))
         t = time.monotonic()
         es.stack.up(color="never", on_output=lambda _: None)
         TIMINGS[f"up {backend}"] = round(time.monotonic() - t, 1)
@@ -139,25 +124,14 @@ def pods_of(kube: KubeClient, namespace: str, model: str) -> Callable[[], list[d
                     if p["metadata"].get("labels", {}).get("tkf.io/model") == model]  # fmt: skip
 
 
-def secret_env(kube: KubeClient, namespace: str, env: list[dict[str, Any]]) -> dict[str, str]:
-    """The container's env as the kubelet sets it: values, and secretKeyRef read from the server."""
-    out: dict[str, str] = {}
-    for var in env:
-        if "valueFrom" in var:
-            ref = var["valueFrom"]["secretKeyRef"]
-            secret = kube.get("v1", "Secret", ref["name"], namespace)
-            assert secret is not None, ref
-            out[var["name"]] = base64.b64decode(secret["data"][ref["key"]]).decode()
-        else:
-            out[var["name"]] = str(var.get("value", ""))
-    return out
-
-
 def vllm_argv(kube: KubeClient, namespace: str, pod_spec: dict[str, Any], bin_dir: Path,
               extra_env: dict[str, str] | None = None) -> list[str]:  # fmt: skip
     """What vLLM receives from the pod's ``main`` container: started as the kubelet does it."""
     main = container(pod_spec)
-    env = secret_env(kube, namespace, main.get("env", []))
+    # The Secrets its env references, as the server stores them, for the same resolution the vllm tier uses.
+    refs = {v["valueFrom"]["secretKeyRef"]["name"] for v in main.get("env", []) if "valueFrom" in v}
+    secrets = {("Secret", name): kube.get("v1", "Secret", name, namespace) for name in refs}
+    env = resolve_env(main.get("env", []), {k: v for k, v in secrets.items() if v is not None})
     argv = [kubelet_expand(a, env) for a in [*main["command"], *main.get("args", [])]]
     return run_recorded(argv, {**env, **(extra_env or {})}, bin_dir)
 

@@ -32,6 +32,8 @@ import yaml
 
 # Where KServe puts the model and the vllm backend mounts the weight cache: the one path replaced.
 from components.vllm_args import MODEL_MOUNT
+from tkf_infra.config import ModelEntry
+from tkf_infra.names import workload
 
 DATA = Path(__file__).parent / "data"
 #: The preset KServe uses for a single-node service, vendored (see data/SOURCES.md).
@@ -208,6 +210,17 @@ def localize_sidecar(cmd: PodCommand, *, port: int, upstream_port: int) -> list[
 # --------------------------------------------------------------------------------------------
 # KServe
 # --------------------------------------------------------------------------------------------
+
+
+def llmisvc_doc(entry: ModelEntry, main: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+    """The fields of our LLMInferenceService that KServe's presets read (components/model_serving.py),
+    with ``main`` as the template's container."""
+    spec: dict[str, Any] = {"model": {"name": entry.served_name}, "template": {"containers": [dict(main)]}}
+    if not entry.is_cpu:
+        spec["parallelism"] = {"tensor": entry.tensor_parallel_size}
+        if entry.pipeline_parallel_size > 1:
+            spec["parallelism"]["pipeline"] = entry.pipeline_parallel_size
+    return {"metadata": {"name": workload(entry.name), "namespace": namespace}, "spec": spec}
 
 
 def kserve_preset(path: Path = KSERVE_PRESETS) -> dict[str, Any]:

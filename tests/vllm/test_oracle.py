@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from components.argv_layers import encode
 from components.vllm_args import MODEL_MOUNT, kserve_args, kserve_path, lws_command, serve_command
 from tests.vllm.argv import run_recorded, vllm_version
-from tests.vllm.pod import kserve_command, kserve_preset
+from tests.vllm.pod import kserve_command, kserve_preset, llmisvc_doc
 from tkf_infra.config import flags
 from tkf_infra.config.base import problems_from
 from tkf_infra.config.catalog import ModelEntry
@@ -104,15 +104,8 @@ def oracle_version() -> tuple[int, int, int]:
 
 
 def _llmisvc(entry: ModelEntry) -> dict[str, Any]:
-    """The fields of our LLMInferenceService KServe's presets read (components/model_serving.py)."""
     args = encode(kserve_args(entry), kserve_path(entry))  # as components/pod.py writes them
-    spec: dict[str, Any] = {"model": {"name": entry.served_name},
-                            "template": {"containers": [{"name": "main", "args": args}]}}  # fmt: skip
-    if not entry.is_cpu:
-        spec["parallelism"] = {"tensor": entry.tensor_parallel_size}
-        if entry.pipeline_parallel_size > 1:
-            spec["parallelism"]["pipeline"] = entry.pipeline_parallel_size
-    return {"metadata": {"name": workload(entry.name), "namespace": NAMESPACE}, "spec": spec}
+    return llmisvc_doc(entry, {"name": "main", "args": args}, NAMESPACE)
 
 
 def command_lines(entry: ModelEntry, bin_dir: Path) -> dict[str, list[str]]:
