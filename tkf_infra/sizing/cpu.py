@@ -30,7 +30,7 @@ def estimate_cpu(arch: Arch, facts: ModelFacts | dict[str, Any], name: str, para
 
     act_bytes = 4.0 if params.dtype.lower() in ("float32", "fp32", "float") else 2.0
     try:
-        scheme = quant_scheme(arch.quant, params.quantization, act_bytes)
+        scheme = quant_scheme(arch.quant, params.quantization, act_bytes, arch.layers)
         weights = sum(weights_bytes_per_rank(arch, Sharding(), scheme, act_bytes))
     except SizingError:
         weights = checkpoint_bytes(facts, act_bytes) if isinstance(facts, ModelFacts) else 0.0

@@ -138,7 +138,7 @@ def _run(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max_le
                   params.enable_expert_parallel)
     act_bytes = _act_bytes(params)
     kv_bytes = kv_elem_bytes(params.kv_cache_dtype, act_bytes)
-    q = quant_scheme(arch.quant, params.quantization, act_bytes)
+    q = quant_scheme(arch.quant, params.quantization, act_bytes, arch.layers)
     seqs, mnbt = batch_defaults(row, gpu, params, max_len, arch)
     method, k = spec
     draft, draft_layers = draft_bytes(arch, method, sh, q)
@@ -220,7 +220,7 @@ def profile_activation(config: dict[str, Any], gpu: GpuSpec, params: SizingParam
     sh = Sharding(params.tensor_parallel_size, params.pipeline_parallel_size, params.data_parallel_size,
                   params.enable_expert_parallel)
     act_bytes = _act_bytes(params)
-    q = quant_scheme(arch.quant, params.quantization, act_bytes)
+    q = quant_scheme(arch.quant, params.quantization, act_bytes, arch.layers)
     return activation(arch, row, Batch(seqs, mnbt, _spec(params)[1], arch.multimodal), sh, act_bytes, q)
 
 
@@ -232,7 +232,7 @@ def _weights(facts: ModelFacts | dict[str, Any], arch: Arch, params: SizingParam
     act_bytes = _act_bytes(params)
     tp, pp = params.tensor_parallel_size, params.pipeline_parallel_size
     sh = Sharding(tp, pp, params.data_parallel_size, params.enable_expert_parallel)
-    q = quant_scheme(arch.quant, params.quantization, act_bytes)
+    q = quant_scheme(arch.quant, params.quantization, act_bytes, arch.layers)
     if arch.vocab is None:
         raise SizingError("config.json lacks vocab_size (needed for the embedding, lm_head and the sampler)")
     try:
@@ -319,7 +319,8 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
     least = min(r.available for r in runs)
     run = [r for r in runs if r.available <= least + 0.01][-1]
     row = next(r for r in rows if r.name == run.row)
-    problems += run.problems + quant_problems(quant_scheme(arch.quant, params.quantization, _act_bytes(params)),
+    scheme = quant_scheme(arch.quant, params.quantization, _act_bytes(params), arch.layers)
+    problems += run.problems + quant_problems(scheme,
                                               params.quantization, choice.version, None, gpu.name)
     doubts = list(run.doubts)
     if len(runs) > 1:

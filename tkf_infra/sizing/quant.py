@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tkf_infra.sizing.config_fields import ConfigFieldError, Fields
+from tkf_infra.sizing.ct_ignore import Ignored, ignored_share
 from tkf_infra.sizing.params import SizingError
 
 # Releases whose QuantizationMethods list names each method (read at every tag from 0.7.1 to 0.32.0;
@@ -103,8 +104,9 @@ def _ct_weights(w: Fields, act_bytes: float) -> float:
     return _int_bytes(nbits, group, w.flag("symmetric", True))
 
 
-def _compressed_tensors(qc: dict[str, Any], act_bytes: float) -> QuantScheme:
-    """compressed-tensors: the scheme lives in config_groups (w4a16, w8a8 int/fp8, fp8 dynamic, nvfp4)."""
+def _compressed_tensors(qc: dict[str, Any], act_bytes: float, layers: int) -> QuantScheme:
+    """compressed-tensors: the scheme lives in config_groups (w4a16, w8a8 int/fp8, fp8 dynamic, nvfp4),
+    less what its `ignore` list keeps in the activation dtype (tkf_infra/sizing/ct_ignore.py)."""
     root = Fields(qc, _QC)
     cg = root.sub("config_groups")
     groups: list[tuple[Fields, Fields]] = []
@@ -131,8 +133,14 @@ def _compressed_tensors(qc: dict[str, Any], act_bytes: float) -> QuantScheme:
     linear = attn if attn is not None else mlp
     assert linear is not None
     names = [f"w{w.cfg.get('num_bits')}{'f' if w.cfg.get('type') == 'float' else ''}" for _, w in groups]
-    return QuantScheme("compressed-tensors " + "+".join(names), linear, mlp if mlp is not None else linear,
-                       act_bytes, mlp=mlp)
+    kept = ignored_share(root.str_list("ignore") or [], layers)
+    dense = mlp if mlp is not None else linear
+    note = (f"ignore list keeps {kept.attention:.0%} of attention, {kept.mlp:.0%} of MLP and {kept.experts:.0%} of "
+            "expert layers unquantized" if kept != Ignored() else "")
+    return QuantScheme("compressed-tensors " + "+".join(names), kept.blend(linear, act_bytes, "attention"),
+                       kept.blend(dense, act_bytes, "experts"), act_bytes,
+                       mlp=kept.blend(dense, act_bytes, "mlp") if mlp is not None or kept != Ignored() else None,
+                       note=note)
 
 
 def _gguf(qc: dict[str, Any], act_bytes: float) -> QuantScheme:
@@ -167,8 +175,10 @@ def _modelopt(qc: dict[str, Any], act_bytes: float) -> QuantScheme:
     return QuantScheme("modelopt fp8", 1.0, 1.0, act_bytes)
 
 
-def quant_scheme(quant: dict[str, Any] | None, quantization: str | None, act_bytes: float) -> QuantScheme:
-    """Per-class bytes from ``--quantization`` and the checkpoint's quantization_config."""
+def quant_scheme(quant: dict[str, Any] | None, quantization: str | None, act_bytes: float,
+                 layers: int = 0) -> QuantScheme:
+    """Per-class bytes from ``--quantization`` and the checkpoint's quantization_config (`layers`: the
+    decoder layers, which a compressed-tensors `ignore` list is counted against; 0 when unknown)."""
     qc = dict(quant or {})
     declared = (Fields(qc, _QC).text("quant_method") or "").lower()
     method = str(quantization or declared or "").lower().replace("_marlin", "").replace("-marlin", "")
@@ -177,7 +187,7 @@ def quant_scheme(quant: dict[str, Any] | None, quantization: str | None, act_byt
     if not method or method in ("none", "null"):
         return QuantScheme("none", act_bytes, act_bytes, act_bytes)
     if method == "compressed-tensors":
-        return _compressed_tensors(qc, act_bytes)
+        return _compressed_tensors(qc, act_bytes, layers)
     if method == "gguf":
         return _gguf(qc, act_bytes)
     if method in ("modelopt", "modelopt_fp4", "nvfp4", "modelopt_mixed"):
@@ -186,7 +196,7 @@ def quant_scheme(quant: dict[str, Any] | None, quantization: str | None, act_byt
         return QuantScheme(method, 1.0, 1.0, act_bytes)
     if method in ("awq", "gptq", "gptq_bitblas", "auto_gptq", "auto_awq", "auto-round", "moe_wna16"):
         if declared in ("compressed-tensors",):
-            return _compressed_tensors(qc, act_bytes)
+            return _compressed_tensors(qc, act_bytes, layers)
         bits, group, sym = _bits_group(qc)
         assumed = not (qc.get("bits") or qc.get("w_bit"))
         per = _int_bytes(bits, group, sym)

@@ -215,5 +215,5 @@ def checkpoint_bytes(facts: ModelFacts, act_bytes: float = 2.0, quantization: st
         return int(facts.parameter_count * act_bytes)
     with reading_config():
         arch = parse_arch(facts.text_config())
-        scheme = quant_scheme(arch.quant, quantization, act_bytes)
+        scheme = quant_scheme(arch.quant, quantization, act_bytes, arch.layers)
         return int(sum(weights_bytes_per_rank(arch, Sharding(), scheme, act_bytes)))
