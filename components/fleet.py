@@ -97,7 +97,8 @@ def _weight_caches(plan: FleetPlan, provider: k8s.Provider, namespace: pulumi.Re
                 namespace=s.namespaces.serving, image=va.image(any_gpu or first, s.serving),
                 headroom=s.serving.weight_cache_headroom, storage_class=s.serving.storage_class,
                 hf_token_secret=next((m.entry.hf_token_secret for m in users if m.entry.hf_token_secret), None),
-                read_write_many=len(users) > 1 or any(m.entry.replicas > 1 or m.entry.is_multi_node for m in users),
+                read_write_many=len(users) > 1 or any(m.entry.reserved_replicas > 1 or m.entry.is_multi_node
+                                                      for m in users),
                 consumers=tuple(m.entry.name for m in users), prune=s.serving.prune_weight_cache,
                 protect=s.serving.protect, skip_await=s.cluster.skip_await,
                 await_download=s.awaits_weight_download,
