@@ -186,7 +186,7 @@ def build_fleet(plan: FleetPlan, *, api_keys: ApiKeys | None, stack: str) -> Fle
             e.name,
             ModelServingArgs(
                 plan=m, serving=s.serving, namespaces=s.namespaces, cache=CacheRef(cache.pvc_name, cache.subpath),
-                api_key=key_ref, skip_await=s.cluster.skip_await, namespace=namespace,
+                api_key=key_ref, skip_await=s.cluster.skip_await, namespace=namespace, prometheus_url=s.prometheus_url,
                 # On the cache's PVC, not its download Job: the pods' init container waits for the download.
                 # A dependency on a Job that fails would end the program in the Python SDK (3.260:
                 # ResourceRegistrationFailed raised from depends_on) and abandon other models' pending
