@@ -15,7 +15,11 @@ backends. Neither KEDA nor WVA is installed by tkf-infra (no chart of theirs is 
   labels every series; `namespace` is what the usual scrape relabelling adds, as `status` reads it), and
   `metricType: AverageValue` makes the HPA divide by the replica count: the target is per replica.
 - `cooldownSeconds` is the HPA's scale-down stabilization window (KEDA's own `cooldownPeriod` only
-  governs scaling to zero, which is refused: `tkf_infra/config/scaling.py`).
+  governs scaling to zero, which is refused: `tkf_infra/config/scaling.py`). Not on KServe: its v0.20.0
+  CRD's CEL rules on `wva.keda` read `advanced.scalingModifiers.formula` and
+  `advanced.horizontalPodAutoscalerConfig.name` without `has()`, so any `advanced` without both is refused
+  ("no such key"), and `scalingModifiers.metricType` cannot be empty (an enum): `advanced` is unusable
+  there (found by the API-server tier, tests/kube/test_scaling_apiserver.py); the plan warns.
 - `initialCooldownPeriod` is the model's start-up budget, so the first load is not read as idleness.
 - The Deployment / LLMInferenceService carries no `replicas` then: the autoscaler owns the count.
 """
@@ -66,7 +70,6 @@ def llmisvc_scaling(entry: ModelEntry, weight_bytes: int) -> dict[str, Any]:
         "wva": {"keda": {
             "pollingInterval": s.polling_seconds,
             "initialCooldownPeriod": va.ready_timeout_seconds(entry, weight_bytes),
-            "advanced": {"horizontalPodAutoscalerConfig": {"behavior": _behavior(s)}},
         }},
     }  # fmt: skip
 

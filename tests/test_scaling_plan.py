@@ -85,5 +85,7 @@ def test_render_mode_warns_that_the_autoscaler_was_not_checked() -> None:
 
 def test_kserve_warns_that_metric_and_target_are_the_wvas() -> None:
     plan = planned(stack_doc(scaled(2, metric="kvCacheUsage", target=0.7)))
-    assert any("scaling.metric/target are not used on the kserve backend" in w for w in plan.warnings)
+    assert any("scaling.metric/target not used on the kserve backend" in w for w in plan.warnings)
+    cooled = planned(stack_doc(scaled(2, cooldownSeconds=60)))
+    assert any("scaling.cooldownSeconds not used on the kserve" in w for w in cooled.warnings)
     assert not any("not used on the kserve" in w for w in planned(stack_doc(scaled(2))).warnings)

@@ -49,8 +49,7 @@ def test_kserve_renders_spec_scaling_through_wva_and_keda_and_no_replicas() -> N
     assert scaled["scaling"]["minReplicas"] == 2 and scaled["scaling"]["maxReplicas"] == 6
     keda = scaled["scaling"]["wva"]["keda"]
     assert keda["pollingInterval"] == 10
-    assert keda["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"] == {
-        "stabilizationWindowSeconds": 120}
+    assert "advanced" not in keda, "KServe v0.20.0's CEL rules refuse `advanced` (components/autoscaling.py)"
     assert keda["initialCooldownPeriod"] > 600, "the start-up budget, so the first load is not idleness"
     for obj in services.values():
         validator = crd_validator("serving.kserve.io", "LLMInferenceService", "v1alpha2")

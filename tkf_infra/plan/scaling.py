@@ -14,7 +14,8 @@ preview rather than sitting at its minimum for ever (docs/scaling.md):
   of theirs is vendored): a cluster that does not serve their APIs refuses the model;
 - on `vllm` the trigger queries the stack's Prometheus (`prometheusUrl`), which must be set;
 - on `kserve`, WVA decides from its own saturation thresholds (its ConfigMap, fleet-wide): an entry's
-  `metric`/`target` are not KServe v0.20.0 fields, so setting them there is a warning, not silence.
+  `metric`/`target`/`cooldownSeconds` have no KServe v0.20.0 field that takes them (components/autoscaling.py
+  says why not the cool-down), so setting them there is a warning, not silence.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 
 from tkf_infra.config import ModelEntry, StackSettings
 from tkf_infra.config.catalog import Backend
+from tkf_infra.config.scaling import Scaling
 from tkf_infra.plan.admission import ClusterState
 
 #: The APIs an autoscaled model needs on the cluster (group/version as discovery lists them).
@@ -62,11 +64,12 @@ def scaling_checks(entries: Sequence[ModelEntry], settings: StackSettings,
                                "tkf-infra does not install them: install them there, or drop `scaling` and set "
                                "`replicas`")
         elif backend == Backend.KSERVE and e.scaling is not None and (
-                {"metric", "target"} & e.scaling.model_fields_set):
-            warnings.append(f"model {e.name}: scaling.metric/target are not used on the kserve backend: KServe "
-                            "v0.20.0 scales through llm-d's Workload Variant Autoscaler, which decides from its own "
-                            "saturation thresholds (KV cache, queue) in its ConfigMap; they apply on serving.backend "
-                            "vllm")
+                unused := sorted({"metric", "target", "cooldown_seconds"} & e.scaling.model_fields_set)):
+            fields = "/".join(Scaling.model_fields[f].alias or f for f in unused)
+            warnings.append(f"model {e.name}: scaling.{fields} not used on the kserve backend: KServe v0.20.0 "
+                            "scales through llm-d's Workload Variant Autoscaler, which decides from its own "
+                            "saturation thresholds (KV cache, queue) in its ConfigMap, and its CRD's rules refuse "
+                            "the HPA behaviour a cool-down would set; they apply on serving.backend vllm")
     if served is None and len(refused) < len(scaled):
         warnings.append(f"scaling: {', '.join(e.name for e in scaled if e.name not in refused)} autoscale through "
                         f"{_who(backend)}; the cluster's APIs were not read, so whether it serves "
