@@ -339,6 +339,8 @@ def _annotations(args: ModelServingArgs, *, ready_condition: str | None) -> dict
     ann.update(args.plan.fit.annotations())
     if args.plan.share is not None:
         ann[names.GPU_SHARE_ANNOTATION] = args.plan.share.label
+    if args.entry.scaling is not None:  # the policy pack counts GPUs at the autoscaler's maximum
+        ann[names.MAX_REPLICAS_ANNOTATION] = str(args.entry.scaling.max_replicas)
     if args.skip_await:
         ann.update(_await_annotations(args))
     elif ready_condition:

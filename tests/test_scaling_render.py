@@ -109,3 +109,15 @@ def test_the_endpoint_publishes_the_range_the_plan_reserved(monkeypatch: pytest.
     assert endpoints["qwen3-8b"]["scaling"] == {"minReplicas": 2, "maxReplicas": 6, "metric": "kvCacheUsage",
                                                 "target": 0.75, "cooldownSeconds": 120}
     assert endpoints["qwen3-8b"]["replicas"] == 2 and "scaling" not in endpoints["qwen2.5-0.5b"]
+
+
+@pytest.mark.parametrize("backend", ["kserve", "vllm"])
+def test_the_policy_pack_counts_an_autoscaled_model_at_its_maximum(backend: str) -> None:
+    """6 replicas x 1 GPU at most: a 5-GPU ceiling refuses it although it starts at 2 (fails closed here too)."""
+    from tests.policy_helpers import build, objects, run_guardrail, workload
+
+    objs = objects(build(stack_doc(SCALED, backend=backend, prometheusUrl=PROM), api_key="k"))
+    w = workload(objs, "qwen3-8b")
+    assert run_guardrail("model-gpu-ceiling", [w], {"defaultMaxGpus": 6}) == []
+    (violation,) = run_guardrail("model-gpu-ceiling", [w], {"defaultMaxGpus": 5})
+    assert "takes 6 GPUs (replicas x GPUs per replica)" in violation.message
