@@ -173,6 +173,8 @@ def _largest_first(d: Demand) -> tuple[Any, ...]:
 
 
 _Held = dict[tuple[int, int], list[tuple[str, int, MigProfile]]]
+_Used = dict[tuple[int, int], tuple[int, int]]
+"""Memory and compute slices the instances on each GPU take (what `_solve` budgets), kept beside `_Held`."""
 
 
 def _pack(order: Sequence[Demand], keys: list[tuple[int, int]]) -> tuple[dict[tuple[int, int], str], _Held,
@@ -181,12 +183,13 @@ def _pack(order: Sequence[Demand], keys: list[tuple[int, int]]) -> tuple[dict[tu
     and for each model that did not fit, how many of its replicas did."""
     whole: dict[tuple[int, int], str] = {}
     held: _Held = {}
+    used: _Used = {}
     failed: dict[str, int] = {}
     for d in order:
         taken: list[tuple[int, int]] = []
         for replica in range(d.replicas):
-            spot = _whole_spot(keys, whole, held, d.gpus) if d.profile is None else _mig_spot(keys, whole, held,
-                                                                                              d.profile)
+            spot = (_whole_spot(keys, whole, held, d.gpus) if d.profile is None
+                    else _mig_spot(keys, whole, held, used, d.profile))
             if spot is None:
                 failed[d.model] = replica
                 break
@@ -195,12 +198,15 @@ def _pack(order: Sequence[Demand], keys: list[tuple[int, int]]) -> tuple[dict[tu
                     whole[key] = d.model
                 else:
                     held.setdefault(key, []).append((d.model, replica, d.profile))
+                    mem, compute = used.get(key, (0, 0))
+                    used[key] = (mem + d.profile.slices, compute + d.profile.compute)
             taken += spot
         if d.model in failed:  # all or nothing: free what its first replicas took
             for key in taken:
                 whole.pop(key, None)
                 if key in held:
                     held[key] = [h for h in held[key] if h[0] != d.model]
+                    used[key] = (sum(h[2].slices for h in held[key]), sum(h[2].compute for h in held[key]))
     return whole, held, failed
 
 
@@ -245,14 +251,26 @@ def _whole_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str],
     return None
 
 
-def _mig_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str],
-              held: dict[tuple[int, int], list[Any]], profile: MigProfile) -> list[tuple[int, int]] | None:  # fmt: skip
-    """The first partitioned GPU the instance still fits on, else the first unused GPU."""
-    partitioned = [k for k in keys if held.get(k)]
-    unused = [k for k in keys if k not in whole and not held.get(k)]
-    for key in partitioned + unused:
-        if placement([h[2] for h in held.get(key, [])] + [profile]) is not None:
+def _mig_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: _Held, used: _Used,
+              profile: MigProfile) -> list[tuple[int, int]] | None:  # fmt: skip
+    """The first partitioned GPU the instance still fits on, else the first unused GPU.
+
+    One pass over the GPUs, and the budgets `_solve` checks tested before its search: most GPUs of a packed
+    pool are full, and this is the planner's inner loop (the layout is the same as with a search per GPU)."""
+    first_unused: tuple[int, int] | None = None
+    for key in keys:
+        items = held.get(key)
+        if not items:
+            if first_unused is None and key not in whole:
+                first_unused = key
+            continue
+        mem, compute = used[key]
+        if mem + profile.slices > MEMORY_SLICES or compute + profile.compute > COMPUTE_SLICES:
+            continue
+        if placement([*(h[2] for h in items), profile]) is not None:
             return [key]
+    if first_unused is not None and placement([profile]) is not None:
+        return [first_unused]
     return None
 
 
