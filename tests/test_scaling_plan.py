@@ -89,3 +89,18 @@ def test_kserve_warns_that_metric_and_target_are_the_wvas() -> None:
     cooled = planned(stack_doc(scaled(2, cooldownSeconds=60)))
     assert any("scaling.cooldownSeconds not used on the kserve" in w for w in cooled.warnings)
     assert not any("not used on the kserve" in w for w in planned(stack_doc(scaled(2))).warnings)
+
+
+def test_a_refused_edit_keeps_an_autoscaled_model_at_its_last_deployed_range() -> None:
+    """The `deployed` output of a scaled model validates again, so a bad edit does not take it down."""
+    from tests.mocks import program
+    from tkf_infra.outputs import deployed_entry
+
+    catalog = planned(stack_doc(scaled(3), CPU)).catalog
+    previous = {"deployed": {e.name: deployed_entry(e) for e in catalog.models}}
+    h = program(stack_doc(dict(scaled(3), maxModelLen=10_000_000), CPU), previous=previous, api_key="k")
+    (svc,) = [r.spec for r in h.resources if r.inputs.get("kind") == "LLMInferenceService"
+              and r.metadata["name"] == "qwen3-8b"]
+    assert svc["scaling"]["maxReplicas"] == 3 and "replicas" not in svc
+    assert "qwen3-8b: the new settings were refused (fit); it keeps serving at its last deployed settings" in " ".join(
+        h.errors())

@@ -67,3 +67,14 @@ def test_every_scaling_problem_reported_at_once() -> None:
     msg = only_problem(with_model(scaling={"minReplicas": 3, "maxReplicas": 2, "metric": "kvCacheUsage",
                                            "target": 2}))
     assert "above maxReplicas" in msg and "fraction" in msg
+
+
+def test_an_autoscaled_entry_as_deployed_validates_again() -> None:
+    """The `deployed` output is what a refused edit falls back to: it must read back as the same entry."""
+    from tkf_infra.config import ModelEntry
+    from tkf_infra.outputs import deployed_entry
+
+    (entry,) = validate_catalog(with_model(scaling={"minReplicas": 2, "maxReplicas": 5, "target": 3})).models
+    published = deployed_entry(entry)
+    assert "replicas" not in published and published["scaling"]["maxReplicas"] == 5
+    assert ModelEntry.model_validate(published) == entry

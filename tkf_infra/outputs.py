@@ -106,8 +106,10 @@ def gateway_model_list(catalog: Catalog, deployed: set[str] | None = None) -> li
 def deployed_entry(entry: ModelEntry) -> dict[str, Any]:
     """A catalog entry as deployed (`deployed` output). `gpuShare: whole`, the default, is left out, so a
     stack that shares no GPU publishes what it did before shares existed."""
-    exclude = {"gpu_share"} if entry.gpu_share == "whole" else None
-    return entry.model_dump(by_alias=True, mode="json", exclude_none=True, exclude=exclude)
+    exclude = {"gpu_share"} if entry.gpu_share == "whole" else set()
+    if entry.scaling is not None:  # exclusive with `scaling`: the entry must validate again (last good settings)
+        exclude.add("replicas")
+    return entry.model_dump(by_alias=True, mode="json", exclude_none=True, exclude=exclude or None)
 
 
 def share_output(plan: FleetPlan, m: ModelPlan) -> dict[str, Any]:
