@@ -121,3 +121,28 @@ def test_the_policy_pack_counts_an_autoscaled_model_at_its_maximum(backend: str)
     assert run_guardrail("model-gpu-ceiling", [w], {"defaultMaxGpus": 6}) == []
     (violation,) = run_guardrail("model-gpu-ceiling", [w], {"defaultMaxGpus": 5})
     assert "takes 6 GPUs (replicas x GPUs per replica)" in violation.message
+
+
+def test_status_shows_the_replicas_the_autoscaler_asks_against_the_range() -> None:
+    """`status` (lifecycle): desired is what KEDA's HPA set on the Deployment, beside the published range."""
+    import httpx
+
+    from tkf_infra.live.lifecycle import read_lifecycle, render_table
+
+    deployment = {"spec": {"replicas": 3}, "status": {"readyReplicas": 2}}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/apis/apps/v1/namespaces/llm-serving/deployments/qwen3-8b":
+            return httpx.Response(200, json=deployment)
+        if request.url.path == "/api/v1/namespaces/llm-serving/pods":
+            return httpx.Response(200, json={"items": []})
+        return httpx.Response(404, json={})
+
+    endpoint = {"name": "qwen3-8b", "namespace": "llm-serving", "model": "Qwen/Qwen3-8B@" + "0" * 40,
+                "scaling": {"minReplicas": 1, "maxReplicas": 4}}
+    with httpx.Client(transport=httpx.MockTransport(answer), base_url="https://k") as client:
+        (row,) = read_lifecycle(client, [endpoint])
+        (fixed,) = read_lifecycle(client, [{k: v for k, v in endpoint.items() if k != "scaling"}])
+    assert row.to_json()["replicas"] == {"desired": 3, "ready": 2, "min": 1, "max": 4}
+    assert row.phase.value == "Degraded" and "2/3 (1-4)" in render_table([row])
+    assert fixed.to_json()["replicas"] == {"desired": 3, "ready": 2} and "(1-4)" not in render_table([fixed])
