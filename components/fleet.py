@@ -97,7 +97,8 @@ def _weight_caches(plan: FleetPlan, provider: k8s.Provider, namespace: pulumi.Re
                 namespace=s.namespaces.serving, image=va.image(any_gpu or first, s.serving),
                 headroom=s.serving.weight_cache_headroom, storage_class=s.serving.storage_class,
                 hf_token_secret=next((m.entry.hf_token_secret for m in users if m.entry.hf_token_secret), None),
-                read_write_many=len(users) > 1 or any(m.entry.replicas > 1 or m.entry.is_multi_node for m in users),
+                read_write_many=len(users) > 1 or any(m.entry.reserved_replicas > 1 or m.entry.is_multi_node
+                                                      for m in users),
                 consumers=tuple(m.entry.name for m in users), prune=s.serving.prune_weight_cache,
                 protect=s.serving.protect, skip_await=s.cluster.skip_await,
                 await_download=s.awaits_weight_download,
@@ -185,7 +186,7 @@ def build_fleet(plan: FleetPlan, *, api_keys: ApiKeys | None, stack: str) -> Fle
             e.name,
             ModelServingArgs(
                 plan=m, serving=s.serving, namespaces=s.namespaces, cache=CacheRef(cache.pvc_name, cache.subpath),
-                api_key=key_ref, skip_await=s.cluster.skip_await, namespace=namespace,
+                api_key=key_ref, skip_await=s.cluster.skip_await, namespace=namespace, prometheus_url=s.prometheus_url,
                 # On the cache's PVC, not its download Job: the pods' init container waits for the download.
                 # A dependency on a Job that fails would end the program in the Python SDK (3.260:
                 # ResourceRegistrationFailed raised from depends_on) and abandon other models' pending

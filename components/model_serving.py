@@ -35,6 +35,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components import autoscaling
 from components import vllm_args as va
 from components.pod import ApiKeyRef, CacheRef, Placement, PodInputs, pod_spec
 from tkf_infra import names
@@ -77,6 +78,8 @@ class ModelServingArgs:
     """What the workload waits for besides the namespace and this model's own objects: the FitCheck,
     the weight cache's PVC, the platform. Given here, not as the component's ``depends_on``, which
     Pulumi does not pass on to children and would resolve once more for the component itself."""
+    prometheus_url: str | None = None
+    """The stack's Prometheus: an autoscaled model's KEDA trigger reads vLLM's metrics there (vllm backend)."""
 
     @property
     def entry(self) -> ModelEntry:
@@ -167,6 +170,8 @@ class ModelServing(pulumi.ComponentResource):
         else:
             self.workload = self._deployment(name, args, deps)
         self.resources.append(self.workload)
+        if e.scaling is not None and args.serving.backend == Backend.VLLM:
+            self.resources.append(self._scaled_object(name, args))
 
         selector = {names.MODEL_LABEL: e.name}
         if e.is_multi_node:
@@ -204,6 +209,9 @@ class ModelServing(pulumi.ComponentResource):
         }
         if args.pod_annotations:
             spec["annotations"] = args.pod_annotations
+        if e.scaling is not None:  # exclusive with `replicas` (the CRD's CEL rule): KServe's autoscaler owns it
+            del spec["replicas"]
+            spec["scaling"] = autoscaling.llmisvc_scaling(e, args.weight_bytes)
         if not e.is_cpu:
             spec["parallelism"] = {"tensor": e.tensor_parallel_size}
             if e.pipeline_parallel_size > 1:
@@ -237,7 +245,7 @@ class ModelServing(pulumi.ComponentResource):
             metadata=meta.ObjectMetaArgs(name=names.workload(e.name), namespace=args.namespaces.serving, labels=lbl,
                                          annotations=_annotations(args, ready_condition=None)),
             spec=k8s.apps.v1.DeploymentSpecArgs(
-                replicas=e.replicas,
+                replicas=None if e.scaling else e.replicas,  # autoscaled: the HPA KEDA writes owns the count
                 strategy=rollout(e),
                 selector=meta.LabelSelectorArgs(match_labels={names.MODEL_LABEL: e.name,
                                                               names.COMPONENT_LABEL: names.MODEL_SERVER}),
@@ -275,6 +283,21 @@ class ModelServing(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=deps,
                                         replace_on_changes=["spec.leaderWorkerTemplate.size"],
                                         delete_before_replace=True),
+        )  # fmt: skip
+
+    def _scaled_object(self, name: str, args: ModelServingArgs) -> pulumi.CustomResource:
+        """KEDA's ScaledObject on the Deployment (components/autoscaling.py says why KEDA)."""
+        e = args.entry
+        if args.prometheus_url is None:  # the plan refuses such a model (tkf_infra/plan/scaling.py)
+            raise ValueError(f"model {e.name}: scaling on the vllm backend needs the stack's prometheusUrl")
+        return k8s.apiextensions.CustomResource(
+            f"{name}-scaledobject",
+            api_version=autoscaling.KEDA_API_VERSION,
+            kind=autoscaling.SCALED_OBJECT_KIND,
+            metadata=meta.ObjectMetaArgs(name=names.workload(e.name), namespace=args.namespaces.serving,
+                                         labels=va.labels(e), annotations=_await_annotations(args) or None),
+            spec=autoscaling.scaled_object(e, args.namespaces.serving, args.prometheus_url, args.weight_bytes),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.workload]),
         )  # fmt: skip
 
     def _network_policy(self, name: str, args: ModelServingArgs, opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
@@ -316,6 +339,8 @@ def _annotations(args: ModelServingArgs, *, ready_condition: str | None) -> dict
     ann.update(args.plan.fit.annotations())
     if args.plan.share is not None:
         ann[names.GPU_SHARE_ANNOTATION] = args.plan.share.label
+    if args.entry.scaling is not None:  # the policy pack counts GPUs at the autoscaler's maximum
+        ann[names.MAX_REPLICAS_ANNOTATION] = str(args.entry.scaling.max_replicas)
     if args.skip_await:
         ann.update(_await_annotations(args))
     elif ready_condition:

@@ -94,6 +94,8 @@ REPO_ANNOTATION = "tkf.io/repo"
 CACHE_MODELS_ANNOTATION = "tkf.io/models"
 #: The GPU share a workload runs on (`mig:<profile>` / `slice:<k>`); absent for whole GPUs.
 GPU_SHARE_ANNOTATION = "tkf.io/gpu-share"
+#: The most replicas an autoscaled workload may run (`scaling.maxReplicas`); absent for a fixed count.
+MAX_REPLICAS_ANNOTATION = "tkf.io/max-replicas"
 NAME_LABEL = "app.kubernetes.io/name"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 #: The role an object plays: `model-server` (pods that run vLLM), `endpoint`, `weight-cache`.

@@ -60,7 +60,7 @@ def endpoint(entry: ModelEntry, namespace: str) -> dict[str, Any]:
         "profile": entry.profile.value,
         "gpus": entry.node_count * entry.gpus_per_node,
         "nodePool": entry.node_pool,
-        "replicas": entry.replicas,
+        "replicas": entry.scaling.min_replicas if entry.scaling else entry.replicas,
         "maxContext": entry.max_model_len,
         "namespace": namespace,
     }
@@ -106,8 +106,10 @@ def gateway_model_list(catalog: Catalog, deployed: set[str] | None = None) -> li
 def deployed_entry(entry: ModelEntry) -> dict[str, Any]:
     """A catalog entry as deployed (`deployed` output). `gpuShare: whole`, the default, is left out, so a
     stack that shares no GPU publishes what it did before shares existed."""
-    exclude = {"gpu_share"} if entry.gpu_share == "whole" else None
-    return entry.model_dump(by_alias=True, mode="json", exclude_none=True, exclude=exclude)
+    exclude = {"gpu_share"} if entry.gpu_share == "whole" else set()
+    if entry.scaling is not None:  # exclusive with `scaling`: the entry must validate again (last good settings)
+        exclude.add("replicas")
+    return entry.model_dump(by_alias=True, mode="json", exclude_none=True, exclude=exclude or None)
 
 
 def share_output(plan: FleetPlan, m: ModelPlan) -> dict[str, Any]:
@@ -134,6 +136,17 @@ def footprint_output(plan: FleetPlan, m: ModelPlan) -> dict[str, Any]:
     return {"footprint": {k: fp[k] for k in keys if k in fp}}
 
 
+def scaling_output(m: ModelPlan) -> dict[str, Any]:
+    """`scaling` of an autoscaled model: its range (the plan reserved its maximum), signal and target.
+
+    Fixed-count models have no `scaling` key (docs/scaling.md)."""
+    s = m.entry.scaling
+    if s is None:
+        return {}
+    return {"scaling": {"minReplicas": s.min_replicas, "maxReplicas": s.max_replicas, "metric": s.metric.value,
+                        "target": s.target_value, "cooldownSeconds": s.cooldown_seconds}}
+
+
 def api_key_rotation(keys: ApiKeys) -> dict[str, Any]:
     """Where the stack is in a key rotation, without any key: the step, how many keys the pods accept,
     and digests to check against (``tkf.io/api-keys-scrypt`` on every pod once it has rolled; the
@@ -154,7 +167,7 @@ def export_outputs(plan: FleetPlan, api_keys: ApiKeys | None = None) -> None:
     catalog = plan.catalog
     ns = catalog.settings.namespaces.serving
     endpoints = {m.entry.served_name: {**endpoint(m.entry, ns), "fit": m.fit.published(), **share_output(plan, m),
-                                       **footprint_output(plan, m)}
+                                       **footprint_output(plan, m), **scaling_output(m)}
                  for m in plan.models}  # fmt: skip
     pulumi.export(CONTRACT_VERSION_OUTPUT, CONTRACT_VERSION)
     pulumi.export(ENDPOINTS_OUTPUT, endpoints)

@@ -20,7 +20,7 @@ from typing import Any
 
 # The label and annotation keys the components write, from the one module both sides import (it imports
 # only the standard library, so the pack's own virtualenv runs it too).
-from tkf_infra.names import COMPONENT_LABEL, MODEL_LABEL, MODEL_SERVER, PART_OF, PART_OF_LABEL
+from tkf_infra.names import COMPONENT_LABEL, MAX_REPLICAS_ANNOTATION, MODEL_LABEL, MODEL_SERVER, PART_OF, PART_OF_LABEL
 
 #: The extended resource the NVIDIA device plugin advertises.
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -140,10 +140,14 @@ def as_int(value: Any, default: int | None = None) -> int | None:
 
 
 def replicas(obj: K8sObject) -> int:
-    """Replicas of the model (LWS: groups). Kubernetes defaults a missing count to 1."""
+    """Replicas of the model (LWS: groups). Kubernetes defaults a missing count to 1. An autoscaled workload
+    counts at its maximum (KServe's `spec.scaling.maxReplicas`, or the annotation the vllm backend's
+    Deployment carries beside its ScaledObject): what the autoscaler may run, not what runs now."""
     if obj.kind == "Pod":
         return 1
-    return as_int(obj.spec.get("replicas"), 1) or 0
+    at_most = max(as_int(as_map(obj.spec.get("scaling")).get("maxReplicas"), 0) or 0,
+                  as_int(obj.annotations.get(MAX_REPLICAS_ANNOTATION), 0) or 0)
+    return at_most or as_int(obj.spec.get("replicas"), 1) or 0
 
 
 def pod_groups(obj: K8sObject) -> list[PodGroup]:

@@ -15,6 +15,7 @@ from pydantic import Field, field_validator, model_validator
 from tkf_infra.config import kube_syntax as ks
 from tkf_infra.config.base import SettingsModel
 from tkf_infra.config.flags import HF_REPO_RE, ServingSpec, extra_args_dests, extra_args_problems
+from tkf_infra.config.scaling import Scaling, entry_scaling_problem
 from tkf_infra.names import MAX_MODEL_NAME_LEN
 
 #: Unanchored: used with `fullmatch` only (kube_syntax says why).
@@ -102,6 +103,8 @@ class ModelEntry(ServingSpec):
                              "proven to fit with any co-tenants) or `auto` (the smallest MIG profile / slice the "
                              "model fits at its maxModelLen and maxNumSeqs; whole GPUs on other pools).")
     cost: Cost = Field(default_factory=lambda: Cost())
+    scaling: Scaling | None = Field(None, description="Autoscaling from minReplicas to maxReplicas on a vLLM signal, "
+                                                      "instead of a fixed `replicas` (docs/scaling.md).")
 
     @field_validator("name")
     @classmethod
@@ -191,6 +194,17 @@ class ModelEntry(ServingSpec):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    @model_validator(mode="after")
+    def _scaling(self) -> ModelEntry:
+        if problem := entry_scaling_problem(self.scaling, self.node_count, "replicas" in self.model_fields_set):
+            raise ValueError(problem)
+        return self
+
+    @property
+    def reserved_replicas(self) -> int:
+        """Replicas the fleet plan holds room for: the autoscaler's maximum, else the fixed count."""
+        return self.scaling.max_replicas if self.scaling else self.replicas
 
     @property
     def derived_topology(self) -> Topology:

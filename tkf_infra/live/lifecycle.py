@@ -21,7 +21,7 @@ httpx client (tkf_infra/live/cluster.py).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -72,9 +72,15 @@ class Lifecycle:
     ready: int | None
     cache: CacheState
     reason: str
+    scaling: tuple[int, int] | None = None
+    """An autoscaled model's (minReplicas, maxReplicas) from the `endpoints` output: `desired` is what its
+    autoscaler asks now, between the two (docs/scaling.md)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"phase": self.phase.value, "replicas": {"desired": self.desired, "ready": self.ready},
+        replicas: dict[str, Any] = {"desired": self.desired, "ready": self.ready}
+        if self.scaling is not None:
+            replicas.update(min=self.scaling[0], max=self.scaling[1])
+        return {"phase": self.phase.value, "replicas": replicas,
                 "weightCache": self.cache.value, "reason": self.reason}  # fmt: skip
 
 
@@ -187,7 +193,12 @@ def read_lifecycle(client: httpx.Client, endpoints: Iterable[Mapping[str, Any]])
     for ep in endpoints:
         repo, _, revision = str(ep.get("model", "")).partition("@")
         w = read_workload(client, str(ep["namespace"]), str(ep["name"]), repo or None, revision or None)
-        out.append(judge(str(ep["name"]), w))
+        row = judge(str(ep["name"]), w)
+        scaling = ep.get("scaling")
+        if isinstance(scaling, Mapping) and isinstance(scaling.get("minReplicas"), int | float) and isinstance(
+                scaling.get("maxReplicas"), int | float):
+            row = replace(row, scaling=(int(scaling["minReplicas"]), int(scaling["maxReplicas"])))
+        out.append(row)
     return out
 
 
@@ -200,6 +211,8 @@ def render_table(rows: Iterable[Lifecycle]) -> str:
     lines = [f"{'model':<30} {'phase':<12} {'replicas':<9} {'weights':<12} why"]
     for r in rows:
         replicas = f"{r.ready if r.ready is not None else '-'}/{r.desired if r.desired is not None else '-'}"
+        if r.scaling is not None:
+            replicas += f" ({r.scaling[0]}-{r.scaling[1]})"
         lines.append(f"{r.model:<30} {r.phase.value:<12} {replicas:<9} {r.cache.value:<12} {r.reason}")
     return "\n".join(lines)
 

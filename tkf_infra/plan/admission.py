@@ -238,6 +238,8 @@ class Demand:
     replicas: int
     pods_per_replica: int
     ask: PodAsk
+    count_key: str = "replicas"
+    """The field the count comes from, for the way out: `scaling.maxReplicas` for an autoscaled model."""
 
 
 @dataclass(eq=False)
@@ -321,7 +323,7 @@ def _refusal(pools: PoolNodes, d: Demand, replica: int, free: Sequence[_Free]) -
     left = (f"the largest free node, {best.name}, has {cpu_text(max(best.cpu, 0))}, {gib_text(max(best.mem, 0))} "
             f"memory{f', {max(best.gpus, 0)} GPU(s)' if pools.gpus else ''} left after the models before it in "
             "catalog order" if best is not None else "the pool has no usable node")
-    ways = [f"lower replicas to {replica}" if replica else "",
+    ways = [f"lower {d.count_key} to {replica}" if replica else "",
             f"add nodes to pool {pools.pool} (nodeCount, or more Ready nodes matching its selector) or use nodes "
             "with more of what ran out", "move it to another nodePool",
             "or give models before it in the catalog fewer replicas"]

@@ -28,6 +28,7 @@ from tkf_infra.hub.lock import Lock
 from tkf_infra.plan import admission as adm
 from tkf_infra.plan.layout import Demand, PoolLayout, SliceDemand, plan_mig, prove_time_slicing
 from tkf_infra.plan.pools import PoolFacts, PoolProblem, resolve_pool
+from tkf_infra.plan.scaling import at_maximum, scaling_checks
 from tkf_infra.plan.share import Share, ShareProblem, context_gib, size_share
 from tkf_infra.sizing.arch import parse_arch
 from tkf_infra.sizing.contract import FitInputs, FitResult
@@ -345,10 +346,16 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
         excluded = _keep_last_good(excluded, planned, previous, ctx)
 
     layouts = plan_layouts(planned, pools, s.serving.version)
+    entries = {m.entry.name: m.entry for m in planned}
     for layout in layouts.values():
         for name, reason in layout.refused.items():
-            excluded.append(Exclusion(name, positions.get(name, -1), Stage.PLACEMENT, (reason,)))
+            excluded.append(Exclusion(name, positions.get(name, -1), Stage.PLACEMENT,
+                                      (at_maximum(entries[name], reason) if name in entries else reason,)))
     placed = [m for m in planned if not any(m.entry.name in lay.refused for lay in layouts.values())]
+    scale_refused, scale_warnings = scaling_checks([m.entry for m in placed], s, cluster)
+    excluded += [Exclusion(n, positions.get(n, -1), Stage.TOPOLOGY, (r,)) for n, r in scale_refused.items()]
+    placed = [m for m in placed if m.entry.name not in scale_refused]
+    warnings += scale_warnings
     warnings += [f"model {m.entry.name}: {w}" for m in placed for w in m.fit.warnings]
     errors += capacity_errors(placed, pools)
     prints: dict[str, dict[str, Any]] = {}
@@ -455,9 +462,10 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
             cpu, mem = fp.pod(m.entry, m.weight_bytes)
             gpus = 0 if m.entry.is_cpu or pf.mig is not None else (1 if m.share else m.entry.gpus_per_pod)
             ask = adm.PodAsk(cpu, mem, gpus)
-            demands.append(adm.Demand(m.entry.name, m.entry.replicas, m.entry.node_count, ask))
+            key = "scaling.maxReplicas" if m.entry.scaling else "replicas"  # room for the autoscaler's maximum
+            demands.append(adm.Demand(m.entry.name, m.entry.reserved_replicas, m.entry.node_count, ask, key))
             prints[m.entry.name] = {"pool": name, "pod": {"cpuMillis": cpu, "memoryMiB": mem, "gpus": gpus},
-                                    "podsPerReplica": m.entry.node_count, "replicas": m.entry.replicas,
+                                    "podsPerReplica": m.entry.node_count, "replicas": m.entry.reserved_replicas,
                                     "nodesFrom": nodes.source}
         no_room, placed = adm.pack_pool(nodes, demands)
         for model, reason in no_room.items():
@@ -491,13 +499,13 @@ def plan_layouts(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], ve
         on = [m for m in models if m.pool is not None and m.pool.name == name and not m.entry.is_cpu]
         if pool.mig is not None and pool.gpu is not None:
             # A multi-node model's replica is one pod per node, each with gpusPerNode GPUs of its node.
-            demands = [Demand(m.entry.name, m.entry.replicas * m.entry.node_count,
+            demands = [Demand(m.entry.name, m.entry.reserved_replicas * m.entry.node_count,
                               m.share.profile if m.share else None, m.entry.gpus_per_node)
-                       for m in on if m.entry.replicas > 0]
+                       for m in on if m.entry.reserved_replicas > 0]
             layouts[name] = plan_mig(name, pool.mig, pool.pool.nodes, pool.gpus_per_node, demands)
         elif pool.time_slices > 1 and pool.gpu is not None and any(m.share for m in on):
             total, context = pool.gpu.memory_gib, context_gib(version)
-            demands_ts = [SliceDemand(m.entry.name, m.entry.replicas * (1 if m.share else m.entry.gpus),
+            demands_ts = [SliceDemand(m.entry.name, m.entry.reserved_replicas * (1 if m.share else m.entry.gpus),
                                       m.share.memory_gib if m.share else
                                       m.entry.gpu_memory_utilization * total + context) for m in on]
             layouts[name] = prove_time_slicing(name, pool.gpu.name, pool.time_slices,
@@ -506,12 +514,12 @@ def plan_layouts(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], ve
 
 
 def capacity_errors(models: list[ModelPlan], pools: Mapping[str, PoolFacts]) -> list[str]:
-    """Pools whose models ask, over all replicas, more GPUs than the pool has."""
+    """Pools whose models ask, over all replicas (an autoscaled model's maximum), more GPUs than the pool has."""
     demand: dict[str, list[tuple[str, int]]] = {}
     for m in models:  # MIG pools and shares are counted by the layout planner
         if m.entry.is_cpu or m.pool is None or m.pool.mig is not None or m.share is not None:
             continue
-        demand.setdefault(m.pool.name, []).append((m.entry.name, m.entry.replicas * m.entry.gpus))
+        demand.setdefault(m.pool.name, []).append((m.entry.name, m.entry.reserved_replicas * m.entry.gpus))
     errors = []
     for name, asks in demand.items():
         pool = pools[name]
@@ -519,5 +527,6 @@ def capacity_errors(models: list[ModelPlan], pools: Mapping[str, PoolFacts]) -> 
         if need > have:
             detail = ", ".join(f"{model} {n}" for model, n in asks)
             errors.append(f"nodePool {name}: models need {need} GPUs ({detail}) but the pool has {have} "
-                          f"({pool.node_count} nodes x {pool.gpus_per_node}); raise nodeCount or lower replicas")
+                          f"({pool.node_count} nodes x {pool.gpus_per_node}); raise nodeCount or lower replicas "
+                          "(scaling.maxReplicas for an autoscaled model)")
     return errors

@@ -6,7 +6,8 @@ Why a planner: several models per GPU is only safe when the pool provably holds 
   whole-GPU model needs `gpusPerNode` GPUs of one node with MIG off. The planner packs them into
   per-GPU geometries that obey NVML's placement rules (`tkf_infra.sizing.mig`): instances on a GPU
   occupy disjoint runs of memory slices at allowed starts. A model whose replicas cannot all be
-  placed is refused, naming the slices missing. The GPU Operator's mig-manager then carves each
+  placed is refused, naming the slices missing. Packed first fit decreasing, or GPU by GPU with the fullest
+  set of instances left when that takes fewer GPUs (`_pack_patterns`). The GPU Operator's mig-manager carves each
   node as planned (`mig_parted_configs`; the node label `nvidia.com/mig.config` names its config).
 - **Time-sliced pools.** Without memory isolation the guarantee is arithmetic: each pod takes one
   of the N replicas of a GPU, so at most N pods share one GPU, and the N largest memory footprints
@@ -20,8 +21,9 @@ asks first (models are admitted smallest first). Pure: no Pulumi, no I/O.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -173,6 +175,8 @@ def _largest_first(d: Demand) -> tuple[Any, ...]:
 
 
 _Held = dict[tuple[int, int], list[tuple[str, int, MigProfile]]]
+_Used = dict[tuple[int, int], tuple[int, int]]
+"""Memory and compute slices the instances on each GPU take (what `_solve` budgets), kept beside `_Held`."""
 
 
 def _pack(order: Sequence[Demand], keys: list[tuple[int, int]]) -> tuple[dict[tuple[int, int], str], _Held,
@@ -181,12 +185,13 @@ def _pack(order: Sequence[Demand], keys: list[tuple[int, int]]) -> tuple[dict[tu
     and for each model that did not fit, how many of its replicas did."""
     whole: dict[tuple[int, int], str] = {}
     held: _Held = {}
+    used: _Used = {}
     failed: dict[str, int] = {}
     for d in order:
         taken: list[tuple[int, int]] = []
         for replica in range(d.replicas):
-            spot = _whole_spot(keys, whole, held, d.gpus) if d.profile is None else _mig_spot(keys, whole, held,
-                                                                                              d.profile)
+            spot = (_whole_spot(keys, whole, held, d.gpus) if d.profile is None
+                    else _mig_spot(keys, whole, held, used, d.profile))
             if spot is None:
                 failed[d.model] = replica
                 break
@@ -195,12 +200,15 @@ def _pack(order: Sequence[Demand], keys: list[tuple[int, int]]) -> tuple[dict[tu
                     whole[key] = d.model
                 else:
                     held.setdefault(key, []).append((d.model, replica, d.profile))
+                    mem, compute = used.get(key, (0, 0))
+                    used[key] = (mem + d.profile.slices, compute + d.profile.compute)
             taken += spot
         if d.model in failed:  # all or nothing: free what its first replicas took
             for key in taken:
                 whole.pop(key, None)
                 if key in held:
                     held[key] = [h for h in held[key] if h[0] != d.model]
+                    used[key] = (sum(h[2].slices for h in held[key]), sum(h[2].compute for h in held[key]))
     return whole, held, failed
 
 
@@ -226,6 +234,9 @@ def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: in
         refused[d.model] = _refusal(pool, board, d, failed.get(d.model, 0), keys, whole, held, len(nodes),
                                     gpus_per_node)
     whole, held, _ = _pack(order, keys)
+    by_pattern = _pack_patterns(order, keys)
+    if not by_pattern[2] and _cards_used(*by_pattern[:2]) < _cards_used(whole, held):
+        whole, held = by_pattern[0], by_pattern[1]
     cards = []
     for n, g in keys:
         items = sorted(held.get((n, g), []), key=lambda h: (_order(h[2]), h[0], h[1]))
@@ -234,6 +245,77 @@ def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: in
             Instance(h[0], h[1], p.name, start, p.slices, p.compute) for h, (p, start) in zip(items, placed,
                                                                                               strict=True))))
     return PoolLayout(pool, "mig", board.gpu, tuple(cards), refused)
+
+
+def _cards_used(whole: dict[tuple[int, int], str], held: _Held) -> int:
+    return len(set(whole) | {k for k, items in held.items() if items})
+
+
+@lru_cache(maxsize=64)
+def _patterns(profiles: frozenset[MigProfile]) -> tuple[tuple[tuple[MigProfile, ...], Counter[MigProfile]], ...]:
+    """Every set of instances of these profiles one GPU can carry (the placement rule), fullest first: memory and
+    compute slices used, weighed alike; then larger instances first, so the choice does not depend on input order."""
+    ordered = sorted(profiles, key=_order)
+    found = [combo for size in range(1, COMPUTE_SLICES + 1)
+             for combo in itertools.combinations_with_replacement(ordered, size)
+             if sum(p.slices for p in combo) <= MEMORY_SLICES and sum(p.compute for p in combo) <= COMPUTE_SLICES
+             and placement(combo) is not None]  # fmt: skip
+
+    def fullest(combo: tuple[MigProfile, ...]) -> tuple[Any, ...]:
+        used = sum(p.slices for p in combo) * COMPUTE_SLICES + sum(p.compute for p in combo) * MEMORY_SLICES
+        return -used, tuple(_order(p) for p in combo)
+
+    return tuple((combo, Counter(combo)) for combo in sorted(found, key=fullest))
+
+
+def _pack_patterns(order: Sequence[Demand], keys: list[tuple[int, int]]) -> tuple[dict[tuple[int, int], str], _Held,
+                                                                                      dict[str, int]]:  # fmt: skip
+    """Whole GPUs as `_pack` places them, then each remaining GPU, in order, given the fullest set of instances
+    the demand left can still fill (the bench's "fix idea", docs/performance.md).
+
+    Why beside first fit: MIG has two budgets per GPU (8 memory, 7 compute slices), and first fit by memory puts
+    compute-bound instances (`1g.10gb`) and memory-bound ones (`1g.20gb`) on GPUs of their own where one GPU of
+    both fills both budgets. `plan_mig` keeps whichever layout uses fewer GPUs (first fit on a tie), so a
+    catalog first fit already packs tightly keeps its layout."""
+    whole: dict[tuple[int, int], str] = {}
+    held: _Held = {}
+    failed: dict[str, int] = {}
+    for d in order:
+        if d.profile is not None:
+            continue
+        taken: list[tuple[int, int]] = []
+        for replica in range(d.replicas):
+            spot = _whole_spot(keys, whole, held, d.gpus)
+            if spot is None:
+                failed[d.model] = replica
+                break
+            whole.update((key, d.model) for key in spot)
+            taken += spot
+        if d.model in failed:
+            for key in taken:
+                whole.pop(key, None)
+    queue: dict[MigProfile, deque[tuple[str, int]]] = {}
+    for d in order:
+        if d.profile is not None:
+            queue.setdefault(d.profile, deque()).extend((d.model, r) for r in range(d.replicas))
+    left = Counter({p: len(q) for p, q in queue.items()})
+    patterns = _patterns(frozenset(queue)) if queue else ()
+    for key in keys:
+        if left.total() == 0:
+            break
+        if key in whole:
+            continue
+        best = next((combo for combo, need in patterns if all(left[p] >= n for p, n in need.items())), None)
+        if best is None:
+            break
+        for p in best:
+            model, replica = queue[p].popleft()
+            held.setdefault(key, []).append((model, replica, p))
+            left[p] -= 1
+    for q in queue.values():
+        for model, _ in q:
+            failed.setdefault(model, 0)
+    return whole, held, failed
 
 
 def _whole_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str],
@@ -245,14 +327,26 @@ def _whole_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str],
     return None
 
 
-def _mig_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str],
-              held: dict[tuple[int, int], list[Any]], profile: MigProfile) -> list[tuple[int, int]] | None:  # fmt: skip
-    """The first partitioned GPU the instance still fits on, else the first unused GPU."""
-    partitioned = [k for k in keys if held.get(k)]
-    unused = [k for k in keys if k not in whole and not held.get(k)]
-    for key in partitioned + unused:
-        if placement([h[2] for h in held.get(key, [])] + [profile]) is not None:
+def _mig_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: _Held, used: _Used,
+              profile: MigProfile) -> list[tuple[int, int]] | None:  # fmt: skip
+    """The first partitioned GPU the instance still fits on, else the first unused GPU.
+
+    One pass over the GPUs, and the budgets `_solve` checks tested before its search: most GPUs of a packed
+    pool are full, and this is the planner's inner loop (the layout is the same as with a search per GPU)."""
+    first_unused: tuple[int, int] | None = None
+    for key in keys:
+        items = held.get(key)
+        if not items:
+            if first_unused is None and key not in whole:
+                first_unused = key
+            continue
+        mem, compute = used[key]
+        if mem + profile.slices > MEMORY_SLICES or compute + profile.compute > COMPUTE_SLICES:
+            continue
+        if placement([*(h[2] for h in items), profile]) is not None:
             return [key]
+    if first_unused is not None and placement([profile]) is not None:
+        return [first_unused]
     return None
 
 

@@ -1,0 +1,100 @@
+"""The scaling objects of both backends, as rendered, accepted by a real API server (docs/scaling.md).
+
+Why a real server: the schemas here are checked offline too (tests/test_scaling_render.py), but only
+the server runs KServe's CEL rules on `spec.scaling` and prunes what its structural schema lacks; the
+read-back shows nothing we render is dropped. KEDA's CRD (v2.18.0, tests/data/crds) stands in for a KEDA
+installation: tkf-infra does not install KEDA, and no KEDA controller runs here.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.kube.client import KubeAPIError, KubeClient
+from tests.kube.test_apiserver_smoke import CRDS, LLMISVC_API
+from tests.test_scaling_render import KEDA_CRD, SCALED, of_kind, rendered
+
+KEDA_API = "keda.sh/v1alpha1"
+
+
+@pytest.fixture(scope="module")
+def scaling_crds(kube: KubeClient) -> None:
+    for path in (Path(CRDS["llminferenceservices.serving.kserve.io"]), KEDA_CRD):
+        crd = yaml.load(path.read_text(), Loader=yaml.CSafeLoader)
+        kube.apply(crd)
+        kube.wait_crd_served(crd, timeout=120)
+
+
+def _into(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["metadata"] = {k: v for k, v in out["metadata"].items() if k in ("name", "labels", "annotations")}
+    out["metadata"]["namespace"] = namespace
+    return out
+
+
+@pytest.mark.apiserver
+def test_kserve_spec_scaling_is_accepted_and_stored_whole(kube: KubeClient, scaling_crds: None,
+                                                          kube_namespace: str) -> None:  # fmt: skip
+    (svc,) = [o for name, o in of_kind(rendered("kserve", SCALED), "LLMInferenceService").items()]
+    stored = kube.apply(_into(svc, kube_namespace))
+    assert stored["spec"]["scaling"] == svc["spec"]["scaling"] | {"wva": {**svc["spec"]["scaling"]["wva"],
+                                                                         "variantCost": "10.0"}}, "nothing pruned"
+    assert "replicas" not in stored["spec"]
+    # The server's own CEL rule agrees with the catalog's (tkf_infra/config/scaling.py): min above max is refused.
+    bad = _into(svc, kube_namespace)
+    bad["metadata"]["name"] = "min-above-max"
+    bad["spec"]["scaling"]["minReplicas"] = bad["spec"]["scaling"]["maxReplicas"] + 1
+    with pytest.raises(KubeAPIError) as refused:
+        kube.apply(bad)
+    assert refused.value.status_code == 422 and "minReplicas cannot exceed maxReplicas" in refused.value.message
+    # And `replicas` beside `scaling`, which the renderer never writes, is refused by the CRD's rule.
+    both = _into(svc, kube_namespace)
+    both["metadata"]["name"] = "both"
+    both["spec"]["replicas"] = 2
+    with pytest.raises(KubeAPIError) as exclusive:
+        kube.apply(both)
+    assert "replicas and scaling are mutually exclusive" in exclusive.value.message
+    assert kube.get(LLMISVC_API, "LLMInferenceService", "both", kube_namespace) is None
+    # Why the cool-down is not passed on KServe (components/autoscaling.py): v0.20.0's CEL rules on wva.keda
+    # read advanced.scalingModifiers and horizontalPodAutoscalerConfig.name without has(), so an HPA behaviour
+    # alone is refused. If a KServe bump fixes it, this fails and the renderer can pass cooldownSeconds.
+    cooled = _into(svc, kube_namespace)
+    cooled["metadata"]["name"] = "cooled"
+    cooled["spec"]["scaling"]["wva"]["keda"]["advanced"] = {"horizontalPodAutoscalerConfig": {"behavior": {
+        "scaleDown": {"stabilizationWindowSeconds": 60}}}}
+    with pytest.raises(KubeAPIError) as no_key:
+        kube.apply(cooled)
+    assert "no such key: scalingModifiers" in no_key.value.message
+
+
+@pytest.mark.apiserver
+def test_vllm_scaled_object_and_its_deployment_are_accepted(kube: KubeClient, scaling_crds: None,
+                                                            kube_namespace: str) -> None:  # fmt: skip
+    objects = rendered("vllm", SCALED)
+    (so,) = of_kind(objects, "ScaledObject").values()
+    deployment = of_kind(objects, "Deployment")["qwen3-8b"]
+    stored_deployment = kube.apply(_into(deployment, kube_namespace))
+    assert stored_deployment["spec"]["replicas"] == 1, "the server's default until KEDA's HPA sets the count"
+    stored = kube.apply(_into(so, kube_namespace))
+    assert stored["apiVersion"] == KEDA_API
+    assert stored["spec"] == so["spec"], "nothing pruned"
+    assert stored["spec"]["scaleTargetRef"]["name"] == stored_deployment["metadata"]["name"]
+    # A misspelt field is refused by server-side apply (as the provider applies), so a rename on our side
+    # cannot pass unnoticed here either.
+    typo = _into(so, kube_namespace)
+    typo["metadata"]["name"] = "typo"
+    typo["spec"]["maxReplicas"] = typo["spec"].pop("maxReplicaCount")
+    with pytest.raises(KubeAPIError) as undeclared:
+        kube.apply(typo)
+    assert ".spec.maxReplicas: field not declared in schema" in undeclared.value.message
+    no_triggers = _into(so, kube_namespace)
+    no_triggers["metadata"]["name"] = "no-triggers"
+    del no_triggers["spec"]["triggers"]
+    with pytest.raises(KubeAPIError) as refused:
+        kube.apply(no_triggers)
+    assert refused.value.status_code == 422 and "triggers" in refused.value.message

@@ -1,0 +1,148 @@
+"""What an autoscaled model renders on each backend, checked against the real CRD schemas (docs/scaling.md):
+KServe v0.20.0's LLMInferenceService `spec.scaling`, and on the vllm backend KEDA v2.18.0's ScaledObject."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pulumi
+import pytest
+import yaml
+
+from tests.mocks import CPU, SINGLE_GPU, program, prune_nulls, stack_doc, unwrap_secrets
+from tests.test_crd_schemas import K8S_VERSION, crd_validator, pruned_fields
+from tkf_infra.live import vllm_metrics as vm
+
+KEDA_CRD = Path(__file__).resolve().parent / "data" / "crds" / "keda.sh_scaledobjects-v2.18.0.yaml"
+PROM = "http://prometheus.monitoring.svc:9090"
+SCALED = dict(SINGLE_GPU, scaling={"minReplicas": 2, "maxReplicas": 6, "metric": "kvCacheUsage", "target": 0.75,
+                                   "cooldownSeconds": 120, "pollingSeconds": 10})
+
+
+@functools.cache
+def keda_validator() -> Any:
+    doc = yaml.load(KEDA_CRD.read_text(), Loader=yaml.CSafeLoader)
+    (version,) = [v for v in doc["spec"]["versions"] if v["name"] == "v1alpha1"]
+    return jsonschema.Draft7Validator(version["schema"]["openAPIV3Schema"])
+
+
+def rendered(backend: str, *models: dict[str, Any]) -> list[dict[str, Any]]:
+    h = program(stack_doc(*models, backend=backend, installed=False, prometheusUrl=PROM), api_key="k")
+    assert h.error is None, h.error
+    return [prune_nulls(unwrap_secrets(r.manifest())) for r in h.resources if r.custom
+            and r.type.startswith("kubernetes:") and "helm.sh" not in r.type and "yaml/v2" not in r.type]
+
+
+def of_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
+
+
+def test_kserve_renders_spec_scaling_through_wva_and_keda_and_no_replicas() -> None:
+    objects = rendered("kserve", SCALED, dict(CPU, replicas=2))
+    services = of_kind(objects, "LLMInferenceService")
+    scaled, fixed = services["qwen3-8b"]["spec"], services["tiny"]["spec"]
+    assert "replicas" not in scaled and fixed["replicas"] == 2 and "scaling" not in fixed
+    assert scaled["scaling"]["minReplicas"] == 2 and scaled["scaling"]["maxReplicas"] == 6
+    keda = scaled["scaling"]["wva"]["keda"]
+    assert keda["pollingInterval"] == 10
+    assert "advanced" not in keda, "KServe v0.20.0's CEL rules refuse `advanced` (components/autoscaling.py)"
+    assert keda["initialCooldownPeriod"] > 600, "the start-up budget, so the first load is not idleness"
+    for obj in services.values():
+        validator = crd_validator("serving.kserve.io", "LLMInferenceService", "v1alpha2")
+        validator.validate(obj)
+        assert pruned_fields(obj, validator.schema) == []
+    assert not of_kind(objects, "ScaledObject"), "KServe writes its own ScaledObject from spec.scaling"
+
+
+def test_vllm_renders_a_scaled_object_on_the_deployment_with_vllms_own_signal() -> None:
+    objects = rendered("vllm", SCALED, dict(CPU, replicas=2))
+    deployments = of_kind(objects, "Deployment")
+    assert "replicas" not in deployments["qwen3-8b"]["spec"], "the HPA KEDA writes owns the count"
+    assert deployments["tiny"]["spec"]["replicas"] == 2
+    (so,) = of_kind(objects, "ScaledObject").values()
+    assert so["apiVersion"] == "keda.sh/v1alpha1" and so["metadata"]["name"] == "qwen3-8b"
+    spec = so["spec"]
+    assert spec["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "qwen3-8b"}
+    assert (spec["minReplicaCount"], spec["maxReplicaCount"], spec["pollingInterval"]) == (2, 6, 10)
+    (trigger,) = spec["triggers"]
+    assert trigger["type"] == "prometheus" and trigger["metricType"] == "AverageValue"
+    assert trigger["metadata"] == {
+        "serverAddress": PROM, "threshold": "0.75",
+        "query": f'sum({vm.KV_CACHE_USAGE}{{namespace="llm-serving",model_name="qwen3-8b"}})'}
+    keda_validator().validate(so)
+    assert pruned_fields(so, keda_validator().schema) == []
+    kubernetes_validate.validate(deployments["qwen3-8b"], K8S_VERSION, strict=True)
+
+
+def test_default_signal_is_the_queue() -> None:
+    objects = rendered("vllm", dict(SINGLE_GPU, scaling={"maxReplicas": 3}))
+    (so,) = of_kind(objects, "ScaledObject").values()
+    (trigger,) = so["spec"]["triggers"]
+    assert trigger["metadata"]["query"].startswith(f"sum({vm.WAITING}{{")
+    assert trigger["metadata"]["threshold"] == "2" and so["spec"]["minReplicaCount"] == 1
+
+
+def test_the_keda_schema_check_catches_a_misspelt_field() -> None:
+    objects = rendered("vllm", dict(SINGLE_GPU, scaling={"maxReplicas": 3}))
+    (so,) = of_kind(objects, "ScaledObject").values()
+    so["spec"]["maxReplicas"] = so["spec"].pop("maxReplicaCount")
+    assert pruned_fields(so, keda_validator().schema) == [".spec.maxReplicas"]
+    del so["spec"]["triggers"]
+    try:
+        keda_validator().validate(so)
+    except jsonschema.ValidationError as exc:
+        assert "'triggers' is a required property" in str(exc)
+    else:
+        raise AssertionError("a ScaledObject without triggers must fail the schema")
+
+
+def test_the_endpoint_publishes_the_range_the_plan_reserved(monkeypatch: pytest.MonkeyPatch) -> None:
+    exported: dict[str, Any] = {}
+    monkeypatch.setattr(pulumi, "export", lambda name, value: exported.__setitem__(name, value))
+    h = program(stack_doc(SCALED, CPU, prometheusUrl=PROM), api_key="k")
+    assert h.error is None, h.error
+    endpoints = exported["endpoints"]
+    assert endpoints["qwen3-8b"]["scaling"] == {"minReplicas": 2, "maxReplicas": 6, "metric": "kvCacheUsage",
+                                                "target": 0.75, "cooldownSeconds": 120}
+    assert endpoints["qwen3-8b"]["replicas"] == 2 and "scaling" not in endpoints["qwen2.5-0.5b"]
+
+
+@pytest.mark.parametrize("backend", ["kserve", "vllm"])
+def test_the_policy_pack_counts_an_autoscaled_model_at_its_maximum(backend: str) -> None:
+    """6 replicas x 1 GPU at most: a 5-GPU ceiling refuses it although it starts at 2 (fails closed here too)."""
+    from tests.policy_helpers import build, objects, run_guardrail, workload
+
+    objs = objects(build(stack_doc(SCALED, backend=backend, prometheusUrl=PROM), api_key="k"))
+    w = workload(objs, "qwen3-8b")
+    assert run_guardrail("model-gpu-ceiling", [w], {"defaultMaxGpus": 6}) == []
+    (violation,) = run_guardrail("model-gpu-ceiling", [w], {"defaultMaxGpus": 5})
+    assert "takes 6 GPUs (replicas x GPUs per replica)" in violation.message
+
+
+def test_status_shows_the_replicas_the_autoscaler_asks_against_the_range() -> None:
+    """`status` (lifecycle): desired is what KEDA's HPA set on the Deployment, beside the published range."""
+    import httpx
+
+    from tkf_infra.live.lifecycle import read_lifecycle, render_table
+
+    deployment = {"spec": {"replicas": 3}, "status": {"readyReplicas": 2}}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/apis/apps/v1/namespaces/llm-serving/deployments/qwen3-8b":
+            return httpx.Response(200, json=deployment)
+        if request.url.path == "/api/v1/namespaces/llm-serving/pods":
+            return httpx.Response(200, json={"items": []})
+        return httpx.Response(404, json={})
+
+    endpoint = {"name": "qwen3-8b", "namespace": "llm-serving", "model": "Qwen/Qwen3-8B@" + "0" * 40,
+                "scaling": {"minReplicas": 1, "maxReplicas": 4}}
+    with httpx.Client(transport=httpx.MockTransport(answer), base_url="https://k") as client:
+        (row,) = read_lifecycle(client, [endpoint])
+        (fixed,) = read_lifecycle(client, [{k: v for k, v in endpoint.items() if k != "scaling"}])
+    assert row.to_json()["replicas"] == {"desired": 3, "ready": 2, "min": 1, "max": 4}
+    assert row.phase.value == "Degraded" and "2/3 (1-4)" in render_table([row])
+    assert fixed.to_json()["replicas"] == {"desired": 3, "ready": 2} and "(1-4)" not in render_table([fixed])

@@ -1,0 +1,82 @@
+"""What an autoscaled model needs beyond room for its maximum: an autoscaler that can read its signal.
+
+Why in the plan: the room itself is checked where every replica is (admission, the MIG layout, the
+time-slicing proof, each at `ModelEntry.reserved_replicas`, the autoscaler's maximum: failing closed,
+so a busy hour never ends in Pending pods). This module adds the refusals that need the stack's
+settings and the cluster's APIs, so a model whose autoscaler could not work is left out by name at
+preview rather than sitting at its minimum for ever (docs/scaling.md):
+
+- both backends scale through KEDA (`keda.sh/v1alpha1` ScaledObject, Prometheus trigger): on `vllm`
+  we render the ScaledObject on the Deployment; on `kserve`, KServe v0.20.0 renders one from
+  `spec.scaling.wva.keda` (pkg/controller/v1alpha2/llmisvc/scaling.go `expectedScaledObject`) and a
+  VariantAutoscaling (`llmd.ai/v1alpha1`) for llm-d's Workload Variant Autoscaler, whose
+  `wva_desired_replicas` the ScaledObject follows. tkf-infra installs neither KEDA nor WVA (no chart
+  of theirs is vendored): a cluster that does not serve their APIs refuses the model;
+- on `vllm` the trigger queries the stack's Prometheus (`prometheusUrl`), which must be set;
+- on `kserve`, WVA decides from its own saturation thresholds (its ConfigMap, fleet-wide): an entry's
+  `metric`/`target`/`cooldownSeconds` have no KServe v0.20.0 field that takes them (components/autoscaling.py
+  says why not the cool-down), so setting them there is a warning, not silence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tkf_infra.config import ModelEntry, StackSettings
+from tkf_infra.config.catalog import Backend
+from tkf_infra.config.scaling import Scaling
+from tkf_infra.plan.admission import ClusterState
+
+#: The APIs an autoscaled model needs on the cluster (group/version as discovery lists them).
+KEDA_API = "keda.sh/v1alpha1"
+WVA_API = "llmd.ai/v1alpha1"
+
+
+def at_maximum(entry: ModelEntry, reason: str) -> str:
+    """A room refusal of an autoscaled model, saying the count refused is its maximum and the way out."""
+    if entry.scaling is None:
+        return reason
+    return (f"{reason} (planned at scaling.maxReplicas {entry.scaling.max_replicas}, the most its autoscaler may "
+            f"run, not minReplicas {entry.scaling.min_replicas}: lower maxReplicas to what fits)")
+
+
+def scaling_checks(entries: Sequence[ModelEntry], settings: StackSettings,
+                   cluster: ClusterState | None) -> tuple[dict[str, str], list[str]]:  # fmt: skip
+    """(model → refusal, warnings) for the autoscaled entries, from the settings and the cluster's APIs."""
+    scaled = [e for e in entries if e.scaling is not None]
+    if not scaled:
+        return {}, []
+    backend = settings.serving.backend
+    needs = [KEDA_API, WVA_API] if backend == Backend.KSERVE else [KEDA_API]
+    refused: dict[str, str] = {}
+    warnings: list[str] = []
+    served = cluster.api_versions if cluster is not None else None
+    missing = [api for api in needs if served is not None and api not in served]
+    for e in scaled:
+        if backend == Backend.VLLM and settings.prometheus_url is None:
+            refused[e.name] = (f"model {e.name}: scaling on the vllm backend is a KEDA ScaledObject whose trigger "
+                               "reads vLLM's metrics from Prometheus, but the stack sets no prometheusUrl; set "
+                               "tkf-infra:prometheusUrl (the Prometheus that scrapes the serving namespace) or drop "
+                               "`scaling` and set `replicas`")
+        elif missing:
+            refused[e.name] = (f"model {e.name}: scaling needs {' and '.join(missing)} on the cluster "
+                               f"({_who(backend)}), which {cluster.source if cluster else 'it'} does not serve; "
+                               "tkf-infra does not install them: install them there, or drop `scaling` and set "
+                               "`replicas`")
+        elif backend == Backend.KSERVE and e.scaling is not None and (
+                unused := sorted({"metric", "target", "cooldown_seconds"} & e.scaling.model_fields_set)):
+            fields = "/".join(Scaling.model_fields[f].alias or f for f in unused)
+            warnings.append(f"model {e.name}: scaling.{fields} not used on the kserve backend: KServe v0.20.0 "
+                            "scales through llm-d's Workload Variant Autoscaler, which decides from its own "
+                            "saturation thresholds (KV cache, queue) in its ConfigMap, and its CRD's rules refuse "
+                            "the HPA behaviour a cool-down would set; they apply on serving.backend vllm")
+    if served is None and len(refused) < len(scaled):
+        warnings.append(f"scaling: {', '.join(e.name for e in scaled if e.name not in refused)} autoscale through "
+                        f"{_who(backend)}; the cluster's APIs were not read, so whether it serves "
+                        f"{' and '.join(needs)} was not checked (tkf-infra does not install them)")
+    return refused, warnings
+
+
+def _who(backend: Backend) -> str:
+    return ("KEDA, and llm-d's Workload Variant Autoscaler that KServe's spec.scaling drives"
+            if backend == Backend.KSERVE else "KEDA")
