@@ -32,7 +32,7 @@ from tkf_infra.sizing.kv import (
     largest_fitting_len,
     recurrent_blocks,
 )
-from tkf_infra.sizing.overheads import Activation, Batch, activation, graph_gib, non_torch_gib
+from tkf_infra.sizing.overheads import Activation, Batch, activation, activation_doubt, graph_gib, non_torch_gib
 from tkf_infra.sizing.params import GIB, SizingError, SizingParams
 from tkf_infra.sizing.quant import quant_problems, quant_scheme
 from tkf_infra.sizing.startup import Doubt, RowRun, budget_problems, pinned_kv_problems
@@ -184,7 +184,7 @@ def _run(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max_le
     per_token = layout.page_bytes * sum(1 for kind in _rank_kinds(arch, ranges[-1], draft_layers, True)
                                         if kind.attention or kind.kind == "linear") / block
     doubts = list(weights_doubts)
-    doubts.append(Doubt(term=f"activation peak ({row.name} profile)", gib=row.activation_uncertainty * act.total,
+    doubts.append(Doubt(term=f"activation peak ({row.name} profile)", gib=activation_doubt(act, row),
                         pin="a start-up log of this model on this release (its 'Available KV cache memory' "
                             "line) pins the activation term"))
     if act_bytes == 4.0:  # one float32 start-up (0.19, H100): the sampler warm-up took 17.0 B per element, not 14.45

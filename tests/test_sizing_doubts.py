@@ -1,0 +1,74 @@
+"""The bound's doubts are as wide as what applies to the case at hand (issue 29), never narrower.
+
+Figures from /work/shared/calibration/cases-public-logs.json (llm-d-benchmark's empirical table, vLLM
+0.11.0 on an H100 with a 79.18 GiB CUDA total): Qwen3-32B printed weights 61.03, activation 5.64,
+non-torch 0.14 and 4.45 GiB of KV cache at maxModelLen 16000, and failed at 32000. The config is
+tests/data/calibration/configs/Qwen__Qwen3-32B.json (a copy of the case file's config_file).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tkf_infra.sizing.estimate import estimate
+from tkf_infra.sizing.gpus import lookup_gpu
+from tkf_infra.sizing.overheads import Activation, activation_doubt
+from tkf_infra.sizing.params import SizingParams
+from tkf_infra.sizing.versions import ROWS, VersionRow, choose_version
+
+CONFIGS = Path(__file__).parent / "data" / "calibration" / "configs"
+H100 = lookup_gpu("H100-80GB").with_memory(79.18, "printed in the case")
+
+
+def qwen3_32b() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((CONFIGS / "Qwen__Qwen3-32B.json").read_text())
+    return data
+
+
+def row(version: str) -> VersionRow:
+    return choose_version(version).rows[0]
+
+
+def act(base: float = 0.0, sampler: float = 0.0, forward: float = 0.0, moe: float = 0.0) -> Activation:
+    peak = max(forward, sampler)
+    return Activation(base=base, sampler=sampler, forward=forward, moe=moe, encoder=0.0, encoder_cache=0.0,
+                      spec=0.0, total=base + peak + moe)
+
+
+@pytest.mark.parametrize("r", ROWS, ids=lambda r: r.name)
+def test_a_row_without_a_measured_sampler_keeps_its_single_relative_doubt(r: VersionRow) -> None:
+    a = act(base=0.1, sampler=2.0, forward=1.0, moe=0.5)
+    if r.sampler_uncertainty is None:
+        assert activation_doubt(a, r) == pytest.approx(r.activation_uncertainty * a.total)
+    else:  # the sampler is the peak here: its own, smaller uncertainty applies to it
+        assert activation_doubt(a, r) < r.activation_uncertainty * a.total
+
+
+def test_the_doubt_of_a_maximum_is_the_maximum_of_the_upper_ends() -> None:
+    r = row("0.11.0")  # 20 % on the forward pass, 3 % on the sampler warm-up
+    assert r.sampler_uncertainty == 0.03 and r.activation_uncertainty == 0.2
+    # Sampler-dominated (Qwen3 with 1024 warm-up rows): only the sampler's 3 % and the MoE workspace's 20 %.
+    a = act(sampler=5.6, forward=1.3, moe=0.5)
+    assert activation_doubt(a, r) == pytest.approx(0.03 * 5.6 + 0.2 * 0.5)
+    # A forward pass close below the sampler can overtake it at its upper end: that end is the doubt.
+    a = act(sampler=5.6, forward=5.0)
+    assert activation_doubt(a, r) == pytest.approx(5.0 * 1.2 - 5.6)
+    # Forward-dominated: the row's full relative doubt, as before.
+    a = act(sampler=0.4, forward=3.0)
+    assert activation_doubt(a, r) == pytest.approx(0.2 * 3.0)
+
+
+def test_a_sampler_dominated_model_that_started_is_accepted_and_its_failed_twin_refused() -> None:
+    base = {"tensor_parallel_size": 1, "gpu_memory_utilization": 0.9, "block_size": 128, "vllm_version": "0.11.0"}
+    ok = estimate(qwen3_32b(), H100, SizingParams(max_model_len=16000, **base))
+    assert ok.weights_gib == pytest.approx(61.03, abs=0.1) and ok.activation_gib == pytest.approx(5.64, abs=0.1)
+    assert ok.available_kv_gib == pytest.approx(4.45, abs=0.1)
+    assert ok.fits, ok.problems  # bound 4.03 GiB >= the 3.91 GiB one 16000-token request needs (4.45 printed)
+    doubt = next(d for d in ok.doubts if d.term.startswith("activation peak"))
+    assert doubt.gib < 0.2 * ok.activation_gib and doubt.gib >= 0.03 * ok.activation_gib - 0.01
+    failed = estimate(qwen3_32b(), H100, SizingParams(max_model_len=32000, **base))
+    assert not failed.fits and "maxModelLen 32000" in failed.problems[0]
