@@ -3,7 +3,8 @@
 Figures from /work/shared/calibration/cases-public-logs.json (llm-d-benchmark's empirical table, vLLM
 0.11.0 on an H100 with a 79.18 GiB CUDA total): Qwen3-32B printed weights 61.03, activation 5.64,
 non-torch 0.14 and 4.45 GiB of KV cache at maxModelLen 16000, and failed at 32000. The config is
-tests/data/calibration/configs/Qwen__Qwen3-32B.json (a copy of the case file's config_file).
+tests/data/sizing/Qwen__Qwen3-32B.json (a copy of the case file's config_file; not in the
+config fuzz's folders: Qwen3-14B there has the same structure).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from tkf_infra.sizing.overheads import Activation, activation_doubt
 from tkf_infra.sizing.params import SizingParams
 from tkf_infra.sizing.versions import ROWS, VersionRow, choose_version
 
-CONFIGS = Path(__file__).parent / "data" / "calibration" / "configs"
+CONFIGS = Path(__file__).parent / "data" / "sizing"
 H100 = lookup_gpu("H100-80GB").with_memory(79.18, "printed in the case")
 
 
