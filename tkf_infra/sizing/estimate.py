@@ -116,7 +116,8 @@ def batch_defaults(row: VersionRow, gpu: GpuSpec, params: SizingParams, max_len:
                    and all(k.kind == "full" for k in arch.layer_kinds))
         mnbt = params.max_num_batched_tokens or (2048 if chunked else max(max_len, 2048))
         return seqs, mnbt
-    large = gpu.memory_gib >= 70 and not (row.defaults_exclude_a100 and gpu.name.startswith("A100"))
+    large = (gpu.memory_gib >= 70 and not (row.defaults_exclude_a100 and gpu.name.startswith("A100"))
+             and gpu.cc not in row.defaults_exclude_cc)
     xl = row.defaults_xl_gib is not None and gpu.memory_gib >= row.defaults_xl_gib
     seqs = params.max_num_seqs or (1024 if large else 256)
     mnbt = params.max_num_batched_tokens or (16384 if xl else 8192 if large else 2048)
@@ -204,10 +205,14 @@ def _run(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max_le
     problems = quant_problems(q, params.quantization, None, gpu.cc, gpu.name)
     # After the cache is allocated vLLM warms the sampler on the same rows as in profiling.
     warmup = max(act.sampler, act.spec) + (MXFP4_WARMUP_GIB if q.name == "mxfp4" and arch.is_moe else 0.0)
+    # What of the profiled peak the warm-up finds freed inside the budget: not the sampler's share where the
+    # profile sampled without parameters (0.32's model runner V2) and the warm-up turns every feature on.
+    reused = act.total - (act.sampler if row.profile_sampler_plain else 0.0)
     return RowRun(row=row.name, seqs=seqs, mnbt=mnbt, block=block, weights=w_gib, activation=act.total,
                 non_torch=non_torch, graphs=graphs, reserved=row.graphs_reserved, available=avail, layout=layout,
                 layout_low=layout_low,
-                need=need, per_token=per_token, doubts=doubts, problems=problems, context=context, warmup=warmup)
+                need=need, per_token=per_token, doubts=doubts, problems=problems, context=context, warmup=warmup,
+                  warmup_reuse=reused)
 
 
 def profile_activation(config: dict[str, Any], gpu: GpuSpec, params: SizingParams, row: VersionRow) -> Activation:

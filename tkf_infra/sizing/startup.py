@@ -52,6 +52,8 @@ class RowRun(BaseModel):
     problems: list[str]
     context: float
     warmup: float
+    warmup_reuse: float | None = None
+    """The part of the profiled activation the post-allocation warm-up finds freed (None: all of it)."""
 
 
 def budget_problems(run: RowRun, gpu: GpuSpec, params: SizingParams, avail: float, avail_low: float,
@@ -84,10 +86,11 @@ def budget_problems(run: RowRun, gpu: GpuSpec, params: SizingParams, avail: floa
         )
     if not problems and not run.layout.v0:  # V0 warms no sampler after allocating the cache
         rows = min(run.seqs, run.mnbt)
+        reused = run.activation if run.warmup_reuse is None else run.warmup_reuse
         if spare_gib is None:
-            headroom = (total - run.context - requested) + run.activation - (0.0 if run.reserved else run.graphs)
+            headroom = (total - run.context - requested) + reused - (0.0 if run.reserved else run.graphs)
         else:
-            headroom = spare_gib + run.activation
+            headroom = spare_gib + reused
         warm = run.warmup
         if warm > headroom:
             problems.append(
