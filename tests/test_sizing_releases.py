@@ -54,3 +54,26 @@ def test_0_33_keeps_gb10_on_the_small_batch_tier() -> None:
     assert (on_032.max_num_seqs, on_032.max_num_batched_tokens) == (1024, 8192)
     h100 = estimate(llama(), H100, SizingParams(vllm_version="0.33.0", max_model_len=8192))
     assert (h100.max_num_seqs, h100.max_num_batched_tokens) == (1024, 8192)
+
+
+def test_0_14_to_0_16_check_the_whole_models_request_against_the_smallest_pipeline_stage() -> None:
+    """kv_cache_utils.py@v0.14.0:1511-1525 (global groups against min(available_memory)); per worker at
+    @v0.13.0:1336-1341 and @v0.17.0:1568-1577. Llama 3.1 8B at 131072 tokens on two RTX 3090 stages: 8 GiB
+    per stage fits the ~12 GiB each has, the whole model's 16 GiB does not."""
+    gpu = lookup_gpu("RTX-3090")
+
+    def run(version: str, pp: int = 2) -> tuple[bool, list[str]]:
+        est = estimate(llama(), gpu, SizingParams(vllm_version=version, pipeline_parallel_size=pp,
+                                                  max_model_len=131072))
+        return est.fits, est.problems
+
+    for version in ("0.13.0", "0.17.0", "0.32.0"):
+        assert run(version) == (True, []), version
+    for version in ("0.14.0", "0.15.1", "0.16.0", "unknown"):
+        fits, problems = run(version)
+        assert not fits and "every layer of the model, 16.0 GiB" in problems[0], (version, problems)
+    # Without pipeline parallelism the per-rank check is the only one (and 16 GiB does not fit one 3090).
+    assert all("every layer" not in p for p in run("0.15.0", pp=1)[1])
+    # A shorter context fits the whole-model check on 0.15 too.
+    short = estimate(llama(), gpu, SizingParams(vllm_version="0.15.0", pipeline_parallel_size=2, max_model_len=65536))
+    assert short.fits, short.problems

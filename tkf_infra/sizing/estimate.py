@@ -35,7 +35,7 @@ from tkf_infra.sizing.kv import (
 from tkf_infra.sizing.overheads import Activation, Batch, activation, activation_doubt, graph_gib, non_torch_gib
 from tkf_infra.sizing.params import GIB, SizingError, SizingParams
 from tkf_infra.sizing.quant import quant_problems, quant_scheme
-from tkf_infra.sizing.startup import Doubt, RowRun, budget_problems, pinned_kv_problems
+from tkf_infra.sizing.startup import Doubt, RowRun, budget_problems, pinned_kv_problems, pp_whole_model_problems
 from tkf_infra.sizing.versions import VersionChoice, VersionRow, choose_version, engine_rows
 from tkf_infra.sizing.weights import (
     Sharding,
@@ -168,6 +168,7 @@ def _run(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max_le
                             row.mamba2_all_mode and bool(prefix_caching))
     bounding = central if prefix_caching is not None else stage_layouts(True, False)
     best: tuple[int, int, float, float, float] | None = None
+    least_avail = float("inf")
     for stage, rng in enumerate(ranges):
         w = (weights[stage] + (draft if stage == len(ranges) - 1 else 0.0) + absorbed * len(rng)) / GIB
         w += weights_extra if stage == 0 else 0.0
@@ -176,12 +177,20 @@ def _run(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max_le
         if row.reserve_includes_fragmentation:
             avail -= 0.1 * act.total  # V0 <= 0.6 kept torch's cached blocks in the measured peak
         blocks = central[stage].num_blocks(avail * GIB)
+        least_avail = min(least_avail, avail)
         if best is None or blocks < best[0] or (blocks == best[0] and avail < best[2]):
             best = (blocks, stage, avail, w, graphs)
     assert best is not None
     _, stage, avail, w_gib, graphs = best
     layout, layout_low = central[stage], bounding[stage]
     need = max(lay.need_per_request(max_len, mnbt) for lay in bounding)
+    # One request over every layer of the model, as vLLM's global KV cache groups count it (the check
+    # some releases make under pipeline parallelism against the smallest stage: startup.py).
+    blocks_pc, per_len_pc = recurrent_blocks(arch, k, True, all_mode=False,
+                                             checkpoint_block=row.mamba2_checkpoint_block)
+    whole = kv_layout(arch, _rank_kinds(arch, range(arch.layers), draft_layers, True), sh.tp, kv_bytes, block,
+                      group_ratio=row.hybrid_group_ratio, v0=row.engine == "v0", recurrent_blocks=blocks_pc,
+                      recurrent_per_len=per_len_pc) if len(ranges) > 1 else bounding[0]
     per_token = layout.page_bytes * sum(1 for kind in _rank_kinds(arch, ranges[-1], draft_layers, True)
                                         if kind.attention or kind.kind == "linear") / block
     doubts = list(weights_doubts)
@@ -212,7 +221,8 @@ def _run(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max_le
                 non_torch=non_torch, graphs=graphs, reserved=row.graphs_reserved, available=avail, layout=layout,
                 layout_low=layout_low,
                 need=need, per_token=per_token, doubts=doubts, problems=problems, context=context, warmup=warmup,
-                  warmup_reuse=reused)
+                  warmup_reuse=reused, need_whole=whole.need_per_request(max_len, mnbt),
+                  least_available=least_avail)
 
 
 def profile_activation(config: dict[str, Any], gpu: GpuSpec, params: SizingParams, row: VersionRow) -> Activation:
@@ -368,6 +378,8 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
     mnbt = run.mnbt
     tokens_rule = row.tokens_from_concurrency
     problems += budget_problems(run, gpu, params, avail, avail_low, max_len, requested, spare_gib=spare)
+    if pinned is None:
+        problems += pp_whole_model_problems(run, params, choice.version, gap, max_len)
     fit_len = (largest_fitting_len(low, avail_low * GIB, mnbt, run.block, arch.max_len or max_len)
                if avail_low > 0 else 0)
     return Estimate(

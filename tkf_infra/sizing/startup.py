@@ -22,6 +22,14 @@ from tkf_infra.sizing.params import GIB, SizingParams
 KV_CACHE_MEMORY_BYTES_SINCE = (0, 10, 2)
 
 
+#: Releases whose start-up check under pipeline parallelism is not per stage: `get_kv_cache_configs` checks
+#: one max-length request over the global KV cache groups, every layer of every stage, against the smallest
+#: worker's memory (vllm/v1/core/kv_cache_utils.py@v0.14.0:1511-1525, @v0.15.0:1513-1527, @v0.16.0:1513-1527,
+#: "using min across all workers"). Per worker, each with its own layers, up to 0.13 (@v0.13.0:1336-1341,
+#: @v0.11.0:1240-1244) and again from 0.17 (@v0.17.0:1568-1577, @v0.32.0:2638-2648, projected groups).
+PP_WHOLE_MODEL_CHECK = ((0, 14, 0), (0, 16, 99))
+
+
 class Doubt(BaseModel):
     """One reason the bound sits below the estimate: how much KV memory it may cost, and the fix."""
 
@@ -54,6 +62,10 @@ class RowRun(BaseModel):
     warmup: float
     warmup_reuse: float | None = None
     """The part of the profiled activation the post-allocation warm-up finds freed (None: all of it)."""
+    need_whole: float = 0.0
+    """Bytes one max-length request needs over every layer of the model (vLLM's global KV cache groups)."""
+    least_available: float = 0.0
+    """The smallest available KV memory over the pipeline stages (GiB, central)."""
 
 
 def budget_problems(run: RowRun, gpu: GpuSpec, params: SizingParams, avail: float, avail_low: float,
@@ -113,3 +125,23 @@ def pinned_kv_problems(pinned: int, left_low_gib: float, version: tuple[int, int
                 "GiB the memory budget leaves for the KV cache after weights, activations and graphs (conservative "
                 "bound); lower kvCacheMemoryBytes or raise the budget"]
     return []
+
+
+def pp_whole_model_problems(run: RowRun, params: SizingParams, version: tuple[int, int, int] | None, gap_gib: float,
+                            max_len: int) -> list[str]:
+    """0.14-0.16 under pipeline parallelism: the whole model's request against the smallest stage (bound).
+
+    An unknown release may be one of them, so it gets the check too (the product sizes unknown releases
+    with the most conservative reading)."""
+    first, last = PP_WHOLE_MODEL_CHECK
+    if params.pipeline_parallel_size <= 1 or not (version is None or first <= version <= last):
+        return []
+    left = run.least_available - gap_gib
+    if run.need_whole <= left * GIB:
+        return []
+    shown = ".".join(map(str, version)) if version else "an unknown release (it may be one)"
+    return [f"pipelineParallelSize {params.pipeline_parallel_size}: vLLM 0.14-0.16 (the image runs {shown}) checks "
+            f"one maxModelLen {max_len} request's KV cache over every layer of the model, "
+            f"{run.need_whole / GIB:.1f} GiB, against the smallest stage's {max(left, 0.0):.2f} GiB (conservative "
+            "bound), not stage by stage; pin serving.vllmImage to 0.17 or later (or 0.13 or earlier), or lower "
+            "maxModelLen"]
