@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from tkf_infra.sizing.arch import Arch, LayerKind, parallelism_problems, parse_arch, pp_layer_ranges
+from tkf_infra.sizing.bnb import bnb_forces_eager, bnb_problems
 from tkf_infra.sizing.config_fields import reading_config
 from tkf_infra.sizing.cpu import estimate_cpu
 from tkf_infra.sizing.facts import ModelFacts, resolve_text_config
@@ -172,7 +173,7 @@ def _run(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max_le
     for stage, rng in enumerate(ranges):
         w = (weights[stage] + (draft if stage == len(ranges) - 1 else 0.0) + absorbed * len(rng)) / GIB
         w += weights_extra if stage == 0 else 0.0
-        graphs = graph_gib(arch, len(rng), sh, batch, params.enforce_eager)
+        graphs = graph_gib(arch, len(rng), sh, batch, params.enforce_eager or bnb_forces_eager(arch.quant))
         avail = requested - w - act.total - non_torch - (graphs if row.graphs_reserved else 0.0)
         if row.reserve_includes_fragmentation:
             avail -= 0.1 * act.total  # V0 <= 0.6 kept torch's cached blocks in the measured peak
@@ -335,6 +336,7 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
     run = [r for r in runs if r.available <= least + 0.01][-1]
     row = next(r for r in rows if r.name == run.row)
     scheme = quant_scheme(arch.quant, params.quantization, _act_bytes(params), arch.layers)
+    problems += bnb_problems(arch.quant, params.tensor_parallel_size, arch.is_moe, choice.version)
     problems += run.problems + quant_problems(scheme,
                                               params.quantization, choice.version, None, gpu.name)
     doubts = list(run.doubts)
