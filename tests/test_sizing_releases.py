@@ -77,3 +77,15 @@ def test_0_14_to_0_16_check_the_whole_models_request_against_the_smallest_pipeli
     # A shorter context fits the whole-model check on 0.15 too.
     short = estimate(llama(), gpu, SizingParams(vllm_version="0.15.0", pipeline_parallel_size=2, max_model_len=65536))
     assert short.fits, short.problems
+
+
+def test_from_0_29_one_block_comes_off_the_memory_before_the_max_length_check() -> None:
+    """kv_cache_utils.py@v0.29.0:2316-2322 (the null block BlockPool holds back); not at @v0.28.0:2189-2197.
+    Llama 3.1 8B at 8192 tokens needs exactly 1 GiB of KV cache on one rank (512 blocks x 2 MiB): a cache
+    pinned to 1 GiB holds it on 0.28, not from 0.29 (511 usable blocks)."""
+    params = {"max_model_len": 8192, "kv_cache_memory_bytes": 2**30}
+    on_028 = estimate(llama(), H100, SizingParams(vllm_version="0.28.0", **params))
+    assert on_028.fits and on_028.need_per_request_gib == 1.0, on_028.problems
+    for version in ("0.29.0", "0.32.0", "0.33.0", "unknown"):
+        later = estimate(llama(), H100, SizingParams(vllm_version=version, **params))
+        assert not later.fits and any("maxModelLen 8192" in p for p in later.problems), (version, later.problems)

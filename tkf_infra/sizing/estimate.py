@@ -379,7 +379,8 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
     blocks, blocks_low = layout.num_blocks(avail * GIB), low.num_blocks(avail_low * GIB)
     mnbt = run.mnbt
     tokens_rule = row.tokens_from_concurrency
-    problems += budget_problems(run, gpu, params, avail, avail_low, max_len, requested, spare_gib=spare)
+    problems += budget_problems(run, gpu, params, avail, avail_low, max_len, requested, spare_gib=spare,
+                                version=choice.version)
     if pinned is None:
         problems += pp_whole_model_problems(run, params, choice.version, gap, max_len)
     fit_len = (largest_fitting_len(low, avail_low * GIB, mnbt, run.block, arch.max_len or max_len)

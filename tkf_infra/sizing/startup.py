@@ -28,6 +28,10 @@ KV_CACHE_MEMORY_BYTES_SINCE = (0, 10, 2)
 #: "using min across all workers"). Per worker, each with its own layers, up to 0.13 (@v0.13.0:1336-1341,
 #: @v0.11.0:1240-1244) and again from 0.17 (@v0.17.0:1568-1577, @v0.32.0:2638-2648, projected groups).
 PP_WHOLE_MODEL_CHECK = ((0, 14, 0), (0, 16, 99))
+#: From 0.29 the start-up check plans against usable blocks: one block of the pool (the null block
+#: BlockPool holds back) comes off the memory first (vllm/v1/core/kv_cache_utils.py@v0.29.0:2316-2322,
+#: @v0.32.0:2627-2632; kv_cache_planning.py@v0.33.0:1533-1543); 0.28 compares the whole memory (@v0.28.0:2189-2197).
+NULL_BLOCK_RESERVED_SINCE = (0, 29, 0)
 
 
 class Doubt(BaseModel):
@@ -69,13 +73,18 @@ class RowRun(BaseModel):
 
 
 def budget_problems(run: RowRun, gpu: GpuSpec, params: SizingParams, avail: float, avail_low: float,
-                    max_len: int, requested: float, *, spare_gib: float | None = None) -> list[str]:
+                    max_len: int, requested: float, *, spare_gib: float | None = None,
+                    version: tuple[int, int, int] | None = None) -> list[str]:
     """vLLM's start-up checks, judged on the bound; each message gives the estimate and the bound.
 
     `spare_gib`: memory besides the freed activation the post-allocation warm-up may use (default:
-    all of the GPU outside the budget; on a time-sliced share only what its own budget leaves)."""
+    all of the GPU outside the budget; on a time-sliced share only what its own budget leaves).
+    `version`: the release (None: unknown, checked as the strictest); from `NULL_BLOCK_RESERVED_SINCE` one block
+    comes off the memory before the max-length check."""
     total, u = gpu.memory_gib, params.gpu_memory_utilization
     problems = []
+    null_block = not run.layout.v0 and (version is None or version >= NULL_BLOCK_RESERVED_SINCE)
+    need = run.need + (run.layout_low.bytes_per_block if null_block else 0.0)
     if run.context > total - requested + 1e-9:
         problems.append(
             f"gpuMemoryUtilization {u:.2f} asks for {requested:.2f} GiB but only about "
@@ -91,9 +100,9 @@ def budget_problems(run: RowRun, gpu: GpuSpec, params: SizingParams, avail: floa
             + (f" + {run.graphs:.2f} GiB CUDA graphs" if run.reserved else "")
             + f" against the {requested:.1f} GiB budget ({u:.2f} x {total:.2f} GiB)"
         )
-    elif run.need > avail_low * GIB:
+    elif need > avail_low * GIB:
         problems.append(
-            f"needs {run.need / GIB:.1f} GiB KV cache for maxModelLen {max_len} but only {both} is left after "
+            f"needs {need / GIB:.1f} GiB KV cache for maxModelLen {max_len} but only {both} is left after "
             f"{run.weights:.1f} GiB of weights on one {gpu.name} at utilization {u:.2f}"
         )
     if not problems and not run.layout.v0:  # V0 warms no sampler after allocating the cache
