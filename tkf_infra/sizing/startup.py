@@ -26,7 +26,8 @@ KV_CACHE_MEMORY_BYTES_SINCE = (0, 10, 2)
 #: one max-length request over the global KV cache groups, every layer of every stage, against the smallest
 #: worker's memory (vllm/v1/core/kv_cache_utils.py@v0.14.0:1511-1525, @v0.15.0:1513-1527, @v0.16.0:1513-1527,
 #: "using min across all workers"). Per worker, each with its own layers, up to 0.13 (@v0.13.0:1336-1341,
-#: @v0.11.0:1240-1244) and again from 0.17 (@v0.17.0:1568-1577, @v0.32.0:2638-2648, projected groups).
+#: @v0.11.0:1240-1244) and again from 0.17 (@v0.17.0:1568-1577, @v0.32.0:2638-2648, projected groups;
+#: vllm/v1/core/kv_cache_planning.py@v0.33.0:1550-1560).
 PP_WHOLE_MODEL_CHECK = ((0, 14, 0), (0, 16, 99))
 #: From 0.29 the start-up check plans against usable blocks: one block of the pool (the null block
 #: BlockPool holds back) comes off the memory first (vllm/v1/core/kv_cache_utils.py@v0.29.0:2316-2322,

@@ -251,6 +251,8 @@ ROWS: tuple[VersionRow, ...] = (
                  "vllm/v1/worker/gpu/warmup.py@v0.33.0:218-335 (warmup_kernels after the KV cache is sized)",
                  "vllm/v1/core/kv_cache_utils.py@v0.33.0:1061-1128 (concurrency and token capacity, as 0.32)",
                  "vllm/v1/core/kv_cache_utils.py@v0.33.0:1470 (group size: max when max < 1.5 x min)",
+                 "vllm/v1/core/kv_cache_planning.py@v0.33.0:1533-1560 (the max-length check, moved here: per "
+                 "worker, one block off first)",
                  "vllm/engine/arg_utils.py@v0.33.0:2958-2996 (batch defaults; GB10, cc 12.1, on the small tier)",
                  "vllm/envs.py@v0.33.0:2219-2220 (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 1)",
                  "vllm/config/model.py@v0.33.0:2276-2278 (hybrid models support prefix caching)"),
