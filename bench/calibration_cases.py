@@ -151,6 +151,8 @@ def case_config(case: dict[str, Any], folder: Path, lock: dict[str, dict[str, An
 def case_gpu(case: dict[str, Any]) -> GpuSpec:
     """The product's own GPU resolution; a printed CUDA total replaces the table's figure."""
     label = str(case.get("gpu") or "")
+    if not label.strip():
+        raise CaseSkipped("the case names no GPU (its source did not print one)")
     try:
         gpu = lookup_gpu(label)
     except KeyError as exc:

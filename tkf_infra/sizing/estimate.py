@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from tkf_infra.sizing.arch import Arch, LayerKind, parallelism_problems, parse_arch, pp_layer_ranges
+from tkf_infra.sizing.bnb import bnb_forces_eager, bnb_problems
 from tkf_infra.sizing.config_fields import reading_config
 from tkf_infra.sizing.cpu import estimate_cpu
 from tkf_infra.sizing.facts import ModelFacts, resolve_text_config
@@ -32,10 +33,10 @@ from tkf_infra.sizing.kv import (
     largest_fitting_len,
     recurrent_blocks,
 )
-from tkf_infra.sizing.overheads import Activation, Batch, activation, graph_gib, non_torch_gib
+from tkf_infra.sizing.overheads import Activation, Batch, activation, activation_doubt, graph_gib, non_torch_gib
 from tkf_infra.sizing.params import GIB, SizingError, SizingParams
 from tkf_infra.sizing.quant import quant_problems, quant_scheme
-from tkf_infra.sizing.startup import Doubt, RowRun, budget_problems, pinned_kv_problems
+from tkf_infra.sizing.startup import Doubt, RowRun, budget_problems, pinned_kv_problems, pp_whole_model_problems
 from tkf_infra.sizing.versions import VersionChoice, VersionRow, choose_version, engine_rows
 from tkf_infra.sizing.weights import (
     Sharding,
@@ -116,7 +117,8 @@ def batch_defaults(row: VersionRow, gpu: GpuSpec, params: SizingParams, max_len:
                    and all(k.kind == "full" for k in arch.layer_kinds))
         mnbt = params.max_num_batched_tokens or (2048 if chunked else max(max_len, 2048))
         return seqs, mnbt
-    large = gpu.memory_gib >= 70 and not (row.defaults_exclude_a100 and gpu.name.startswith("A100"))
+    large = (gpu.memory_gib >= 70 and not (row.defaults_exclude_a100 and gpu.name.startswith("A100"))
+             and gpu.cc not in row.defaults_exclude_cc)
     xl = row.defaults_xl_gib is not None and gpu.memory_gib >= row.defaults_xl_gib
     seqs = params.max_num_seqs or (1024 if large else 256)
     mnbt = params.max_num_batched_tokens or (16384 if xl else 8192 if large else 2048)
@@ -167,24 +169,33 @@ def _run(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max_le
                             row.mamba2_all_mode and bool(prefix_caching))
     bounding = central if prefix_caching is not None else stage_layouts(True, False)
     best: tuple[int, int, float, float, float] | None = None
+    least_avail = float("inf")
     for stage, rng in enumerate(ranges):
         w = (weights[stage] + (draft if stage == len(ranges) - 1 else 0.0) + absorbed * len(rng)) / GIB
         w += weights_extra if stage == 0 else 0.0
-        graphs = graph_gib(arch, len(rng), sh, batch, params.enforce_eager)
+        graphs = graph_gib(arch, len(rng), sh, batch, params.enforce_eager or bnb_forces_eager(arch.quant))
         avail = requested - w - act.total - non_torch - (graphs if row.graphs_reserved else 0.0)
         if row.reserve_includes_fragmentation:
             avail -= 0.1 * act.total  # V0 <= 0.6 kept torch's cached blocks in the measured peak
         blocks = central[stage].num_blocks(avail * GIB)
+        least_avail = min(least_avail, avail)
         if best is None or blocks < best[0] or (blocks == best[0] and avail < best[2]):
             best = (blocks, stage, avail, w, graphs)
     assert best is not None
     _, stage, avail, w_gib, graphs = best
     layout, layout_low = central[stage], bounding[stage]
     need = max(lay.need_per_request(max_len, mnbt) for lay in bounding)
+    # One request over every layer of the model, as vLLM's global KV cache groups count it (the check
+    # some releases make under pipeline parallelism against the smallest stage: startup.py).
+    blocks_pc, per_len_pc = recurrent_blocks(arch, k, True, all_mode=False,
+                                             checkpoint_block=row.mamba2_checkpoint_block)
+    whole = kv_layout(arch, _rank_kinds(arch, range(arch.layers), draft_layers, True), sh.tp, kv_bytes, block,
+                      group_ratio=row.hybrid_group_ratio, v0=row.engine == "v0", recurrent_blocks=blocks_pc,
+                      recurrent_per_len=per_len_pc) if len(ranges) > 1 else bounding[0]
     per_token = layout.page_bytes * sum(1 for kind in _rank_kinds(arch, ranges[-1], draft_layers, True)
                                         if kind.attention or kind.kind == "linear") / block
     doubts = list(weights_doubts)
-    doubts.append(Doubt(term=f"activation peak ({row.name} profile)", gib=row.activation_uncertainty * act.total,
+    doubts.append(Doubt(term=f"activation peak ({row.name} profile)", gib=activation_doubt(act, row),
                         pin="a start-up log of this model on this release (its 'Available KV cache memory' "
                             "line) pins the activation term"))
     if act_bytes == 4.0:  # one float32 start-up (0.19, H100): the sampler warm-up took 17.0 B per element, not 14.45
@@ -204,10 +215,15 @@ def _run(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max_le
     problems = quant_problems(q, params.quantization, None, gpu.cc, gpu.name)
     # After the cache is allocated vLLM warms the sampler on the same rows as in profiling.
     warmup = max(act.sampler, act.spec) + (MXFP4_WARMUP_GIB if q.name == "mxfp4" and arch.is_moe else 0.0)
+    # What of the profiled peak the warm-up finds freed inside the budget: not the sampler's share where the
+    # profile sampled without parameters (0.32's model runner V2) and the warm-up turns every feature on.
+    reused = act.total - (act.sampler if row.profile_sampler_plain else 0.0)
     return RowRun(row=row.name, seqs=seqs, mnbt=mnbt, block=block, weights=w_gib, activation=act.total,
                 non_torch=non_torch, graphs=graphs, reserved=row.graphs_reserved, available=avail, layout=layout,
                 layout_low=layout_low,
-                need=need, per_token=per_token, doubts=doubts, problems=problems, context=context, warmup=warmup)
+                need=need, per_token=per_token, doubts=doubts, problems=problems, context=context, warmup=warmup,
+                  warmup_reuse=reused, need_whole=whole.need_per_request(max_len, mnbt),
+                  least_available=least_avail)
 
 
 def profile_activation(config: dict[str, Any], gpu: GpuSpec, params: SizingParams, row: VersionRow) -> Activation:
@@ -320,6 +336,7 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
     run = [r for r in runs if r.available <= least + 0.01][-1]
     row = next(r for r in rows if r.name == run.row)
     scheme = quant_scheme(arch.quant, params.quantization, _act_bytes(params), arch.layers)
+    problems += bnb_problems(arch.quant, params.tensor_parallel_size, arch.is_moe, choice.version)
     problems += run.problems + quant_problems(scheme,
                                               params.quantization, choice.version, None, gpu.name)
     doubts = list(run.doubts)
@@ -362,7 +379,10 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
     blocks, blocks_low = layout.num_blocks(avail * GIB), low.num_blocks(avail_low * GIB)
     mnbt = run.mnbt
     tokens_rule = row.tokens_from_concurrency
-    problems += budget_problems(run, gpu, params, avail, avail_low, max_len, requested, spare_gib=spare)
+    problems += budget_problems(run, gpu, params, avail, avail_low, max_len, requested, spare_gib=spare,
+                                version=choice.version)
+    if pinned is None:
+        problems += pp_whole_model_problems(run, params, choice.version, gap, max_len)
     fit_len = (largest_fitting_len(low, avail_low * GIB, mnbt, run.block, arch.max_len or max_len)
                if avail_low > 0 else 0)
     return Estimate(

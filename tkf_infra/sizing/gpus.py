@@ -31,6 +31,7 @@ from tkf_infra.sizing.gpu_spec import (
     derive_total_gib,
 )
 from tkf_infra.sizing.gpu_table import GPUS, TWINS
+from tkf_infra.sizing.vgpu import vgpu_board, vgpu_spec
 
 __all__ = [
     "DERIVATION_GAP_FRACTION", "DERIVATION_MIN_GAP_GIB", "ECC_GDDR_FRACTION", "GPUS",
@@ -122,14 +123,18 @@ def lookup_gpu(name: str) -> GpuSpec:
     board: its memory is the profile's in `tkf_infra.sizing.mig` (derived from the profile's size
     when the table lacks it) and its label is the MIG label. A ``-SHARED`` label (time-slicing) marks the GPU
     shared. Raises ``KeyError`` with the allowed names, because a typo here silently sizing against
-    the wrong card would be worse than failing.
+    the wrong card would be worse than failing. A vGPU type (``NVIDIA A40-48Q``, `tkf_infra.sizing.vgpu`)
+    sizes the VM's framebuffer on its board.
     """
     gpu = find_gpu(name)
-    if gpu is None and (old := pre_volta_family(name)) is not None:
+    board = vgpu_board(name) if gpu is None else None
+    if gpu is None and (old := pre_volta_family(name) or (pre_volta_family(board) if board else None)):
         raise KeyError(
             f"GPU {name!r} is a {old[0]} part (compute capability {old[1]}): vLLM's release images need compute "
             "capability 7.0 or newer (Volta: V100, T4, RTX 20xx and later); put its models on a pool of a newer GPU"
         )
+    if gpu is None and (vgpu := vgpu_spec(name, find_gpu)) is not None:
+        return vgpu
     if gpu is None:
         allowed = ", ".join(known_gpu_names())
         raise KeyError(

@@ -133,6 +133,21 @@ def activation(arch: Arch, row: VersionRow, batch: Batch, sh: Sharding, act_byte
                       rows * vocab if sampling_rank else 0.0, fast, {k: v for k, v in approx.items() if v > 0})
 
 
+def activation_doubt(act: Activation, row: VersionRow) -> float:
+    """How much more than `act.total` the profile may take (GiB), term by term.
+
+    The peak is a maximum of phases that do not overlap, so its upper end is the maximum of each
+    phase's upper end, plus the parts that stay allocated across phases. The sampler warm-up gets the
+    row's `sampler_uncertainty` (its bytes per logits element are a property of the sampler's code path,
+    measured per release), every other part `activation_uncertainty`. With both equal this is
+    `activation_uncertainty x total`, the row's old single figure."""
+    au = row.activation_uncertainty
+    su = au if row.sampler_uncertainty is None else row.sampler_uncertainty
+    peak = max(act.forward, act.sampler, act.spec, act.encoder)
+    high = max(act.forward * (1 + au), act.sampler * (1 + su), act.spec * (1 + au), act.encoder * (1 + au))
+    return high - peak + au * (act.total - peak)
+
+
 def non_torch_gib(row: VersionRow, gpu: GpuSpec, sh: Sharding) -> tuple[float, float]:
     """(central, extra for the bound): NCCL/all-reduce buffers and library workspaces."""
     if sh.tp * sh.dp == 1:

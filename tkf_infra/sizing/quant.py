@@ -205,7 +205,13 @@ def quant_scheme(quant: dict[str, Any] | None, quantization: str | None, act_byt
     if method in ("mxfp4", "gpt_oss_mxfp4"):
         # 4-bit values + one E8M0 scale per 32; attention stays in the activation dtype. The
         # expert intermediate size is padded to a multiple of 256 for the kernels.
-        return QuantScheme("mxfp4", act_bytes, 0.5 + 1 / 32, act_bytes, expert_pad=256)
+        # As loaded the MoE backend's layout (FlashInfer, Marlin weight-only on GPUs without native FP4,
+        # Triton; chosen per release and GPU, vllm/model_executor/layers/quantization/mxfp4.py@v0.10.2:80-160)
+        # adds to that, by rank: printed against counted here, gpt-oss-120b 65.97 / 64.65 GiB through Marlin on
+        # an H100 (0.10.x, vllm-project/vllm#23278), 17.22 / 16.23 at TP 4 on A100s (0.10, V1), gpt-oss-20b 7.01 /
+        # 6.75 at TP 2 on H100s (0.19). The largest measured excess, 6.1 %, rounded up, is the bound's doubt.
+        return QuantScheme("mxfp4", act_bytes, 0.5 + 1 / 32, act_bytes, expert_pad=256, upper=0.07,
+                           note="MXFP4 as the release's MoE backend lays it out")
     if method in ("bitsandbytes", "bnb"):
         bits = 8 if qc.get("load_in_8bit") else 4
         per = 1.0 + 4 / 64 if bits == 8 else 0.5 + 1 / 64

@@ -22,6 +22,19 @@ from tkf_infra.sizing.params import GIB, SizingParams
 KV_CACHE_MEMORY_BYTES_SINCE = (0, 10, 2)
 
 
+#: Releases whose start-up check under pipeline parallelism is not per stage: `get_kv_cache_configs` checks
+#: one max-length request over the global KV cache groups, every layer of every stage, against the smallest
+#: worker's memory (vllm/v1/core/kv_cache_utils.py@v0.14.0:1511-1525, @v0.15.0:1513-1527, @v0.16.0:1513-1527,
+#: "using min across all workers"). Per worker, each with its own layers, up to 0.13 (@v0.13.0:1336-1341,
+#: @v0.11.0:1240-1244) and again from 0.17 (@v0.17.0:1568-1577, @v0.32.0:2638-2648, projected groups;
+#: vllm/v1/core/kv_cache_planning.py@v0.33.0:1550-1560).
+PP_WHOLE_MODEL_CHECK = ((0, 14, 0), (0, 16, 99))
+#: From 0.29 the start-up check plans against usable blocks: one block of the pool (the null block
+#: BlockPool holds back) comes off the memory first (vllm/v1/core/kv_cache_utils.py@v0.29.0:2316-2322,
+#: @v0.32.0:2627-2632; kv_cache_planning.py@v0.33.0:1533-1543); 0.28 compares the whole memory (@v0.28.0:2189-2197).
+NULL_BLOCK_RESERVED_SINCE = (0, 29, 0)
+
+
 class Doubt(BaseModel):
     """One reason the bound sits below the estimate: how much KV memory it may cost, and the fix."""
 
@@ -52,16 +65,27 @@ class RowRun(BaseModel):
     problems: list[str]
     context: float
     warmup: float
+    warmup_reuse: float | None = None
+    """The part of the profiled activation the post-allocation warm-up finds freed (None: all of it)."""
+    need_whole: float = 0.0
+    """Bytes one max-length request needs over every layer of the model (vLLM's global KV cache groups)."""
+    least_available: float = 0.0
+    """The smallest available KV memory over the pipeline stages (GiB, central)."""
 
 
 def budget_problems(run: RowRun, gpu: GpuSpec, params: SizingParams, avail: float, avail_low: float,
-                    max_len: int, requested: float, *, spare_gib: float | None = None) -> list[str]:
+                    max_len: int, requested: float, *, spare_gib: float | None = None,
+                    version: tuple[int, int, int] | None = None) -> list[str]:
     """vLLM's start-up checks, judged on the bound; each message gives the estimate and the bound.
 
     `spare_gib`: memory besides the freed activation the post-allocation warm-up may use (default:
-    all of the GPU outside the budget; on a time-sliced share only what its own budget leaves)."""
+    all of the GPU outside the budget; on a time-sliced share only what its own budget leaves).
+    `version`: the release (None: unknown, checked as the strictest); from `NULL_BLOCK_RESERVED_SINCE` one block
+    comes off the memory before the max-length check."""
     total, u = gpu.memory_gib, params.gpu_memory_utilization
     problems = []
+    null_block = not run.layout.v0 and (version is None or version >= NULL_BLOCK_RESERVED_SINCE)
+    need = run.need + (run.layout_low.bytes_per_block if null_block else 0.0)
     if run.context > total - requested + 1e-9:
         problems.append(
             f"gpuMemoryUtilization {u:.2f} asks for {requested:.2f} GiB but only about "
@@ -77,17 +101,18 @@ def budget_problems(run: RowRun, gpu: GpuSpec, params: SizingParams, avail: floa
             + (f" + {run.graphs:.2f} GiB CUDA graphs" if run.reserved else "")
             + f" against the {requested:.1f} GiB budget ({u:.2f} x {total:.2f} GiB)"
         )
-    elif run.need > avail_low * GIB:
+    elif need > avail_low * GIB:
         problems.append(
-            f"needs {run.need / GIB:.1f} GiB KV cache for maxModelLen {max_len} but only {both} is left after "
+            f"needs {need / GIB:.1f} GiB KV cache for maxModelLen {max_len} but only {both} is left after "
             f"{run.weights:.1f} GiB of weights on one {gpu.name} at utilization {u:.2f}"
         )
     if not problems and not run.layout.v0:  # V0 warms no sampler after allocating the cache
         rows = min(run.seqs, run.mnbt)
+        reused = run.activation if run.warmup_reuse is None else run.warmup_reuse
         if spare_gib is None:
-            headroom = (total - run.context - requested) + run.activation - (0.0 if run.reserved else run.graphs)
+            headroom = (total - run.context - requested) + reused - (0.0 if run.reserved else run.graphs)
         else:
-            headroom = spare_gib + run.activation
+            headroom = spare_gib + reused
         warm = run.warmup
         if warm > headroom:
             problems.append(
@@ -110,3 +135,23 @@ def pinned_kv_problems(pinned: int, left_low_gib: float, version: tuple[int, int
                 "GiB the memory budget leaves for the KV cache after weights, activations and graphs (conservative "
                 "bound); lower kvCacheMemoryBytes or raise the budget"]
     return []
+
+
+def pp_whole_model_problems(run: RowRun, params: SizingParams, version: tuple[int, int, int] | None, gap_gib: float,
+                            max_len: int) -> list[str]:
+    """0.14-0.16 under pipeline parallelism: the whole model's request against the smallest stage (bound).
+
+    An unknown release may be one of them, so it gets the check too (the product sizes unknown releases
+    with the most conservative reading)."""
+    first, last = PP_WHOLE_MODEL_CHECK
+    if params.pipeline_parallel_size <= 1 or not (version is None or first <= version <= last):
+        return []
+    left = run.least_available - gap_gib
+    if run.need_whole <= left * GIB:
+        return []
+    shown = ".".join(map(str, version)) if version else "an unknown release (it may be one)"
+    return [f"pipelineParallelSize {params.pipeline_parallel_size}: vLLM 0.14-0.16 (the image runs {shown}) checks "
+            f"one maxModelLen {max_len} request's KV cache over every layer of the model, "
+            f"{run.need_whole / GIB:.1f} GiB, against the smallest stage's {max(left, 0.0):.2f} GiB (conservative "
+            "bound), not stage by stage; pin serving.vllmImage to 0.17 or later (or 0.13 or earlier), or lower "
+            "maxModelLen"]

@@ -70,11 +70,22 @@ class VersionRow:
     defaults_xl_gib: float | None = None
     """GPUs with at least this much memory get 16384 batched tokens by default."""
     defaults_exclude_a100: bool = True
+    defaults_exclude_cc: tuple[tuple[int, int], ...] = ()
+    """Compute capabilities kept on the small batch tier whatever their memory (GB10, cc 12.1, from 0.33)."""
+    profile_sampler_plain: bool = False
+    """The profile's sampler pass runs without sampling parameters (model runner V2, the default), so
+    the post-allocation warm-up (`warmup_kernels`, every sampling feature on) finds none of the sampler's
+    memory freed inside the budget: it must come from what the budget leaves outside."""
     v0_fallback: tuple[str, ...] = ()
     """Conditions under which these releases run the V0 engine instead (`_is_v1_supported_oracle`)."""
     calibration: str = ""
     activation_uncertainty: float = 0.25
     """Relative uncertainty of the activation peak outside the calibrated range."""
+    sampler_uncertainty: float | None = None
+    """Relative uncertainty of the sampler warm-up term alone, where this row's bytes per logits element
+    were measured (None: as `activation_uncertainty`). The warm-up allocates rows x vocabulary x a fixed
+    number of bytes set by the sampler's code path, so once that number is measured on a release the term
+    is known far better than the forward pass, whose live tensors depend on the model's kernels."""
     non_torch_uncertainty_gib: float = 0.3
 
 
@@ -146,8 +157,10 @@ ROWS: tuple[VersionRow, ...] = (
         non_torch_multi_pcie_gib=0.55, hybrid_group_ratio=1.25,
         mamba2_all_mode=True,
         calibration="llm-d H100 runs on 0.11 (activation 38.4-38.9 B per logits element, non-torch 0.13/0.55 GiB) "
-                    "and an L40S 0.11 start-up (KV tokens within 1%)",
-        activation_uncertainty=0.2),
+                    "and an L40S 0.11 start-up (KV tokens within 1%); sampler-dominated 0.11 peaks in "
+                    "cases-public-logs.json printed -0.5 % to +2.5 % of the sampler term (Qwen3 0.6B 5.56/5.59, "
+                    "Qwen3-32B 5.64/5.59, gpt-oss-120b 7.38/7.40, Llama-3.3-70B FP8 4.84/4.72 GiB)",
+        activation_uncertainty=0.2, sampler_uncertainty=0.04),
     VersionRow(
         "v0.17-0.19", (0, 17, 0), (0, 19, 99), "v1",
         sources=("vllm/v1/worker/gpu_worker.py@v0.19.0:332-483 (determine_available_memory; graph estimate "
@@ -210,6 +223,12 @@ ROWS: tuple[VersionRow, ...] = (
                  "vllm/utils/mem_utils.py@v0.32.0:230-321 (non-KV = total consumed + transient peak headroom)",
                  "vllm/v1/worker/gpu_worker.py@v0.32.0:700-744 (graph estimate applied by default)",
                  "vllm/v1/worker/gpu_model_runner.py@v0.32.0:6133 (profile_run), 5927-5990 (_dummy_sampler_run)",
+                 "vllm/config/vllm.py@v0.32.0:703-739 (model runner V2 by default, vllm/v1/worker/gpu/)",
+                 "vllm/v1/worker/gpu/model_runner.py@v0.32.0:972-983 (V2 _dummy_sampler_run: one pass without "
+                 "sampling parameters; 'the sampler may skip top_k, top_p, and logprobs')",
+                 "vllm/v1/worker/gpu_worker.py@v0.32.0:952-957 (warmup_kernels after the KV cache is sized)",
+                 "vllm/v1/worker/gpu/warmup.py@v0.32.0:218-324 (warmup_kernels: SamplingParams.for_sampler_warmup, "
+                 "every sampling feature on)",
                  "vllm/v1/sample/ops/topk_topp_sampler.py@v0.32.0:460-470 (Triton top-k/top-p at any batch)",
                  "vllm/v1/core/kv_cache_utils.py@v0.32.0:1195-1228,2300-2309 (concurrency and token capacity)",
                  "vllm/engine/arg_utils.py@v0.32.0:2920-2951 (batch defaults: 160 GiB / 70 GiB tiers)",
@@ -218,7 +237,30 @@ ROWS: tuple[VersionRow, ...] = (
                  "vllm/model_executor/layers/mamba/mamba_mixer2.py@v0.32.0:1098-1108 (Mamba2: one checkpoint block)"),
         sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, sampler_fast_min_rows=0, graphs_reserved=True,
         tokens_from_concurrency=True, defaults_xl_gib=160.0, hybrid_prefix_caching=True, mamba2_checkpoint_block=True,
-        calibration="accounting read from 0.32.0; constants as 0.19 (no pinned 0.30-0.32 start-up in the files)"),
+        calibration="accounting read from 0.32.0; constants as 0.19 (no pinned 0.30-0.32 start-up in the files)",
+        profile_sampler_plain=True),
+    VersionRow(
+        "v0.33", (0, 33, 0), (0, 33, 99), "v1",
+        sources=("vllm/v1/worker/gpu_worker.py@v0.33.0:641-820 (determine_available_memory, as 0.32)",
+                 "vllm/v1/worker/gpu_worker.py@v0.33.0:519-529 (cuBLAS handles created before the start-up "
+                 "snapshot: baseline, not non-torch)",
+                 "vllm/utils/mem_utils.py@v0.33.0:230-321 (memory_profiling, unchanged from 0.32.0)",
+                 "vllm/config/vllm.py@v0.33.0:731-767 (model runner V2 by default)",
+                 "vllm/v1/worker/gpu/model_runner.py@v0.33.0:993-1014 (_dummy_sampler_run: plain pass, then "
+                 "SamplingParams.for_sampler_warmup, so the profiled peak covers warmup_kernels)",
+                 "vllm/v1/worker/gpu/warmup.py@v0.33.0:218-335 (warmup_kernels after the KV cache is sized)",
+                 "vllm/v1/core/kv_cache_utils.py@v0.33.0:1061-1128 (concurrency and token capacity, as 0.32)",
+                 "vllm/v1/core/kv_cache_utils.py@v0.33.0:1470 (group size: max when max < 1.5 x min)",
+                 "vllm/v1/core/kv_cache_planning.py@v0.33.0:1533-1560 (the max-length check, moved here: per "
+                 "worker, one block off first)",
+                 "vllm/engine/arg_utils.py@v0.33.0:2958-2996 (batch defaults; GB10, cc 12.1, on the small tier)",
+                 "vllm/envs.py@v0.33.0:2219-2220 (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 1)",
+                 "vllm/config/model.py@v0.33.0:2276-2278 (hybrid models support prefix caching)"),
+        sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, sampler_fast_min_rows=0, graphs_reserved=True,
+        tokens_from_concurrency=True, defaults_xl_gib=160.0, hybrid_prefix_caching=True, mamba2_checkpoint_block=True,
+        defaults_exclude_cc=((12, 1),),
+        calibration="accounting read from 0.33.0 (PyPI wheel); constants as 0.32 (no 0.33 start-up in the files; "
+                    "the full sampling pipeline's bytes per logits element in the profile are not measured)"),
 )
 
 
