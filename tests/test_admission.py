@@ -258,7 +258,7 @@ def test_a_budget_refuses_the_caches_that_overflow_in_catalog_order_and_a_shared
     assert plan.footprints["qwen3-8b"]["weightCacheGiB"] == 20 and plan.footprints["qwen3-32b"]["weightCacheGiB"] > 60
     assert plan.deployed == {"qwen3-8b", "qwen3-8b-twin"}
     stage, reason = refused(plan)["qwen3-32b"]
-    assert stage == "storage" and "after the 20 GiB the caches before it in catalog order claim" in reason
+    assert stage == "storage" and "after the 20 GiB the caches admitted before it claim" in reason
     assert "serving.weightCacheBudgetGiB (60 GiB): 40 GiB left, overflows by" in reason
     assert "never deleted or shrunk" in reason
     assert W_STORAGE_NOT_LIVE in codes(plan)

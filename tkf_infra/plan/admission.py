@@ -9,11 +9,13 @@ settings, and hands it here as data; every refusal becomes one `Exclusion` of it
 stage, and a source that could not be read is a named warning, never a silent pass.
 
 Rules (docs/admission.md):
-- Nodes: replicas are packed in catalog order, first fit, on every resource at once (GPUs, CPU,
-  memory; pods ask for no ephemeral storage); a multi-node replica puts each of its pods on a
-  different node. A model one of whose replicas fits on no node is refused whole, with the pod's
-  asks, the largest free node and which resource ran out; the models after it are still packed.
-- Storage: one cache per repo@revision (shared caches count once), in catalog order of their first
+- Nodes: replicas are packed in admission order (deployed models, then `priority`, then catalog
+  order), first fit, on every resource at once (GPUs, CPU, memory; pods ask for no ephemeral
+  storage); a multi-node replica puts each of its pods on a different node; a MIG layout's pods
+  take the room of the nodes it placed them on first. A model one of whose replicas fits on no
+  node is refused whole, with the pod's asks, the largest free node and which resource ran out;
+  the models after it are still packed.
+- Storage: one cache per repo@revision (shared caches count once), in admission order of their first
   model; an existing PVC of that name costs only its growth against a quota (it is already counted)
   and nothing against CSIStorageCapacity once bound. Caches that overflow refuse every model they
   serve; existing caches are never deleted or shrunk to make room.
@@ -216,12 +218,14 @@ def live_pool_nodes(pool: str, listed: Sequence[str], selector: Mapping[str, str
 
 def settings_pool_nodes(pool: str, count: int, gpus_per_node: int, cpu: str | float | None,
                         memory: str | float | None, ephemeral: str | float | None, pods: int | None,
-                        gpus: bool) -> PoolNodes:  # fmt: skip
+                        gpus: bool, names: Sequence[str] = ()) -> PoolNodes:  # fmt: skip
+    """`count` nodes of the pool's figures, named as the pool lists them (`nodes`) or `<pool>-<n>`."""
     known = cpu is not None and memory is not None
     room = NodeRoom("", millicores(cpu) if known else 0, mebibytes(memory) if known else 0,
                     gpus_per_node if gpus else 0, mebibytes(ephemeral) if ephemeral is not None else None, pods)
-    nodes = tuple(NodeRoom(f"{pool}-{i + 1}", room.cpu_millis, room.memory_mib, room.gpus, room.ephemeral_mib,
-                           room.pods) for i in range(count))
+    listed = list(dict.fromkeys(names)) if len(set(names)) == count else []
+    nodes = tuple(NodeRoom(listed[i] if listed else f"{pool}-{i + 1}", room.cpu_millis, room.memory_mib, room.gpus,
+                           room.ephemeral_mib, room.pods) for i in range(count))
     source = (f"nodePools[{pool}].nodeResources ({count} x {cpu_text(room.cpu_millis)}, {gib_text(room.memory_mib)})"
               if known else f"nodePools[{pool}] nodeCount x gpusPerNode")
     return PoolNodes(pool, nodes, source, cpu_memory=known, gpus=gpus)
@@ -284,12 +288,26 @@ def _ran_out(ask: PodAsk, free: Sequence[_Free], pools: PoolNodes) -> tuple[_Fre
     return max(free, key=score), short or ["no single node has all of them free at once"]
 
 
-def pack_pool(pools: PoolNodes, demands: Sequence[Demand]) -> tuple[dict[str, str], dict[str, list[list[str]]]]:
-    """(model → refusal reason, model → nodes of each replica), replicas first fit in the given order."""
+def pack_pool(pools: PoolNodes, demands: Sequence[Demand], pinned: Mapping[str, list[list[str]]] | None = None,
+              ) -> tuple[dict[str, str], dict[str, list[list[str]]]]:  # fmt: skip
+    """(model → refusal reason, model → nodes of each replica), replicas first fit in the given order.
+
+    `pinned`: model → the nodes of each replica already chosen (a MIG layout's, which checked their room):
+    those pods take their nodes' room first, whatever the order."""
     free = [_Free(n.name, n.cpu_millis, n.memory_mib, n.gpus, n.pods) for n in pools.nodes]
     refused: dict[str, str] = {}
     placed: dict[str, list[list[str]]] = {}
+    by_name = {f.name: f for f in free}
+    fixed = pinned or {}
     for d in demands:
+        for name in (n for nodes in fixed.get(d.model, []) for n in nodes):
+            if name in by_name:
+                by_name[name].take(d.ask)
+        if d.model in fixed:
+            placed[d.model] = fixed[d.model]
+    for d in demands:
+        if d.model in fixed:
+            continue
         taken: list[tuple[_Free, PodAsk]] = []
         where: list[list[str]] = []
         failed: str | None = None
@@ -320,7 +338,7 @@ def _refusal(pools: PoolNodes, d: Demand, replica: int, free: Sequence[_Free]) -
     pods = f" ({d.pods_per_replica} pods on different nodes)" if d.pods_per_replica > 1 else ""
     left = (f"the largest free node, {best.name}, has {cpu_text(max(best.cpu, 0))}, {gib_text(max(best.mem, 0))} "
             f"memory{f', {max(best.gpus, 0)} GPU(s)' if pools.gpus else ''} left after the models before it in "
-            "catalog order" if best is not None else "the pool has no usable node")
+            "admission order (deployed, priority, catalog)" if best is not None else "the pool has no usable node")
     ways = [f"lower replicas to {replica}" if replica else "",
             f"add nodes to pool {pools.pool} (nodeCount, or more Ready nodes matching its selector) or use nodes "
             "with more of what ran out", "move it to another nodePool",
@@ -396,7 +414,7 @@ def storage_limits(state: ClusterState | None, storage_class: str | None,
 
 def admit_storage(caches: Sequence[Cache], limits: Sequence[StorageLimit], existing: Mapping[str, LivePvc],
                   shown: str) -> dict[str, str]:  # fmt: skip
-    """Model → refusal, caches admitted in the given order (catalog order of their first model)."""
+    """Model → refusal, caches admitted in the given order (admission order of their first model)."""
     free = {lim.name: lim.free_gib for lim in limits}
     claimed = 0.0
     refused: dict[str, str] = {}
@@ -419,7 +437,8 @@ def admit_storage(caches: Sequence[Cache], limits: Sequence[StorageLimit], exist
             shared = f", shared by {', '.join(c.models)}" if len(c.models) > 1 else ""
             for m in c.models:
                 refused[m] = (f"model {m}: its weight cache {c.name} ({c.gib} GiB for {c.ref}{shared}) does not fit "
-                              f"on {shown} after the {claimed:.0f} GiB the caches before it in catalog order claim: "
+                              f"on {shown} after the {claimed:.0f} GiB the caches admitted before it claim (deployed "
+                              "models first, then priority, then catalog order): "
                               f"{'; '.join(over)}. Way out: free room on the storage class or raise the quota, set "
                               "serving.storageClass to a class with room, lower serving.weightCacheHeadroom, or drop "
                               "a model; existing caches are never deleted or shrunk to make room")

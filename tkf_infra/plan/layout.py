@@ -12,9 +12,16 @@ Why a planner: several models per GPU is only safe when the pool provably holds 
   of the N replicas of a GPU, so at most N pods share one GPU, and the N largest memory footprints
   (budget + CUDA context) of the pool's pods must fit in the GPU. A model that would break it is refused.
 
-Stable: demand is ordered by size and name, never by catalog position, so reordering the catalog
-yields the same layout and nodes are not re-partitioned. An overfull catalog refuses its largest
-asks first (models are admitted smallest first). Pure: no Pulumi, no I/O.
+Node room: a MIG pod runs on the node whose GPU carries its instance, so given each node's CPU and
+memory (`plan_mig(rooms=...)`, from the node-capacity sources of `tkf_infra.plan.admission`) the
+planner puts an instance only on a node that still has room for its pod, spreading a catalog of
+small instances over nodes instead of filling one node's GPUs beyond its CPU; a model that no node
+has room for is refused at stage `capacity` (`PoolLayout.short_of_room`), the others at `placement`.
+
+Stable: demand is ordered by priority, size and name, never by catalog position, so reordering the
+catalog yields the same layout and nodes are not re-partitioned. An overfull catalog refuses its
+lowest priority first, then its largest asks (models are admitted smallest first). Pure: no
+Pulumi, no I/O.
 """
 
 from __future__ import annotations
@@ -22,11 +29,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from tkf_infra.plan.mig_room import room_refusal
 from tkf_infra.sizing.mig import COMPUTE_SLICES, MEMORY_SLICES, MigBoard, MigProfile
 
 #: The mig-parted config every custom ConfigMap must keep: the operator's default `migManager.config.default`.
@@ -41,6 +49,11 @@ class Demand:
     replicas: int
     profile: MigProfile | None = None
     gpus: int = 1
+    cpu_millis: int = 0
+    """CPU and memory one replica's pod requests, held against its node's room when rooms are given."""
+    memory_mib: int = 0
+    priority: int = 0
+    """The catalog's `priority`: higher is admitted first, so an overfull pool refuses the lowest."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +90,8 @@ class PoolLayout:
     cards: tuple[Card, ...] = ()
     refused: dict[str, str] = field(default_factory=dict)
     proof: str = ""
+    short_of_room: frozenset[str] = frozenset()
+    """Refused models whose GPUs would fit but no node with them has CPU or memory left (stage `capacity`)."""
 
     def node_configs(self) -> dict[str, str]:
         """Node name → mig-parted config name (equal geometries share one config; the name is its digest)."""
@@ -101,6 +116,13 @@ class PoolLayout:
             out += [{"node": c.node, "gpu": c.index, "profile": i.profile, "start": i.start, "size": i.slices}
                     for i in c.instances if i.model == model]
         return out
+
+    def pod_nodes(self, model: str, gpus_per_pod: int) -> list[str]:
+        """The node of each of `model`'s pods, replica by replica (a MIG instance, or `gpus_per_pod` whole GPUs)."""
+        instances = sorted((i.replica, c.node) for c in self.cards for i in c.instances if i.model == model)
+        wholes = Counter(c.node for c in self.cards if c.whole == model)
+        per_pod = max(1, gpus_per_pod)
+        return [node for _, node in instances] + [node for node, k in wholes.items() for _ in range(k // per_pod)]
 
     def published(self) -> dict[str, Any]:
         """The layout as the `gpuLayout` output shows it."""
@@ -173,59 +195,102 @@ def _largest_first(d: Demand) -> tuple[Any, ...]:
 
 
 _Held = dict[tuple[int, int], list[tuple[str, int, MigProfile]]]
+Rooms = Sequence[tuple[int, int]]
+"""Per node of the pool, in order: (CPU millicores, memory MiB) it can give pods."""
 
 
-def _pack(order: Sequence[Demand], keys: list[tuple[int, int]]) -> tuple[dict[tuple[int, int], str], _Held,
-                                                                             dict[str, int]]:  # fmt: skip
+def _pack(order: Sequence[Demand], keys: list[tuple[int, int]],
+          rooms: Rooms | None = None) -> tuple[dict[tuple[int, int], str], _Held, dict[str, int],
+                                               dict[str, list[tuple[int, int, bool]]]]:  # fmt: skip
     """Place the demands in this order (first fit, all replicas of a model or none): whole GPUs, instances,
-    and for each model that did not fit, how many of its replicas did."""
+    and for each model that did not fit, how many of its replicas did. With `rooms`, a replica goes only
+    to a node that still has its pod's CPU and memory; for a model that did not fit, each node's
+    (CPU, memory) left and whether its GPUs had a spot, when it failed."""
     whole: dict[tuple[int, int], str] = {}
     held: _Held = {}
     failed: dict[str, int] = {}
+    short: dict[str, list[tuple[int, int, bool]]] = {}
+    left = [list(r) for r in rooms] if rooms is not None else None
     for d in order:
         taken: list[tuple[int, int]] = []
+        pods: list[int] = []  # the node of each replica's pod
+
+        def room(node: int, d: Demand = d) -> bool:
+            return left is None or (left[node][0] >= d.cpu_millis and left[node][1] >= d.memory_mib)
+
         for replica in range(d.replicas):
-            spot = _whole_spot(keys, whole, held, d.gpus) if d.profile is None else _mig_spot(keys, whole, held,
-                                                                                              d.profile)
+            spot = (_whole_spot(keys, whole, held, d.gpus, room) if d.profile is None
+                    else _mig_spot(keys, whole, held, d.profile, room))
             if spot is None:
                 failed[d.model] = replica
+                if left is not None:
+                    gpu_ok = _gpu_spots(keys, whole, held, d)
+                    short[d.model] = [(c, m, n in gpu_ok) for n, (c, m) in enumerate(left)]
                 break
             for key in spot:
                 if d.profile is None:
                     whole[key] = d.model
                 else:
                     held.setdefault(key, []).append((d.model, replica, d.profile))
+            if left is not None:
+                left[spot[0][0]][0] -= d.cpu_millis
+                left[spot[0][0]][1] -= d.memory_mib
+            pods.append(spot[0][0])
             taken += spot
         if d.model in failed:  # all or nothing: free what its first replicas took
             for key in taken:
                 whole.pop(key, None)
                 if key in held:
                     held[key] = [h for h in held[key] if h[0] != d.model]
-    return whole, held, failed
+            for node in pods:
+                if left is not None:
+                    left[node][0] += d.cpu_millis
+                    left[node][1] += d.memory_mib
+    return whole, held, failed, short
 
 
-def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: int,
-             demands: Sequence[Demand]) -> PoolLayout:  # fmt: skip
+def _gpu_spots(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: _Held, d: Demand) -> set[int]:
+    """The nodes whose GPUs could still take one replica of `d`, whatever their CPU and memory."""
+    out: set[int] = set()
+    for n in dict.fromkeys(k[0] for k in keys):
+        def only(m: int, n: int = n) -> bool:
+            return m == n
+
+        spot = (_whole_spot(keys, whole, held, d.gpus, only) if d.profile is None
+                else _mig_spot(keys, whole, held, d.profile, only))
+        if spot is not None:
+            out.add(n)
+    return out
+
+
+def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: int, demands: Sequence[Demand],
+             rooms: Rooms | None = None, rooms_from: str = "") -> PoolLayout:  # fmt: skip
     """Pack the demands into the pool's GPUs (see module docstring); refuse what cannot be placed.
 
-    Models are admitted smallest first (so an overfull catalog refuses its largest asks, not many
-    small ones) and packed largest first (first-fit decreasing), or in admission order when that
-    packs and largest first does not."""
+    Models are admitted by priority, then smallest first (so an overfull catalog refuses its largest
+    asks, not many small ones) and packed largest first (first-fit decreasing), or in admission order
+    when that packs and largest first does not. `rooms`: each node's CPU and memory (None: unchecked),
+    read from `rooms_from`."""
     keys = [(n, g) for n in range(len(nodes)) for g in range(gpus_per_node)]
     order: list[Demand] = []
     refused: dict[str, str] = {}
-    for d in sorted(demands, key=lambda d: (_footprint(d), d.model)):
+    short_of_room: set[str] = set()
+    for d in sorted(demands, key=lambda d: (-d.priority, _footprint(d), d.model)):
         if d.replicas <= 0:
             continue
         trials = (sorted([*order, d], key=_largest_first), [*order, d])
-        fits = next((t for t in trials if not _pack(t, keys)[2]), None)
+        fits = next((t for t in trials if not _pack(t, keys, rooms)[2]), None)
         if fits is not None:
             order = list(fits)
             continue
-        whole, held, failed = _pack([*order, d], keys)
+        whole, held, failed, short = _pack([*order, d], keys, rooms)
+        if rooms is not None and any(not _pack(t, keys)[2] for t in trials):  # the GPUs hold it, the nodes do not
+            short_of_room.add(d.model)
+            refused[d.model] = room_refusal(pool, nodes, d, failed.get(d.model, 0), short[d.model], rooms_from)
+            continue
         refused[d.model] = _refusal(pool, board, d, failed.get(d.model, 0), keys, whole, held, len(nodes),
                                     gpus_per_node)
-    whole, held, _ = _pack(order, keys)
+    whole, held, _, _ = _pack(order, keys, rooms)
     cards = []
     for n, g in keys:
         items = sorted(held.get((n, g), []), key=lambda h: (_order(h[2]), h[0], h[1]))
@@ -233,23 +298,25 @@ def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: in
         cards.append(Card(nodes[n], g, whole.get((n, g)), tuple(
             Instance(h[0], h[1], p.name, start, p.slices, p.compute) for h, (p, start) in zip(items, placed,
                                                                                               strict=True))))
-    return PoolLayout(pool, "mig", board.gpu, tuple(cards), refused)
+    return PoolLayout(pool, "mig", board.gpu, tuple(cards), refused, short_of_room=frozenset(short_of_room))
 
 
-def _whole_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str],
-                held: dict[tuple[int, int], list[Any]], gpus: int) -> list[tuple[int, int]] | None:  # fmt: skip
+def _whole_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: dict[tuple[int, int], list[Any]],
+                gpus: int, room: Callable[[int], bool]) -> list[tuple[int, int]] | None:  # fmt: skip
     for node in dict.fromkeys(n for n, _ in keys):
+        if not room(node):
+            continue
         free = [k for k in keys if k[0] == node and k not in whole and not held.get(k)]
         if len(free) >= gpus:
             return free[:gpus]
     return None
 
 
-def _mig_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str],
-              held: dict[tuple[int, int], list[Any]], profile: MigProfile) -> list[tuple[int, int]] | None:  # fmt: skip
-    """The first partitioned GPU the instance still fits on, else the first unused GPU."""
-    partitioned = [k for k in keys if held.get(k)]
-    unused = [k for k in keys if k not in whole and not held.get(k)]
+def _mig_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: dict[tuple[int, int], list[Any]],
+              profile: MigProfile, room: Callable[[int], bool]) -> list[tuple[int, int]] | None:  # fmt: skip
+    """The first partitioned GPU the instance still fits on, else the first unused GPU (of a node with room)."""
+    partitioned = [k for k in keys if held.get(k) and room(k[0])]
+    unused = [k for k in keys if k not in whole and not held.get(k) and room(k[0])]
     for key in partitioned + unused:
         if placement([h[2] for h in held.get(key, [])] + [profile]) is not None:
             return [key]
