@@ -104,9 +104,15 @@ def test_priority_decides_who_keeps_a_full_node() -> None:
     """40 + 16 replicas on one node that holds 47: the smaller is admitted first unless the larger has priority."""
     models = [small("big", 40), small("little", 16, CODER05)]
     assert refused(plan(mig_doc(models, 1, nodeResources=P5)))["big"][0] == "capacity"
-    p = plan(mig_doc([{**models[0], "priority": 10}, models[1]], 1, nodeResources=P5))
+    doc = mig_doc([{**models[0], "priority": 10}, models[1]], 1, nodeResources=P5)
+    p = plan(doc)
     assert refused(p)["little"][0] == "capacity" and p.deployed == {"big"}
     assert carved(p) == Counter({"1g.10gb": 40})
+    # Deployed by the last run, the little one keeps its instances whatever the newcomer's priority.
+    little = next(m for m in validate_catalog(doc).models if m.name == "little")
+    p = plan(doc, previous={"little": little.model_dump(by_alias=True)})
+    assert refused(p)["big"][0] == "capacity" and p.deployed == {"little"}
+    assert carved(p) == Counter({"1g.10gb": 16})
 
 
 def test_live_nodes_give_the_layout_their_room_and_an_absent_node_gets_nothing() -> None:

@@ -136,12 +136,12 @@ def _rooms(pf: PoolFacts, nodes: adm.PoolNodes | None) -> tuple[list[tuple[int, 
 
 
 def plan_layouts(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], version: str,
-                 asks: Mapping[str, tuple[int, int]] | None = None,
-                 rooms: Mapping[str, adm.PoolNodes] | None = None) -> dict[str, PoolLayout]:  # fmt: skip
+                 asks: Mapping[str, tuple[int, int]] | None = None, rooms: Mapping[str, adm.PoolNodes] | None = None,
+                 held: frozenset[str] = frozenset()) -> dict[str, PoolLayout]:  # fmt: skip
     """Lay out every MIG pool, and prove every time-sliced pool that hosts shares (`tkf_infra.plan.layout`).
 
     `asks`: model → (CPU millicores, memory MiB) of one pod; `rooms`: pool → its nodes' figures. With both,
-    a MIG instance goes only to a node with room for its pod."""
+    a MIG instance goes only to a node with room for its pod. `held`: the models the last run deployed."""
     layouts: dict[str, PoolLayout] = {}
     for name, pool in sorted(pools.items()):
         on = [m for m in models if m.pool is not None and m.pool.name == name and not m.entry.is_cpu]
@@ -150,7 +150,8 @@ def plan_layouts(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], ve
             # A multi-node model's replica is one pod per node, each with gpusPerNode GPUs of its node.
             demands = [Demand(m.entry.name, m.entry.replicas * m.entry.node_count,
                               m.share.profile if m.share else None, m.entry.gpus_per_node,
-                              *((asks or {}).get(m.entry.name, (0, 0))), priority=m.entry.priority or 0)
+                              *((asks or {}).get(m.entry.name, (0, 0))), priority=m.entry.priority or 0,
+                              held=m.entry.name in held)
                        for m in on if m.entry.replicas > 0]
             layouts[name] = plan_mig(name, pool.mig, pool.pool.nodes, pool.gpus_per_node, demands, node_rooms, source)
         elif pool.time_slices > 1 and pool.gpu is not None and any(m.share for m in on):
@@ -182,7 +183,8 @@ def _pinned(layout: PoolLayout | None, models: Sequence[ModelPlan]) -> dict[str,
 
 
 def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: Catalog,
-          cluster: adm.ClusterState | None, fp: adm.Footprints, ec2: Mapping[str, InstanceGpus]) -> Admitted:
+          cluster: adm.ClusterState | None, fp: adm.Footprints, ec2: Mapping[str, InstanceGpus],
+          held: frozenset[str] = frozenset()) -> Admitted:  # fmt: skip
     """Topology, layouts, node capacity and storage for the planned models, in the given order (module docstring)."""
     s = catalog.settings
     render = s.cluster.mode == "render"
@@ -197,7 +199,7 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
             rooms[name], notes = pool_nodes(pf, cluster, ec2, render, "gpuOperator" in installed)
             warnings += notes
     alive = [m for m in models if m.entry.name not in refused]
-    layouts = plan_layouts(alive, pools, s.serving.version, asks, rooms)
+    layouts = plan_layouts(alive, pools, s.serving.version, asks, rooms, held)
     laid_out = _layout_refusals(layouts)
     refused.update(laid_out)
     # Node capacity, per pool: a MIG layout's pods where it put them, the others first fit.
@@ -223,7 +225,7 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
         for m in models)}
     if again:
         kept = [m for m in models if m.entry.name not in refused]
-        fresh = plan_layouts(kept, {n: pools[n] for n in again}, s.serving.version, asks, rooms)
+        fresh = plan_layouts(kept, {n: pools[n] for n in again}, s.serving.version, asks, rooms, held)
         for name, lay in fresh.items():
             layouts[name] = lay
             refused.update({k: v for k, v in _layout_refusals({name: lay}).items() if k not in refused})

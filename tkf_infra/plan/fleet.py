@@ -346,7 +346,7 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
         # Models the last run deployed hold their room; the others follow by priority, then catalog order.
         order = sorted(planned, key=lambda m: (m.entry.name not in (previous or {}), -(m.entry.priority or 0),
                                                positions.get(m.entry.name, -1)))
-        done = admit(order, pools, catalog, cluster, footprints, ec2 or {})
+        done = admit(order, pools, catalog, cluster, footprints, ec2 or {}, frozenset(previous or {}))
         layouts, refusals, prints, laid_out = done.layouts, done.refused, done.prints, done.laid_out_refused
         warnings += done.warnings
     else:

@@ -18,10 +18,10 @@ planner puts an instance only on a node that still has room for its pod, spreadi
 small instances over nodes instead of filling one node's GPUs beyond its CPU; a model that no node
 has room for is refused at stage `capacity` (`PoolLayout.short_of_room`), the others at `placement`.
 
-Stable: demand is ordered by priority, size and name, never by catalog position, so reordering the
-catalog yields the same layout and nodes are not re-partitioned. An overfull catalog refuses its
-lowest priority first, then its largest asks (models are admitted smallest first). Pure: no
-Pulumi, no I/O.
+Stable: demand is ordered by deployed-or-not, priority, size and name, never by catalog position,
+so reordering the catalog yields the same layout and nodes are not re-partitioned. An overfull
+catalog refuses new models before those the last run deployed, then its lowest priority, then its
+largest asks (models are admitted smallest first). Pure: no Pulumi, no I/O.
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ class Demand:
     memory_mib: int = 0
     priority: int = 0
     """The catalog's `priority`: higher is admitted first, so an overfull pool refuses the lowest."""
+    held: bool = False
+    """Deployed by the last run: admitted before any new model, so a new entry cannot push it out."""
 
 
 @dataclass(frozen=True)
@@ -267,15 +269,15 @@ def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: in
              rooms: Rooms | None = None, rooms_from: str = "") -> PoolLayout:  # fmt: skip
     """Pack the demands into the pool's GPUs (see module docstring); refuse what cannot be placed.
 
-    Models are admitted by priority, then smallest first (so an overfull catalog refuses its largest
-    asks, not many small ones) and packed largest first (first-fit decreasing), or in admission order
-    when that packs and largest first does not. `rooms`: each node's CPU and memory (None: unchecked),
-    read from `rooms_from`."""
+    Models are admitted deployed ones first, then by priority, then smallest first (so an overfull
+    catalog refuses its largest asks, not many small ones) and packed largest first (first-fit
+    decreasing), or in admission order when that packs and largest first does not. `rooms`: each
+    node's CPU and memory (None: unchecked), read from `rooms_from`."""
     keys = [(n, g) for n in range(len(nodes)) for g in range(gpus_per_node)]
     order: list[Demand] = []
     refused: dict[str, str] = {}
     short_of_room: set[str] = set()
-    for d in sorted(demands, key=lambda d: (-d.priority, _footprint(d), d.model)):
+    for d in sorted(demands, key=lambda d: (not d.held, -d.priority, _footprint(d), d.model)):
         if d.replicas <= 0:
             continue
         trials = (sorted([*order, d], key=_largest_first), [*order, d])
