@@ -316,11 +316,22 @@ def _whole_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], 
 
 def _mig_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: dict[tuple[int, int], list[Any]],
               profile: MigProfile, room: Callable[[int], bool]) -> list[tuple[int, int]] | None:  # fmt: skip
-    """The first partitioned GPU the instance still fits on, else the first unused GPU (of a node with room)."""
-    partitioned = [k for k in keys if held.get(k) and room(k[0])]
-    unused = [k for k in keys if k not in whole and not held.get(k) and room(k[0])]
-    for key in partitioned + unused:
-        if placement([h[2] for h in held.get(key, [])] + [profile]) is not None:
+    """The first partitioned GPU the instance still fits on, else the first unused GPU (of a node with room).
+
+    Scans stop at the first fit, and each node's room is asked once per call (the planner calls this for
+    every instance of every trial packing: it is most of a large catalog's plan time)."""
+    ok: dict[int, bool] = {}
+
+    def fine(node: int) -> bool:
+        if node not in ok:
+            ok[node] = room(node)
+        return ok[node]
+
+    for key in keys:
+        if held.get(key) and fine(key[0]) and placement([h[2] for h in held[key]] + [profile]) is not None:
+            return [key]
+    for key in keys:
+        if key not in whole and not held.get(key) and fine(key[0]) and placement([profile]) is not None:
             return [key]
     return None
 
