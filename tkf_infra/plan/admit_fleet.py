@@ -202,6 +202,7 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
     layouts = plan_layouts(alive, pools, s.serving.version, asks, rooms, held)
     laid_out = _layout_refusals(layouts)
     refused.update(laid_out)
+    before = set(refused)  # what the layouts already left out (topology, their own refusals)
     # Node capacity, per pool: a MIG layout's pods where it put them, the others first fit.
     for name, nodes in rooms.items():
         pf = pools[name]
@@ -221,7 +222,7 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
     refused.update(_storage(models, refused, catalog, cluster, fp, prints, warnings))
     # The mig-parted config carves only what is deployed: lay out again the MIG pools that lost a model since.
     again = {name for name, lay in layouts.items() if lay.kind == "mig" and any(
-        m.pool is not None and m.pool.name == name and m.entry.name in refused and m.entry.name not in laid_out
+        m.pool is not None and m.pool.name == name and m.entry.name in refused and m.entry.name not in before
         for m in models)}
     if again:
         kept = [m for m in models if m.entry.name not in refused]
