@@ -269,6 +269,14 @@ def test_without_any_storage_figure_the_caches_are_unchecked_by_name() -> None:
     assert not plan.excluded and W_STORAGE_UNCHECKED in codes(plan)
 
 
+def test_a_cluster_that_says_nothing_of_storage_uses_the_budget_and_says_so() -> None:
+    doc = stack_doc(SINGLE_GPU, cluster=kube(), nodePools=[h100_pool(1)], serving={"weightCacheBudgetGiB": 10})
+    plan = planned(doc, ClusterState("the test cluster", nodes=(live("gpu-a"),), api_versions=SERVED))
+    assert refused(plan)["qwen3-8b"][0] == "storage", "20 GiB against the 10 GiB budget"
+    note = next(w for w in plan.warnings if w.startswith(f"[{W_STORAGE_NOT_LIVE}]"))
+    assert "the test cluster has no CSIStorageCapacity" in note and "(10 GiB)" in note
+
+
 def test_quota_and_csi_capacity_limit_new_caches_and_an_existing_bound_cache_costs_nothing() -> None:
     nodes = (live("n1"),)
     big, small = tp1_32b(1), dict(SINGLE_GPU)

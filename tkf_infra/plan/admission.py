@@ -15,10 +15,10 @@ Rules (docs/admission.md):
   take the room of the nodes it placed them on first. A model one of whose replicas fits on no
   node is refused whole, with the pod's asks, the largest free node and which resource ran out;
   the models after it are still packed.
-- Storage: one cache per repo@revision (shared caches count once), in admission order of their first
-  model; an existing PVC of that name costs only its growth against a quota (it is already counted)
-  and nothing against CSIStorageCapacity once bound. Caches that overflow refuse every model they
-  serve; existing caches are never deleted or shrunk to make room.
+- Storage (`tkf_infra.plan.storage_room`): one cache per repo@revision (shared caches count once),
+  in admission order of their first model; an existing PVC of that name costs only its growth
+  against a quota (it is already counted) and nothing against CSIStorageCapacity once bound. Caches
+  that overflow refuse every model they serve; existing caches are never deleted or shrunk.
 - Topology: a multi-node model needs LeaderWorkerSet's API, a kserve-backend model KServe's, when
   that piece is `alreadyInstalled` and the cluster does not serve it.
 """
@@ -346,104 +346,3 @@ def _refusal(pools: PoolNodes, d: Demand, replica: int, free: Sequence[_Free]) -
     return (f"model {d.model}: replica {replica + 1} of {d.replicas}{pods} fits on no node of pool {pools.pool} "
             f"(nodes from {pools.source}): each pod asks {d.ask.text()}; {left}; ran out of: {'; '.join(short)}. "
             f"Way out: {', '.join(w for w in ways if w)}")
-
-
-# ------------------------------------------------------------------------------------------------
-# Storage
-# ------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StorageLimit:
-    """One limit on what the caches may still claim: its name, GiB left, and how an existing PVC counts."""
-
-    name: str
-    free_gib: float
-    counts_existing_request: bool
-    """True for quotas (an existing PVC's request is already in `used`); False for provisioned capacity
-    (only a bound PVC has taken it)."""
-    max_volume_gib: float | None = None
-
-
-@dataclass(frozen=True)
-class Cache:
-    name: str
-    ref: str
-    gib: int
-    models: tuple[str, ...]
-
-
-def storage_limits(state: ClusterState | None, storage_class: str | None,
-                   budget_gib: float | None) -> tuple[list[StorageLimit], list[str], str]:  # fmt: skip
-    """Limits from the cluster (CSIStorageCapacity, quotas) or the budget setting, warnings, the class named."""
-    warnings: list[str] = []
-    klass = storage_class or (state.default_storage_class if state else None)
-    shown = klass or "the cluster's default StorageClass"
-    limits: list[StorageLimit] = []
-    if state is not None and state.storage_error is None:
-        caps = [c for c in state.capacities if c.storage_class == klass]
-        if caps:
-            total = sum(c.capacity_gib or 0 for c in caps)
-            biggest = max((c.maximum_volume_gib if c.maximum_volume_gib is not None else c.capacity_gib or 0)
-                          for c in caps)
-            limits.append(StorageLimit(f"CSIStorageCapacity of {shown} ({len(caps)} segment(s), {total:.0f} GiB)",
-                                       total, False, biggest))
-        for q in state.quotas:
-            if q.resource == "requests.storage" or (klass and q.resource ==
-                                                    f"{klass}.storageclass.storage.k8s.io/requests.storage"):
-                limits.append(StorageLimit(f"ResourceQuota {q.quota} {q.resource} ({q.used_gib:.0f} of "
-                                           f"{q.hard_gib:.0f} GiB used)", q.hard_gib - q.used_gib, True))
-    elif state is not None:
-        warnings.append(named(W_STORAGE_UNREAD, f"storage: {state.storage_error}; the weight caches are checked "
-                              "against serving.weightCacheBudgetGiB only" if budget_gib else
-                              f"storage: {state.storage_error}; the weight caches were not checked against "
-                              f"{shown} (set serving.weightCacheBudgetGiB to check them offline)"))
-    if not limits and budget_gib is not None:
-        limits.append(StorageLimit(f"serving.weightCacheBudgetGiB ({budget_gib:g} GiB)", budget_gib, True))
-        if state is None:
-            warnings.append(named(W_STORAGE_NOT_LIVE, f"storage: the room on {shown} was not read live (render "
-                                  f"mode); the weight caches are checked against serving.weightCacheBudgetGiB "
-                                  f"({budget_gib:g} GiB)"))
-    elif not limits and (state is None or state.storage_error is None):
-        where = (f"no CSIStorageCapacity for {shown} and no storage ResourceQuota in the serving namespace "
-                 f"({state.source})" if state else "render mode reads no cluster")
-        warnings.append(named(W_STORAGE_UNCHECKED, f"storage: nothing says how much room {shown} has left ({where});"
-                              " the weight caches were not checked: set serving.weightCacheBudgetGiB"))
-    return limits, warnings, shown
-
-
-def admit_storage(caches: Sequence[Cache], limits: Sequence[StorageLimit], existing: Mapping[str, LivePvc],
-                  shown: str) -> dict[str, str]:  # fmt: skip
-    """Model → refusal, caches admitted in the given order (admission order of their first model)."""
-    free = {lim.name: lim.free_gib for lim in limits}
-    claimed = 0.0
-    refused: dict[str, str] = {}
-    for c in caches:
-        old = existing.get(c.name)
-        costs = {}
-        for lim in limits:
-            if old is None:
-                costs[lim.name] = float(c.gib)
-            elif lim.counts_existing_request:
-                costs[lim.name] = max(0.0, c.gib - old.request_gib)
-            else:
-                costs[lim.name] = max(0.0, c.gib - old.request_gib) if old.bound else float(c.gib)
-        over = [f"{lim.name}: {max(free[lim.name], 0):.0f} GiB left, overflows by "
-                f"{costs[lim.name] - max(free[lim.name], 0):.0f} GiB" for lim in limits
-                if costs[lim.name] > free[lim.name] + 1e-9]
-        over += [f"{lim.name}: the largest volume it can provision is {lim.max_volume_gib:.0f} GiB"
-                 for lim in limits if old is None and lim.max_volume_gib is not None and c.gib > lim.max_volume_gib]
-        if over:
-            shared = f", shared by {', '.join(c.models)}" if len(c.models) > 1 else ""
-            for m in c.models:
-                refused[m] = (f"model {m}: its weight cache {c.name} ({c.gib} GiB for {c.ref}{shared}) does not fit "
-                              f"on {shown} after the {claimed:.0f} GiB the caches admitted before it claim (deployed "
-                              "models first, then priority, then catalog order): "
-                              f"{'; '.join(over)}. Way out: free room on the storage class or raise the quota, set "
-                              "serving.storageClass to a class with room, lower serving.weightCacheHeadroom, or drop "
-                              "a model; existing caches are never deleted or shrunk to make room")
-            continue
-        for lim in limits:
-            free[lim.name] -= costs[lim.name]
-        claimed += max(costs.values(), default=float(c.gib))
-    return refused

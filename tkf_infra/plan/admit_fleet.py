@@ -28,6 +28,7 @@ from tkf_infra.plan import admission as adm
 from tkf_infra.plan.layout import Demand, PoolLayout, SliceDemand, plan_mig, prove_time_slicing
 from tkf_infra.plan.pools import PoolFacts
 from tkf_infra.plan.share import context_gib
+from tkf_infra.plan.storage_room import Cache, admit_storage, storage_limits
 from tkf_infra.sizing.ec2 import InstanceGpus
 from tkf_infra.sizing.node_room import EKS_AMI_TAG, eks_node_room
 
@@ -240,18 +241,18 @@ def _storage(models: Sequence[ModelPlan], refused: Mapping[str, tuple[str, str]]
              warnings: list[str]) -> Refusals:  # fmt: skip
     """One cache per repo@revision, in the order of its first model, against what the storage class has left."""
     s = catalog.settings
-    limits, notes, shown = adm.storage_limits(cluster, s.serving.storage_class, s.serving.weight_cache_budget_gib)
+    limits, notes, shown = storage_limits(cluster, s.serving.storage_class, s.serving.weight_cache_budget_gib)
     warnings += notes
-    caches: dict[str, adm.Cache] = {}
+    caches: dict[str, Cache] = {}
     for m in models:
         e = m.entry
         if e.name in refused:
             continue
         pvc = fp.cache_name(e.repo, e.revision)
         old = caches.get(e.model_ref)
-        caches[e.model_ref] = (adm.Cache(pvc, e.model_ref, fp.cache_gib(m.weight_bytes), (*old.models, e.name))
-                               if old else adm.Cache(pvc, e.model_ref, fp.cache_gib(m.weight_bytes), (e.name,)))
+        caches[e.model_ref] = (Cache(pvc, e.model_ref, fp.cache_gib(m.weight_bytes), (*old.models, e.name))
+                               if old else Cache(pvc, e.model_ref, fp.cache_gib(m.weight_bytes), (e.name,)))
         prints.setdefault(e.name, {}).update(weightCache=pvc, weightCacheGiB=fp.cache_gib(m.weight_bytes))
     existing = dict(cluster.pvcs) if cluster is not None and cluster.storage_error is None else {}
     return {model: ("storage", reason)
-            for model, reason in adm.admit_storage(list(caches.values()), limits, existing, shown).items()}
+            for model, reason in admit_storage(list(caches.values()), limits, existing, shown).items()}
