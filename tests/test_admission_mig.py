@@ -171,3 +171,14 @@ def test_priority_is_validated_by_name() -> None:
     (bad,) = catalog.rejected
     text = " ".join(str(x) for x in bad.problems)
     assert bad.name == "small" and "priority" in text and "1000" in text
+
+
+def test_priority_changes_no_resource_of_the_model() -> None:
+    """Read by admission only: the same catalog with and without priorities registers the same resources."""
+    def registered(doc: dict[str, Any]) -> dict[str, Any]:
+        return {r.urn: r.inputs for r in program(doc, lock=LOCK).resources}
+
+    models = [small("first", 2), small("second", 2, CODER05)]
+    plain = registered(mig_doc(models, 1, nodeResources=P5))
+    ranked = registered(mig_doc([{**models[0], "priority": -3}, {**models[1], "priority": 7}], 1, nodeResources=P5))
+    assert plain and plain == ranked
