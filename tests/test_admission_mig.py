@@ -73,12 +73,14 @@ def pods_on(p: Any, model: str) -> Counter[str]:
 
 def test_56_small_replicas_spread_where_the_cpu_is_and_admission_counts_them_there() -> None:
     """56 x 1g.10gb fit one node's GPUs (7 per GPU) but its CPU holds 47 (4.01 cores each): the layout
-    puts 47 on the first node and 9 on the second, and the footprint names the same nodes."""
+    puts 42 on the first node (6 full GPUs: a 7th would be left part-used) and 14 on the second, 8 GPUs
+    in all, and the footprint names the same nodes."""
     p = plan(mig_doc([small("small", 56)], 2, nodeResources=P5))
     assert not p.excluded
     cpu, mem = p.footprints["small"]["pod"]["cpuMillis"], p.footprints["small"]["pod"]["memoryMiB"]
     where = pods_on(p, "small")
-    assert where == Counter({"gpu-node-1": 47, "gpu-node-2": 9})
+    assert where == Counter({"gpu-node-1": 42, "gpu-node-2": 14})
+    assert sum(1 for c in p.layouts[POOL].cards if c.instances) == 8
     for node, k in where.items():
         assert k * cpu <= millicores(P5["cpu"]) and k * mem <= mebibytes(P5["memory"]), node
     assert Counter(n for r in p.footprints["small"]["nodes"] for n in r) == where, "admission counts them there"
@@ -126,7 +128,8 @@ def test_live_nodes_give_the_layout_their_room_and_an_absent_node_gets_nothing()
                                                     node("gpu-node-3", "191450m", cordoned=True)))
     p = plan(mig_doc([small("small", 20)], 3), cluster)
     assert not p.excluded
-    assert pods_on(p, "small") == Counter({"gpu-node-1": 9, "gpu-node-2": 11}), "40 cores hold 9 pods of 4.01"
+    # 40 cores hold 9 pods of 4.01: one full GPU of 7 there, and the 13 others on the roomy node's 2 GPUs.
+    assert pods_on(p, "small") == Counter({"gpu-node-1": 7, "gpu-node-2": 13})
     assert not any(c.instances for c in p.layouts[POOL].cards if c.node == "gpu-node-3")
 
 

@@ -220,9 +220,23 @@ def _pack(order: Sequence[Demand], keys: list[tuple[int, int]],
         def room(node: int, d: Demand = d) -> bool:
             return left is None or (left[node][0] >= d.cpu_millis and left[node][1] >= d.memory_mib)
 
+        def pods_room(node: int, d: Demand = d) -> int:
+            """How many more of this demand's pods the node's CPU and memory hold."""
+            if left is None:
+                return d.replicas
+            return min(left[node][0] // d.cpu_millis if d.cpu_millis else d.replicas,
+                       left[node][1] // d.memory_mib if d.memory_mib else d.replicas)
+
         for replica in range(d.replicas):
+            # A fresh GPU goes first to a node that can fill it with this demand's pods (as many as a GPU
+            # holds, or as are left): a node whose room runs out sooner would leave its last GPU part-used.
+            want = min(_per_gpu(d.profile), d.replicas - replica) if d.profile is not None else 0
+
+            def fills(node: int, want: int = want) -> bool:
+                return pods_room(node) >= want
+
             spot = (_whole_spot(keys, whole, held, d.gpus, room) if d.profile is None
-                    else _mig_spot(keys, whole, held, d.profile, room))
+                    else _mig_spot(keys, whole, held, d.profile, room, fills))
             if spot is None:
                 failed[d.model] = replica
                 if left is not None:
@@ -314,9 +328,20 @@ def _whole_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], 
     return None
 
 
+@lru_cache(maxsize=256)
+def _per_gpu(profile: MigProfile) -> int:
+    """How many instances of one profile a GPU holds (placement rules, both slice budgets)."""
+    k = 0
+    while k < MEMORY_SLICES and placement([profile] * (k + 1)) is not None:
+        k += 1
+    return max(k, 1)
+
+
 def _mig_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: dict[tuple[int, int], list[Any]],
-              profile: MigProfile, room: Callable[[int], bool]) -> list[tuple[int, int]] | None:  # fmt: skip
-    """The first partitioned GPU the instance still fits on, else the first unused GPU (of a node with room).
+              profile: MigProfile, room: Callable[[int], bool],
+              fills: Callable[[int], bool] | None = None) -> list[tuple[int, int]] | None:  # fmt: skip
+    """The first partitioned GPU the instance still fits on, else the first unused GPU (of a node with room;
+    first of a node that `fills` says can fill it, if any).
 
     Scans stop at the first fit, and each node's room is asked once per call (the planner calls this for
     every instance of every trial packing: it is most of a large catalog's plan time)."""
@@ -330,10 +355,16 @@ def _mig_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], he
     for key in keys:
         if held.get(key) and fine(key[0]) and placement([h[2] for h in held[key]] + [profile]) is not None:
             return [key]
-    for key in keys:
-        if key not in whole and not held.get(key) and fine(key[0]) and placement([profile]) is not None:
-            return [key]
-    return None
+    unused = (key for key in keys if key not in whole and not held.get(key) and fine(key[0]))
+    first = None
+    full: dict[int, bool] = {}
+    for key in unused:
+        first = first or key
+        if fills is not None and key[0] not in full:
+            full[key[0]] = fills(key[0])
+        if fills is None or full[key[0]]:
+            return [key] if placement([profile]) is not None else None
+    return [first] if first is not None and placement([profile]) is not None else None
 
 
 def _refusal(pool: str, board: MigBoard, d: Demand, replica: int, keys: list[tuple[int, int]],
