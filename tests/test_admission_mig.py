@@ -87,6 +87,13 @@ def test_56_small_replicas_spread_where_the_cpu_is_and_admission_counts_them_the
     assert carved(p) == Counter({"1g.10gb": 56})
 
 
+def test_a_catalog_one_node_holds_stays_on_that_node() -> None:
+    """45 pods fit the first node's CPU: its 7th GPU takes the last 3 rather than a second node opening."""
+    p = plan(mig_doc([small("small", 45)], 2, nodeResources=P5))
+    assert pods_on(p, "small") == Counter({"gpu-node-1": 45})
+    assert sum(1 for c in p.layouts[POOL].cards if c.instances) == 7
+
+
 def test_what_no_node_has_room_for_is_refused_by_name_and_not_carved() -> None:
     """One node whose GPUs hold 56 x 1g.10gb and whose CPU holds 47 pods: beside a 2-replica sibling, 45 of 50
     would fit; the model is refused whole at `capacity`, with the numbers and the way out, and the mig-parted
