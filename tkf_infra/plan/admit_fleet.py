@@ -25,10 +25,11 @@ from tkf_infra.config.catalog import Backend
 from tkf_infra.config.platform import installed_pieces
 from tkf_infra.config.quantity import cpu_text, gib_text
 from tkf_infra.plan import admission as adm
-from tkf_infra.plan.layout import Demand, PoolLayout, SliceDemand, plan_mig, prove_time_slicing
+from tkf_infra.plan.layout import Demand, PoolLayout, plan_mig
 from tkf_infra.plan.pools import PoolFacts
 from tkf_infra.plan.share import context_gib
 from tkf_infra.plan.storage_room import Cache, admit_storage, storage_limits
+from tkf_infra.plan.time_slicing import SliceDemand, prove_time_slicing
 from tkf_infra.sizing.ec2 import InstanceGpus
 from tkf_infra.sizing.node_room import EKS_AMI_TAG, eks_node_room
 
