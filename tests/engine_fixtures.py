@@ -64,8 +64,12 @@ class EngineStack:
 
 def dev_config(platform: bool = False) -> dict[str, Any]:
     """The dev stack file. ``platform``: keep its platform (every chart rendered: a minute and more);
-    by default each piece is marked alreadyInstalled, as the tests of the models need none of it."""
+    by default each piece is marked alreadyInstalled, as the tests of the models need none of it.
+    Without dev's `weightCacheBudgetGiB`: it is the dev cluster's allotment for dev's two caches, and
+    the stacks built from this swap in other catalogs or aim at a test API server, whose own storage
+    objects (or none) are what they test (tests/test_admission_stacks.py checks the dev budget)."""
     doc: dict[str, Any] = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+    doc["config"]["tkf-infra:serving"].pop("weightCacheBudgetGiB", None)
     if not platform:
         for piece in doc["config"]["tkf-infra:platform"].values():
             if isinstance(piece, dict):

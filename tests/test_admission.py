@@ -258,7 +258,7 @@ def test_a_budget_refuses_the_caches_that_overflow_in_catalog_order_and_a_shared
     assert plan.footprints["qwen3-8b"]["weightCacheGiB"] == 20 and plan.footprints["qwen3-32b"]["weightCacheGiB"] > 60
     assert plan.deployed == {"qwen3-8b", "qwen3-8b-twin"}
     stage, reason = refused(plan)["qwen3-32b"]
-    assert stage == "storage" and "after the 20 GiB the caches before it in catalog order claim" in reason
+    assert stage == "storage" and "after the 20 GiB the caches admitted before it claim" in reason
     assert "serving.weightCacheBudgetGiB (60 GiB): 40 GiB left, overflows by" in reason
     assert "never deleted or shrunk" in reason
     assert W_STORAGE_NOT_LIVE in codes(plan)
@@ -267,6 +267,14 @@ def test_a_budget_refuses_the_caches_that_overflow_in_catalog_order_and_a_shared
 def test_without_any_storage_figure_the_caches_are_unchecked_by_name() -> None:
     plan = planned(stack_doc(SINGLE_GPU, nodePools=[h100_pool(1, nodeResources=H100_NODE)]))
     assert not plan.excluded and W_STORAGE_UNCHECKED in codes(plan)
+
+
+def test_a_cluster_that_says_nothing_of_storage_uses_the_budget_and_says_so() -> None:
+    doc = stack_doc(SINGLE_GPU, cluster=kube(), nodePools=[h100_pool(1)], serving={"weightCacheBudgetGiB": 10})
+    plan = planned(doc, ClusterState("the test cluster", nodes=(live("gpu-a"),), api_versions=SERVED))
+    assert refused(plan)["qwen3-8b"][0] == "storage", "20 GiB against the 10 GiB budget"
+    note = next(w for w in plan.warnings if w.startswith(f"[{W_STORAGE_NOT_LIVE}]"))
+    assert "the test cluster has no CSIStorageCapacity" in note and "(10 GiB)" in note
 
 
 def test_quota_and_csi_capacity_limit_new_caches_and_an_existing_bound_cache_costs_nothing() -> None:

@@ -26,6 +26,7 @@ def test_smallest_size_plan_never_beats_the_bound_and_the_optimum_never_exceeds_
             if solved.optimal:
                 assert solved.value is not None and solved.value <= plan, table(rows)
     assert "| 20 | h100-mig | mig |" in table(rows)
+    assert all(r.figs.split == 0 and r.figs.overfull == 0 for r in rows if r.figs.kind == "mig"), table(rows)
 
 
 def test_a_catalog_that_fills_one_node_is_solved_to_that_node() -> None:
@@ -44,3 +45,5 @@ def test_the_optimum_keeps_each_replicas_cpu_on_the_node_of_its_gpu() -> None:
     assert row.gpus.optimal and row.gpus.value == 8, table([row])
     assert row.nodes.optimal and row.nodes.value == 2, table([row])
     assert row.figs.plan_nodes >= 2 and row.figs.placed_replicas == 56, table([row])
+    # The layout puts each instance where its pod's CPU is, and admission counts the pod there (issue 26).
+    assert row.figs.split == 0 and row.figs.overfull == 0, table([row])

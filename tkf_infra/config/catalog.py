@@ -96,6 +96,10 @@ class ModelEntry(ServingSpec):
     replicas: int = Field(1, ge=0, le=100)
     extra_args: list[str] = Field(default_factory=list, description="Extra vLLM flags (none the platform owns).")
     hf_token_secret: str | None = Field(None, description="Secret (key HF_TOKEN) for gated repos.")
+    priority: int | None = Field(None, ge=-1000, le=1000, description=(
+        "Who keeps the room when node capacity, MIG slices or storage run short: higher is admitted first, "
+        "so the lowest is refused first (unset = 0; ties in catalog order; models already deployed first). "
+        "docs/admission.md"))
     gpu_share: str = Field(
         "whole", description="How much of a GPU each replica gets: `whole` (default: gpusPerNode whole GPUs), "
                              "`mig:<profile>` (one MIG slice, e.g. mig:1g.20gb, on a pool with `mig: true`), "

@@ -302,8 +302,8 @@ class Serving(SettingsModel):
     weight_cache_budget_gib: float | None = Field(
         None, gt=0, alias="weightCacheBudgetGiB",
         description="GiB the weight caches may still claim on storageClass, where no API says (render mode, no "
-                    "CSIStorageCapacity and no storage quota); caches beyond it are refused, the last deployed models "
-                    "first, then catalog order.")
+                    "CSIStorageCapacity and no storage quota); caches beyond it are refused: the last deployed models "
+                    "are admitted first, then by `priority`, then catalog order.")
     prune_weight_cache: bool = Field(False, description="Delete a removed model's weight PVC (default: keep it).")
     protect: bool = Field(False, description="Protect PVCs and namespaces from deletion (prod).")
     api_key_env: str = Field("TKF_VLLM_API_KEY", description="Env var the gateway reads the runtime API key from.")

@@ -9,14 +9,16 @@ settings, and hands it here as data; every refusal becomes one `Exclusion` of it
 stage, and a source that could not be read is a named warning, never a silent pass.
 
 Rules (docs/admission.md):
-- Nodes: replicas are packed in catalog order, first fit, on every resource at once (GPUs, CPU,
-  memory; pods ask for no ephemeral storage); a multi-node replica puts each of its pods on a
-  different node. A model one of whose replicas fits on no node is refused whole, with the pod's
-  asks, the largest free node and which resource ran out; the models after it are still packed.
-- Storage: one cache per repo@revision (shared caches count once), in catalog order of their first
-  model; an existing PVC of that name costs only its growth against a quota (it is already counted)
-  and nothing against CSIStorageCapacity once bound. Caches that overflow refuse every model they
-  serve; existing caches are never deleted or shrunk to make room.
+- Nodes: replicas are packed in admission order (deployed models, then `priority`, then catalog
+  order), first fit, on every resource at once (GPUs, CPU, memory; pods ask for no ephemeral
+  storage); a multi-node replica puts each of its pods on a different node; a MIG layout's pods
+  take the room of the nodes it placed them on first. A model one of whose replicas fits on no
+  node is refused whole, with the pod's asks, the largest free node and which resource ran out;
+  the models after it are still packed.
+- Storage (`tkf_infra.plan.storage_room`): one cache per repo@revision (shared caches count once),
+  in admission order of their first model; an existing PVC of that name costs only its growth
+  against a quota (it is already counted) and nothing against CSIStorageCapacity once bound. Caches
+  that overflow refuse every model they serve; existing caches are never deleted or shrunk.
 - Topology: a multi-node model needs LeaderWorkerSet's API, a kserve-backend model KServe's, when
   that piece is `alreadyInstalled` and the cluster does not serve it.
 """
@@ -216,12 +218,14 @@ def live_pool_nodes(pool: str, listed: Sequence[str], selector: Mapping[str, str
 
 def settings_pool_nodes(pool: str, count: int, gpus_per_node: int, cpu: str | float | None,
                         memory: str | float | None, ephemeral: str | float | None, pods: int | None,
-                        gpus: bool) -> PoolNodes:  # fmt: skip
+                        gpus: bool, names: Sequence[str] = ()) -> PoolNodes:  # fmt: skip
+    """`count` nodes of the pool's figures, named as the pool lists them (`nodes`) or `<pool>-<n>`."""
     known = cpu is not None and memory is not None
     room = NodeRoom("", millicores(cpu) if known else 0, mebibytes(memory) if known else 0,
                     gpus_per_node if gpus else 0, mebibytes(ephemeral) if ephemeral is not None else None, pods)
-    nodes = tuple(NodeRoom(f"{pool}-{i + 1}", room.cpu_millis, room.memory_mib, room.gpus, room.ephemeral_mib,
-                           room.pods) for i in range(count))
+    listed = list(dict.fromkeys(names)) if len(set(names)) == count else []
+    nodes = tuple(NodeRoom(listed[i] if listed else f"{pool}-{i + 1}", room.cpu_millis, room.memory_mib, room.gpus,
+                           room.ephemeral_mib, room.pods) for i in range(count))
     source = (f"nodePools[{pool}].nodeResources ({count} x {cpu_text(room.cpu_millis)}, {gib_text(room.memory_mib)})"
               if known else f"nodePools[{pool}] nodeCount x gpusPerNode")
     return PoolNodes(pool, nodes, source, cpu_memory=known, gpus=gpus)
@@ -286,12 +290,26 @@ def _ran_out(ask: PodAsk, free: Sequence[_Free], pools: PoolNodes) -> tuple[_Fre
     return max(free, key=score), short or ["no single node has all of them free at once"]
 
 
-def pack_pool(pools: PoolNodes, demands: Sequence[Demand]) -> tuple[dict[str, str], dict[str, list[list[str]]]]:
-    """(model → refusal reason, model → nodes of each replica), replicas first fit in the given order."""
+def pack_pool(pools: PoolNodes, demands: Sequence[Demand], pinned: Mapping[str, list[list[str]]] | None = None,
+              ) -> tuple[dict[str, str], dict[str, list[list[str]]]]:  # fmt: skip
+    """(model → refusal reason, model → nodes of each replica), replicas first fit in the given order.
+
+    `pinned`: model → the nodes of each replica already chosen (a MIG layout's, which checked their room):
+    those pods take their nodes' room first, whatever the order."""
     free = [_Free(n.name, n.cpu_millis, n.memory_mib, n.gpus, n.pods) for n in pools.nodes]
     refused: dict[str, str] = {}
     placed: dict[str, list[list[str]]] = {}
+    by_name = {f.name: f for f in free}
+    fixed = pinned or {}
     for d in demands:
+        for name in (n for nodes in fixed.get(d.model, []) for n in nodes):
+            if name in by_name:
+                by_name[name].take(d.ask)
+        if d.model in fixed:
+            placed[d.model] = fixed[d.model]
+    for d in demands:
+        if d.model in fixed:
+            continue
         taken: list[tuple[_Free, PodAsk]] = []
         where: list[list[str]] = []
         failed: str | None = None
@@ -322,7 +340,7 @@ def _refusal(pools: PoolNodes, d: Demand, replica: int, free: Sequence[_Free]) -
     pods = f" ({d.pods_per_replica} pods on different nodes)" if d.pods_per_replica > 1 else ""
     left = (f"the largest free node, {best.name}, has {cpu_text(max(best.cpu, 0))}, {gib_text(max(best.mem, 0))} "
             f"memory{f', {max(best.gpus, 0)} GPU(s)' if pools.gpus else ''} left after the models before it in "
-            "catalog order" if best is not None else "the pool has no usable node")
+            "admission order (deployed, priority, catalog)" if best is not None else "the pool has no usable node")
     ways = [f"lower {d.count_key} to {replica}" if replica else "",
             f"add nodes to pool {pools.pool} (nodeCount, or more Ready nodes matching its selector) or use nodes "
             "with more of what ran out", "move it to another nodePool",
@@ -330,103 +348,3 @@ def _refusal(pools: PoolNodes, d: Demand, replica: int, free: Sequence[_Free]) -
     return (f"model {d.model}: replica {replica + 1} of {d.replicas}{pods} fits on no node of pool {pools.pool} "
             f"(nodes from {pools.source}): each pod asks {d.ask.text()}; {left}; ran out of: {'; '.join(short)}. "
             f"Way out: {', '.join(w for w in ways if w)}")
-
-
-# ------------------------------------------------------------------------------------------------
-# Storage
-# ------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StorageLimit:
-    """One limit on what the caches may still claim: its name, GiB left, and how an existing PVC counts."""
-
-    name: str
-    free_gib: float
-    counts_existing_request: bool
-    """True for quotas (an existing PVC's request is already in `used`); False for provisioned capacity
-    (only a bound PVC has taken it)."""
-    max_volume_gib: float | None = None
-
-
-@dataclass(frozen=True)
-class Cache:
-    name: str
-    ref: str
-    gib: int
-    models: tuple[str, ...]
-
-
-def storage_limits(state: ClusterState | None, storage_class: str | None,
-                   budget_gib: float | None) -> tuple[list[StorageLimit], list[str], str]:  # fmt: skip
-    """Limits from the cluster (CSIStorageCapacity, quotas) or the budget setting, warnings, the class named."""
-    warnings: list[str] = []
-    klass = storage_class or (state.default_storage_class if state else None)
-    shown = klass or "the cluster's default StorageClass"
-    limits: list[StorageLimit] = []
-    if state is not None and state.storage_error is None:
-        caps = [c for c in state.capacities if c.storage_class == klass]
-        if caps:
-            total = sum(c.capacity_gib or 0 for c in caps)
-            biggest = max((c.maximum_volume_gib if c.maximum_volume_gib is not None else c.capacity_gib or 0)
-                          for c in caps)
-            limits.append(StorageLimit(f"CSIStorageCapacity of {shown} ({len(caps)} segment(s), {total:.0f} GiB)",
-                                       total, False, biggest))
-        for q in state.quotas:
-            if q.resource == "requests.storage" or (klass and q.resource ==
-                                                    f"{klass}.storageclass.storage.k8s.io/requests.storage"):
-                limits.append(StorageLimit(f"ResourceQuota {q.quota} {q.resource} ({q.used_gib:.0f} of "
-                                           f"{q.hard_gib:.0f} GiB used)", q.hard_gib - q.used_gib, True))
-    elif state is not None:
-        warnings.append(named(W_STORAGE_UNREAD, f"storage: {state.storage_error}; the weight caches are checked "
-                              "against serving.weightCacheBudgetGiB only" if budget_gib else
-                              f"storage: {state.storage_error}; the weight caches were not checked against "
-                              f"{shown} (set serving.weightCacheBudgetGiB to check them offline)"))
-    if not limits and budget_gib is not None:
-        limits.append(StorageLimit(f"serving.weightCacheBudgetGiB ({budget_gib:g} GiB)", budget_gib, True))
-        if state is None:
-            warnings.append(named(W_STORAGE_NOT_LIVE, f"storage: the room on {shown} was not read live (render "
-                                  f"mode); the weight caches are checked against serving.weightCacheBudgetGiB "
-                                  f"({budget_gib:g} GiB)"))
-    elif not limits and (state is None or state.storage_error is None):
-        where = (f"no CSIStorageCapacity for {shown} and no storage ResourceQuota in the serving namespace "
-                 f"({state.source})" if state else "render mode reads no cluster")
-        warnings.append(named(W_STORAGE_UNCHECKED, f"storage: nothing says how much room {shown} has left ({where});"
-                              " the weight caches were not checked: set serving.weightCacheBudgetGiB"))
-    return limits, warnings, shown
-
-
-def admit_storage(caches: Sequence[Cache], limits: Sequence[StorageLimit], existing: Mapping[str, LivePvc],
-                  shown: str) -> dict[str, str]:  # fmt: skip
-    """Model → refusal, caches admitted in the given order (catalog order of their first model)."""
-    free = {lim.name: lim.free_gib for lim in limits}
-    claimed = 0.0
-    refused: dict[str, str] = {}
-    for c in caches:
-        old = existing.get(c.name)
-        costs = {}
-        for lim in limits:
-            if old is None:
-                costs[lim.name] = float(c.gib)
-            elif lim.counts_existing_request:
-                costs[lim.name] = max(0.0, c.gib - old.request_gib)
-            else:
-                costs[lim.name] = max(0.0, c.gib - old.request_gib) if old.bound else float(c.gib)
-        over = [f"{lim.name}: {max(free[lim.name], 0):.0f} GiB left, overflows by "
-                f"{costs[lim.name] - max(free[lim.name], 0):.0f} GiB" for lim in limits
-                if costs[lim.name] > free[lim.name] + 1e-9]
-        over += [f"{lim.name}: the largest volume it can provision is {lim.max_volume_gib:.0f} GiB"
-                 for lim in limits if old is None and lim.max_volume_gib is not None and c.gib > lim.max_volume_gib]
-        if over:
-            shared = f", shared by {', '.join(c.models)}" if len(c.models) > 1 else ""
-            for m in c.models:
-                refused[m] = (f"model {m}: its weight cache {c.name} ({c.gib} GiB for {c.ref}{shared}) does not fit "
-                              f"on {shown} after the {claimed:.0f} GiB the caches before it in catalog order claim: "
-                              f"{'; '.join(over)}. Way out: free room on the storage class or raise the quota, set "
-                              "serving.storageClass to a class with room, lower serving.weightCacheHeadroom, or drop "
-                              "a model; existing caches are never deleted or shrunk to make room")
-            continue
-        for lim in limits:
-            free[lim.name] -= costs[lim.name]
-        claimed += max(costs.values(), default=float(c.gib))
-    return refused

@@ -20,21 +20,18 @@ from pydantic import ValidationError
 
 from tkf_infra.config import Catalog, ModelEntry
 from tkf_infra.config.base import label_name
-from tkf_infra.config.catalog import Backend
 from tkf_infra.config.flags import extra_args_dests, row, sized_fields
-from tkf_infra.config.platform import installed_pieces
-from tkf_infra.config.quantity import cpu_text, gib_text
 from tkf_infra.hub.lock import Lock
 from tkf_infra.plan import admission as adm
-from tkf_infra.plan.layout import Demand, PoolLayout, SliceDemand, plan_mig, prove_time_slicing
+from tkf_infra.plan.admit_fleet import admit, plan_layouts
+from tkf_infra.plan.layout import PoolLayout
 from tkf_infra.plan.pools import PoolFacts, PoolProblem, resolve_pool
 from tkf_infra.plan.scaling import at_maximum, scaling_checks
-from tkf_infra.plan.share import Share, ShareProblem, context_gib, size_share
+from tkf_infra.plan.share import Share, ShareProblem, size_share
 from tkf_infra.sizing.arch import parse_arch
 from tkf_infra.sizing.contract import FitInputs, FitResult
 from tkf_infra.sizing.ec2 import InstanceGpus
 from tkf_infra.sizing.facts import ModelFacts
-from tkf_infra.sizing.node_room import EKS_AMI_TAG, eks_node_room
 from tkf_infra.sizing.params import SizingError, SizingParams
 from tkf_infra.sizing.weights import checkpoint_bytes
 
@@ -345,172 +342,34 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
     if previous:
         excluded = _keep_last_good(excluded, planned, previous, ctx)
 
-    layouts = plan_layouts(planned, pools, s.serving.version)
-    entries = {m.entry.name: m.entry for m in planned}
-    for layout in layouts.values():
-        for name, reason in layout.refused.items():
-            excluded.append(Exclusion(name, positions.get(name, -1), Stage.PLACEMENT,
-                                      (at_maximum(entries[name], reason) if name in entries else reason,)))
-    placed = [m for m in planned if not any(m.entry.name in lay.refused for lay in layouts.values())]
-    scale_refused, scale_warnings = scaling_checks([m.entry for m in placed], s, cluster)
+    # An autoscaler the cluster cannot run refuses its models before they take any room.
+    scale_refused, scale_warnings = scaling_checks([m.entry for m in planned], s, cluster)
     excluded += [Exclusion(n, positions.get(n, -1), Stage.TOPOLOGY, (r,)) for n, r in scale_refused.items()]
-    placed = [m for m in placed if m.entry.name not in scale_refused]
     warnings += scale_warnings
-    warnings += [f"model {m.entry.name}: {w}" for m in placed for w in m.fit.warnings]
-    errors += capacity_errors(placed, pools)
+    planned = [m for m in planned if m.entry.name not in scale_refused]
     prints: dict[str, dict[str, Any]] = {}
     if footprints is not None:
-        # Models the last run deployed hold their room; the others follow in catalog order.
-        order = sorted(placed, key=lambda m: (m.entry.name not in (previous or {}), positions.get(m.entry.name, -1)))
-        refusals, admission_warnings, prints = admit(order, pools, catalog, cluster, footprints, ec2 or {})
-        warnings += admission_warnings
-        excluded += [Exclusion(name, positions.get(name, -1), stage, (reason,))
-                     for name, (stage, reason) in refusals.items()]
-        placed = [m for m in placed if m.entry.name not in refusals]
+        # Models the last run deployed hold their room; the others follow by priority, then catalog order.
+        order = sorted(planned, key=lambda m: (m.entry.name not in (previous or {}), -(m.entry.priority or 0),
+                                               positions.get(m.entry.name, -1)))
+        done = admit(order, pools, catalog, cluster, footprints, ec2 or {}, frozenset(previous or {}))
+        layouts, refusals, prints, laid_out = done.layouts, done.refused, done.prints, done.laid_out_refused
+        warnings += done.warnings
+    else:
+        layouts = plan_layouts(planned, pools, s.serving.version)
+        refusals = {name: ("placement", reason) for lay in layouts.values() for name, reason in lay.refused.items()}
+        laid_out = frozenset(refusals)
+    entries = {m.entry.name: m.entry for m in planned}
+    excluded += [Exclusion(name, positions.get(name, -1), Stage(stage),
+                           (at_maximum(entries[name], reason) if name in entries else reason,))
+                 for name, (stage, reason) in refusals.items()]
+    sized = [m for m in planned if m.entry.name not in laid_out]
+    warnings += [f"model {m.entry.name}: {w}" for m in sized for w in m.fit.warnings]
+    errors += capacity_errors(sized, pools)
+    placed = [m for m in planned if m.entry.name not in refusals]
     return FleetPlan(catalog=catalog, pools=pools, models=tuple(placed),
                      excluded=tuple(sorted(excluded, key=lambda e: (e.index, e.name))),
                      errors=tuple(errors), warnings=tuple(warnings), layouts=layouts, footprints=prints)
-
-
-Refusals = dict[str, tuple[Stage, str]]
-
-
-def _pool_nodes(pf: PoolFacts, cluster: adm.ClusterState | None, ec2: Mapping[str, InstanceGpus],
-                render: bool, operator_installed_here: bool) -> tuple[adm.PoolNodes, list[str]]:  # fmt: skip
-    """Where a pool's node figures come from: the cluster's Nodes, else EC2 (eks), else the pool's settings."""
-    gpus = pf.mig is None
-    warnings: list[str] = []
-    why = "render mode reads no cluster" if render else ""
-    if cluster is not None and cluster.nodes is not None:
-        live, notes = adm.live_pool_nodes(pf.name, pf.pool.nodes, pf.node_selector, pf.tolerations, cluster.nodes,
-                                          cluster.source, gpus, pf.gpus_per_node * max(1, pf.time_slices),
-                                          operator_installed_here)
-        if live is not None:
-            return live, notes
-        why = "; ".join(notes)
-    elif cluster is not None:
-        why = f"the Nodes could not be read ({cluster.nodes_error})"
-    info = ec2.get(str(pf.pool.instance_type)) if pf.pool.kind == "eks" else None
-    if info is not None and info.vcpus and info.host_memory_mib:
-        room = eks_node_room("", info.vcpus, info.host_memory_mib, pf.gpus_per_node * max(1, pf.time_slices)
-                             if gpus else 0, info.default_max_enis, info.ipv4_per_eni)
-        nodes = tuple(replace(room, name=f"{pf.name}-{i + 1}") for i in range(pf.node_count))
-        source = (f"EC2 {info.instance_type} ({info.vcpus} vCPUs, {info.host_memory_mib / 1024:g} GiB) less the EKS "
-                  f"AMI's kube-reserved and eviction threshold (amazon-eks-ami {EKS_AMI_TAG}: "
-                  f"{cpu_text(room.cpu_millis)}, {gib_text(room.memory_mib)} per node)")
-        if cluster is not None:
-            warnings.append(adm.named(adm.W_NODES_NOT_LIVE, f"nodePool {pf.name}: node capacity was not read live "
-                                      f"({why}); planned from {source}"))
-        return adm.PoolNodes(pf.name, nodes, source, gpus=gpus), warnings
-    if pf.pool.kind == "eks":
-        itype = str(pf.pool.instance_type)
-        why = "; ".join(w for w in (why, f"EC2 gave no vCPU and memory figures for {itype}") if w)
-    res = pf.pool.node_resources
-    nodes_ = adm.settings_pool_nodes(pf.name, pf.node_count, pf.gpus_per_node * max(1, pf.time_slices),
-                                     res.cpu if res else None, res.memory if res else None,
-                                     res.ephemeral_storage if res else None, res.pods if res else None, gpus)
-    code = adm.W_NODES_UNREAD if cluster is not None and cluster.nodes is None else adm.W_NODES_NOT_LIVE
-    if res is not None:
-        warnings.append(adm.named(code, f"nodePool {pf.name}: node capacity was not read live ({why}); planned "
-                                  f"from {nodes_.source}"))
-    else:
-        warnings.append(adm.named(code if cluster is not None else adm.W_NODES_UNCHECKED,
-                                  f"nodePool {pf.name}: node capacity was not read live ({why}) and the pool sets no "
-                                  f"nodeResources, so {'only its GPUs were packed and ' if gpus else ''}the pods' CPU "
-                                  f"and memory were not checked; set nodePools[{pf.name}].nodeResources: "
-                                  "{cpu, memory} (one node's allocatable)"))
-    return nodes_, warnings
-
-
-def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: Catalog,
-          cluster: adm.ClusterState | None, fp: adm.Footprints,
-          ec2: Mapping[str, InstanceGpus]) -> tuple[Refusals, list[str], dict[str, dict[str, Any]]]:
-    """Topology, node capacity and storage for the planned models, in the given order (see admission.py)."""
-    s = catalog.settings
-    render = s.cluster.mode == "render"
-    refused: Refusals = {}
-    warnings: list[str] = []
-    prints: dict[str, dict[str, Any]] = {}
-    installed = installed_pieces(s.platform, s.serving.backend)
-    # Topology: what the configured platform renders, against the APIs the cluster serves.
-    if cluster is not None and cluster.api_versions is None:
-        warnings.append(adm.named(adm.W_APIS_UNREAD, f"topology: the APIs {cluster.source} serves could not be read "
-                                  f"({cluster.api_error}); LeaderWorkerSet and KServe were not checked"))
-    elif cluster is not None and cluster.api_versions is not None:
-        for m in models:
-            e = m.entry
-            if e.is_multi_node and "lws" not in installed and adm.LWS_API not in cluster.api_versions:
-                refused[e.name] = (Stage.TOPOLOGY, (
-                    f"model {e.name}: multi-node (nodeCount {e.node_count}) runs as a LeaderWorkerSet, but "
-                    f"{cluster.source} does not serve {adm.LWS_API} and platform.lws.alreadyInstalled is true; install "
-                    "LeaderWorkerSet there, let tkf-infra install it (remove alreadyInstalled), or set nodeCount 1"))
-            elif (s.serving.backend == Backend.KSERVE and "kserve" not in installed
-                  and adm.KSERVE_API not in cluster.api_versions):
-                refused[e.name] = (Stage.TOPOLOGY, (
-                    f"model {e.name}: the kserve backend renders an LLMInferenceService, but {cluster.source} does not "
-                    f"serve {adm.KSERVE_API} and platform.kserve.alreadyInstalled is true; install KServe there, let "
-                    "tkf-infra install it (remove alreadyInstalled), or set serving.backend: vllm"))
-    # Node capacity, per pool.
-    for name, pf in sorted(pools.items()):
-        on = [m for m in models if m.pool is not None and m.pool.name == name and m.entry.name not in refused]
-        if not on:
-            continue
-        nodes, notes = _pool_nodes(pf, cluster, ec2, render, "gpuOperator" in installed)
-        warnings += notes
-        demands = []
-        for m in on:
-            cpu, mem = fp.pod(m.entry, m.weight_bytes)
-            gpus = 0 if m.entry.is_cpu or pf.mig is not None else (1 if m.share else m.entry.gpus_per_pod)
-            ask = adm.PodAsk(cpu, mem, gpus)
-            key = "scaling.maxReplicas" if m.entry.scaling else "replicas"  # room for the autoscaler's maximum
-            demands.append(adm.Demand(m.entry.name, m.entry.reserved_replicas, m.entry.node_count, ask, key))
-            prints[m.entry.name] = {"pool": name, "pod": {"cpuMillis": cpu, "memoryMiB": mem, "gpus": gpus},
-                                    "podsPerReplica": m.entry.node_count, "replicas": m.entry.reserved_replicas,
-                                    "nodesFrom": nodes.source}
-        no_room, placed = adm.pack_pool(nodes, demands)
-        for model, reason in no_room.items():
-            refused[model] = (Stage.CAPACITY, reason)
-        for model, where in placed.items():
-            prints[model]["nodes"] = where
-    # Storage: one cache per repo@revision, in the order of its first model.
-    state = cluster
-    limits, notes, shown = adm.storage_limits(state, s.serving.storage_class, s.serving.weight_cache_budget_gib)
-    warnings += notes
-    caches: dict[str, adm.Cache] = {}
-    for m in models:
-        e = m.entry
-        if e.name in refused:
-            continue
-        pvc = fp.cache_name(e.repo, e.revision)
-        old = caches.get(e.model_ref)
-        caches[e.model_ref] = (adm.Cache(pvc, e.model_ref, fp.cache_gib(m.weight_bytes), (*old.models, e.name))
-                               if old else adm.Cache(pvc, e.model_ref, fp.cache_gib(m.weight_bytes), (e.name,)))
-        prints.setdefault(e.name, {}).update(weightCache=pvc, weightCacheGiB=fp.cache_gib(m.weight_bytes))
-    existing = dict(state.pvcs) if state is not None and state.storage_error is None else {}
-    for model, reason in adm.admit_storage(list(caches.values()), limits, existing, shown).items():
-        refused[model] = (Stage.STORAGE, reason)
-    return refused, warnings, prints
-
-
-def plan_layouts(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], version: str) -> dict[str, PoolLayout]:
-    """Lay out every MIG pool, and prove every time-sliced pool that hosts shares (`tkf_infra.plan.layout`)."""
-    layouts: dict[str, PoolLayout] = {}
-    for name, pool in sorted(pools.items()):
-        on = [m for m in models if m.pool is not None and m.pool.name == name and not m.entry.is_cpu]
-        if pool.mig is not None and pool.gpu is not None:
-            # A multi-node model's replica is one pod per node, each with gpusPerNode GPUs of its node.
-            demands = [Demand(m.entry.name, m.entry.reserved_replicas * m.entry.node_count,
-                              m.share.profile if m.share else None, m.entry.gpus_per_node)
-                       for m in on if m.entry.reserved_replicas > 0]
-            layouts[name] = plan_mig(name, pool.mig, pool.pool.nodes, pool.gpus_per_node, demands)
-        elif pool.time_slices > 1 and pool.gpu is not None and any(m.share for m in on):
-            total, context = pool.gpu.memory_gib, context_gib(version)
-            demands_ts = [SliceDemand(m.entry.name, m.entry.reserved_replicas * (1 if m.share else m.entry.gpus),
-                                      m.share.memory_gib if m.share else
-                                      m.entry.gpu_memory_utilization * total + context) for m in on]
-            layouts[name] = prove_time_slicing(name, pool.gpu.name, pool.time_slices,
-                                               pool.gpus_per_node * pool.node_count, total, demands_ts)
-    return layouts
 
 
 def capacity_errors(models: list[ModelPlan], pools: Mapping[str, PoolFacts]) -> list[str]:

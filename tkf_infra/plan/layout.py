@@ -6,29 +6,36 @@ Why a planner: several models per GPU is only safe when the pool provably holds 
   whole-GPU model needs `gpusPerNode` GPUs of one node with MIG off. The planner packs them into
   per-GPU geometries that obey NVML's placement rules (`tkf_infra.sizing.mig`): instances on a GPU
   occupy disjoint runs of memory slices at allowed starts. A model whose replicas cannot all be
-  placed is refused, naming the slices missing. Packed first fit decreasing, or GPU by GPU with the fullest
-  set of instances left when that takes fewer GPUs (`_pack_patterns`). The GPU Operator's mig-manager carves each
+  placed is refused, naming the slices missing. The GPU Operator's mig-manager then carves each
   node as planned (`mig_parted_configs`; the node label `nvidia.com/mig.config` names its config).
 - **Time-sliced pools.** Without memory isolation the guarantee is arithmetic: each pod takes one
   of the N replicas of a GPU, so at most N pods share one GPU, and the N largest memory footprints
-  (budget + CUDA context) of the pool's pods must fit in the GPU. A model that would break it is refused.
+  (budget + CUDA context) of the pool's pods must fit in the GPU. A model that would break it is
+  refused (`tkf_infra.plan.time_slicing`; its proof is a `PoolLayout` of kind "time-slicing").
 
-Stable: demand is ordered by size and name, never by catalog position, so reordering the catalog
-yields the same layout and nodes are not re-partitioned. An overfull catalog refuses its largest
-asks first (models are admitted smallest first). Pure: no Pulumi, no I/O.
+Node room: a MIG pod runs on the node whose GPU carries its instance, so given each node's CPU and
+memory (`plan_mig(rooms=...)`, from the node-capacity sources of `tkf_infra.plan.admission`) the
+planner puts an instance only on a node that still has room for its pod, spreading a catalog of
+small instances over nodes instead of filling one node's GPUs beyond its CPU; a model that no node
+has room for is refused at stage `capacity` (`PoolLayout.short_of_room`), the others at `placement`.
+
+Stable: demand is ordered by deployed-or-not, priority, size and name, never by catalog position,
+so reordering the catalog yields the same layout and nodes are not re-partitioned. An overfull
+catalog refuses new models before those the last run deployed, then its lowest priority, then its
+largest asks (models are admitted smallest first). Pure: no Pulumi, no I/O.
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
-from collections import Counter, deque
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from tkf_infra.plan.mig_room import room_refusal
 from tkf_infra.sizing.mig import COMPUTE_SLICES, MEMORY_SLICES, MigBoard, MigProfile
 
 #: The mig-parted config every custom ConfigMap must keep: the operator's default `migManager.config.default`.
@@ -43,6 +50,13 @@ class Demand:
     replicas: int
     profile: MigProfile | None = None
     gpus: int = 1
+    cpu_millis: int = 0
+    """CPU and memory one replica's pod requests, held against its node's room when rooms are given."""
+    memory_mib: int = 0
+    priority: int = 0
+    """The catalog's `priority`: higher is admitted first, so an overfull pool refuses the lowest."""
+    held: bool = False
+    """Deployed by the last run: admitted before any new model, so a new entry cannot push it out."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +93,8 @@ class PoolLayout:
     cards: tuple[Card, ...] = ()
     refused: dict[str, str] = field(default_factory=dict)
     proof: str = ""
+    short_of_room: frozenset[str] = frozenset()
+    """Refused models whose GPUs would fit but no node with them has CPU or memory left (stage `capacity`)."""
 
     def node_configs(self) -> dict[str, str]:
         """Node name → mig-parted config name (equal geometries share one config; the name is its digest)."""
@@ -103,6 +119,13 @@ class PoolLayout:
             out += [{"node": c.node, "gpu": c.index, "profile": i.profile, "start": i.start, "size": i.slices}
                     for i in c.instances if i.model == model]
         return out
+
+    def pod_nodes(self, model: str, gpus_per_pod: int) -> list[str]:
+        """The node of each of `model`'s pods, replica by replica (a MIG instance, or `gpus_per_pod` whole GPUs)."""
+        instances = sorted((i.replica, c.node) for c in self.cards for i in c.instances if i.model == model)
+        wholes = Counter(c.node for c in self.cards if c.whole == model)
+        per_pod = max(1, gpus_per_pod)
+        return [node for _, node in instances] + [node for node, k in wholes.items() for _ in range(k // per_pod)]
 
     def published(self) -> dict[str, Any]:
         """The layout as the `gpuLayout` output shows it."""
@@ -175,68 +198,116 @@ def _largest_first(d: Demand) -> tuple[Any, ...]:
 
 
 _Held = dict[tuple[int, int], list[tuple[str, int, MigProfile]]]
-_Used = dict[tuple[int, int], tuple[int, int]]
-"""Memory and compute slices the instances on each GPU take (what `_solve` budgets), kept beside `_Held`."""
+Rooms = Sequence[tuple[int, int]]
+"""Per node of the pool, in order: (CPU millicores, memory MiB) it can give pods."""
 
 
-def _pack(order: Sequence[Demand], keys: list[tuple[int, int]]) -> tuple[dict[tuple[int, int], str], _Held,
-                                                                             dict[str, int]]:  # fmt: skip
+def _pack(order: Sequence[Demand], keys: list[tuple[int, int]],
+          rooms: Rooms | None = None) -> tuple[dict[tuple[int, int], str], _Held, dict[str, int],
+                                               dict[str, list[tuple[int, int, bool]]]]:  # fmt: skip
     """Place the demands in this order (first fit, all replicas of a model or none): whole GPUs, instances,
-    and for each model that did not fit, how many of its replicas did."""
+    and for each model that did not fit, how many of its replicas did. With `rooms`, a replica goes only
+    to a node that still has its pod's CPU and memory; for a model that did not fit, each node's
+    (CPU, memory) left and whether its GPUs had a spot, when it failed."""
     whole: dict[tuple[int, int], str] = {}
     held: _Held = {}
-    used: _Used = {}
     failed: dict[str, int] = {}
+    short: dict[str, list[tuple[int, int, bool]]] = {}
+    left = [list(r) for r in rooms] if rooms is not None else None
     for d in order:
         taken: list[tuple[int, int]] = []
+        pods: list[int] = []  # the node of each replica's pod
+
+        def room(node: int, d: Demand = d) -> bool:
+            return left is None or (left[node][0] >= d.cpu_millis and left[node][1] >= d.memory_mib)
+
+        def pods_room(node: int, d: Demand = d) -> int:
+            """How many more of this demand's pods the node's CPU and memory hold."""
+            if left is None:
+                return d.replicas
+            return min(left[node][0] // d.cpu_millis if d.cpu_millis else d.replicas,
+                       left[node][1] // d.memory_mib if d.memory_mib else d.replicas)
+
         for replica in range(d.replicas):
-            spot = (_whole_spot(keys, whole, held, d.gpus) if d.profile is None
-                    else _mig_spot(keys, whole, held, used, d.profile))
+            # A fresh GPU goes first to a node that can fill it with this demand's pods (as many as a GPU
+            # holds, or as are left): a node whose room runs out sooner would leave its last GPU part-used.
+            want = min(_per_gpu(d.profile), d.replicas - replica) if d.profile is not None else 0
+
+            def fills(node: int, want: int = want) -> bool:
+                return pods_room(node) >= want
+
+            spot = (_whole_spot(keys, whole, held, d.gpus, room) if d.profile is None
+                    else _mig_spot(keys, whole, held, d.profile, room, fills))
             if spot is None:
                 failed[d.model] = replica
+                if left is not None:
+                    gpu_ok = _gpu_spots(keys, whole, held, d)
+                    short[d.model] = [(c, m, n in gpu_ok) for n, (c, m) in enumerate(left)]
                 break
             for key in spot:
                 if d.profile is None:
                     whole[key] = d.model
                 else:
                     held.setdefault(key, []).append((d.model, replica, d.profile))
-                    mem, compute = used.get(key, (0, 0))
-                    used[key] = (mem + d.profile.slices, compute + d.profile.compute)
+            if left is not None:
+                left[spot[0][0]][0] -= d.cpu_millis
+                left[spot[0][0]][1] -= d.memory_mib
+            pods.append(spot[0][0])
             taken += spot
         if d.model in failed:  # all or nothing: free what its first replicas took
             for key in taken:
                 whole.pop(key, None)
                 if key in held:
                     held[key] = [h for h in held[key] if h[0] != d.model]
-                    used[key] = (sum(h[2].slices for h in held[key]), sum(h[2].compute for h in held[key]))
-    return whole, held, failed
+            for node in pods:
+                if left is not None:
+                    left[node][0] += d.cpu_millis
+                    left[node][1] += d.memory_mib
+    return whole, held, failed, short
 
 
-def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: int,
-             demands: Sequence[Demand]) -> PoolLayout:  # fmt: skip
+def _gpu_spots(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: _Held, d: Demand) -> set[int]:
+    """The nodes whose GPUs could still take one replica of `d`, whatever their CPU and memory."""
+    out: set[int] = set()
+    for n in dict.fromkeys(k[0] for k in keys):
+        def only(m: int, n: int = n) -> bool:
+            return m == n
+
+        spot = (_whole_spot(keys, whole, held, d.gpus, only) if d.profile is None
+                else _mig_spot(keys, whole, held, d.profile, only))
+        if spot is not None:
+            out.add(n)
+    return out
+
+
+def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: int, demands: Sequence[Demand],
+             rooms: Rooms | None = None, rooms_from: str = "") -> PoolLayout:  # fmt: skip
     """Pack the demands into the pool's GPUs (see module docstring); refuse what cannot be placed.
 
-    Models are admitted smallest first (so an overfull catalog refuses its largest asks, not many
-    small ones) and packed largest first (first-fit decreasing), or in admission order when that
-    packs and largest first does not."""
+    Models are admitted deployed ones first, then by priority, then smallest first (so an overfull
+    catalog refuses its largest asks, not many small ones) and packed largest first (first-fit
+    decreasing), or in admission order when that packs and largest first does not. `rooms`: each
+    node's CPU and memory (None: unchecked), read from `rooms_from`."""
     keys = [(n, g) for n in range(len(nodes)) for g in range(gpus_per_node)]
     order: list[Demand] = []
     refused: dict[str, str] = {}
-    for d in sorted(demands, key=lambda d: (_footprint(d), d.model)):
+    short_of_room: set[str] = set()
+    for d in sorted(demands, key=lambda d: (not d.held, -d.priority, _footprint(d), d.model)):
         if d.replicas <= 0:
             continue
         trials = (sorted([*order, d], key=_largest_first), [*order, d])
-        fits = next((t for t in trials if not _pack(t, keys)[2]), None)
+        fits = next((t for t in trials if not _pack(t, keys, rooms)[2]), None)
         if fits is not None:
             order = list(fits)
             continue
-        whole, held, failed = _pack([*order, d], keys)
+        whole, held, failed, short = _pack([*order, d], keys, rooms)
+        if rooms is not None and any(not _pack(t, keys)[2] for t in trials):  # the GPUs hold it, the nodes do not
+            short_of_room.add(d.model)
+            refused[d.model] = room_refusal(pool, nodes, d, failed.get(d.model, 0), short[d.model], rooms_from)
+            continue
         refused[d.model] = _refusal(pool, board, d, failed.get(d.model, 0), keys, whole, held, len(nodes),
                                     gpus_per_node)
-    whole, held, _ = _pack(order, keys)
-    by_pattern = _pack_patterns(order, keys)
-    if not by_pattern[2] and _cards_used(*by_pattern[:2]) < _cards_used(whole, held):
-        whole, held = by_pattern[0], by_pattern[1]
+    whole, held, _, _ = _pack(order, keys, rooms)
     cards = []
     for n, g in keys:
         items = sorted(held.get((n, g), []), key=lambda h: (_order(h[2]), h[0], h[1]))
@@ -244,110 +315,57 @@ def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: in
         cards.append(Card(nodes[n], g, whole.get((n, g)), tuple(
             Instance(h[0], h[1], p.name, start, p.slices, p.compute) for h, (p, start) in zip(items, placed,
                                                                                               strict=True))))
-    return PoolLayout(pool, "mig", board.gpu, tuple(cards), refused)
+    return PoolLayout(pool, "mig", board.gpu, tuple(cards), refused, short_of_room=frozenset(short_of_room))
 
 
-def _cards_used(whole: dict[tuple[int, int], str], held: _Held) -> int:
-    return len(set(whole) | {k for k, items in held.items() if items})
-
-
-@lru_cache(maxsize=64)
-def _patterns(profiles: frozenset[MigProfile]) -> tuple[tuple[tuple[MigProfile, ...], Counter[MigProfile]], ...]:
-    """Every set of instances of these profiles one GPU can carry (the placement rule), fullest first: memory and
-    compute slices used, weighed alike; then larger instances first, so the choice does not depend on input order."""
-    ordered = sorted(profiles, key=_order)
-    found = [combo for size in range(1, COMPUTE_SLICES + 1)
-             for combo in itertools.combinations_with_replacement(ordered, size)
-             if sum(p.slices for p in combo) <= MEMORY_SLICES and sum(p.compute for p in combo) <= COMPUTE_SLICES
-             and placement(combo) is not None]  # fmt: skip
-
-    def fullest(combo: tuple[MigProfile, ...]) -> tuple[Any, ...]:
-        used = sum(p.slices for p in combo) * COMPUTE_SLICES + sum(p.compute for p in combo) * MEMORY_SLICES
-        return -used, tuple(_order(p) for p in combo)
-
-    return tuple((combo, Counter(combo)) for combo in sorted(found, key=fullest))
-
-
-def _pack_patterns(order: Sequence[Demand], keys: list[tuple[int, int]]) -> tuple[dict[tuple[int, int], str], _Held,
-                                                                                      dict[str, int]]:  # fmt: skip
-    """Whole GPUs as `_pack` places them, then each remaining GPU, in order, given the fullest set of instances
-    the demand left can still fill (the bench's "fix idea", docs/performance.md).
-
-    Why beside first fit: MIG has two budgets per GPU (8 memory, 7 compute slices), and first fit by memory puts
-    compute-bound instances (`1g.10gb`) and memory-bound ones (`1g.20gb`) on GPUs of their own where one GPU of
-    both fills both budgets. `plan_mig` keeps whichever layout uses fewer GPUs (first fit on a tie), so a
-    catalog first fit already packs tightly keeps its layout."""
-    whole: dict[tuple[int, int], str] = {}
-    held: _Held = {}
-    failed: dict[str, int] = {}
-    for d in order:
-        if d.profile is not None:
-            continue
-        taken: list[tuple[int, int]] = []
-        for replica in range(d.replicas):
-            spot = _whole_spot(keys, whole, held, d.gpus)
-            if spot is None:
-                failed[d.model] = replica
-                break
-            whole.update((key, d.model) for key in spot)
-            taken += spot
-        if d.model in failed:
-            for key in taken:
-                whole.pop(key, None)
-    queue: dict[MigProfile, deque[tuple[str, int]]] = {}
-    for d in order:
-        if d.profile is not None:
-            queue.setdefault(d.profile, deque()).extend((d.model, r) for r in range(d.replicas))
-    left = Counter({p: len(q) for p, q in queue.items()})
-    patterns = _patterns(frozenset(queue)) if queue else ()
-    for key in keys:
-        if left.total() == 0:
-            break
-        if key in whole:
-            continue
-        best = next((combo for combo, need in patterns if all(left[p] >= n for p, n in need.items())), None)
-        if best is None:
-            break
-        for p in best:
-            model, replica = queue[p].popleft()
-            held.setdefault(key, []).append((model, replica, p))
-            left[p] -= 1
-    for q in queue.values():
-        for model, _ in q:
-            failed.setdefault(model, 0)
-    return whole, held, failed
-
-
-def _whole_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str],
-                held: dict[tuple[int, int], list[Any]], gpus: int) -> list[tuple[int, int]] | None:  # fmt: skip
+def _whole_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: dict[tuple[int, int], list[Any]],
+                gpus: int, room: Callable[[int], bool]) -> list[tuple[int, int]] | None:  # fmt: skip
     for node in dict.fromkeys(n for n, _ in keys):
+        if not room(node):
+            continue
         free = [k for k in keys if k[0] == node and k not in whole and not held.get(k)]
         if len(free) >= gpus:
             return free[:gpus]
     return None
 
 
-def _mig_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: _Held, used: _Used,
-              profile: MigProfile) -> list[tuple[int, int]] | None:  # fmt: skip
-    """The first partitioned GPU the instance still fits on, else the first unused GPU.
+@lru_cache(maxsize=256)
+def _per_gpu(profile: MigProfile) -> int:
+    """How many instances of one profile a GPU holds (placement rules, both slice budgets)."""
+    k = 0
+    while k < MEMORY_SLICES and placement([profile] * (k + 1)) is not None:
+        k += 1
+    return max(k, 1)
 
-    One pass over the GPUs, and the budgets `_solve` checks tested before its search: most GPUs of a packed
-    pool are full, and this is the planner's inner loop (the layout is the same as with a search per GPU)."""
-    first_unused: tuple[int, int] | None = None
+
+def _mig_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: dict[tuple[int, int], list[Any]],
+              profile: MigProfile, room: Callable[[int], bool],
+              fills: Callable[[int], bool] | None = None) -> list[tuple[int, int]] | None:  # fmt: skip
+    """The first partitioned GPU the instance still fits on, else the first unused GPU (of a node with room;
+    first of a node that `fills` says can fill it, if any).
+
+    Scans stop at the first fit, and each node's room is asked once per call (the planner calls this for
+    every instance of every trial packing: it is most of a large catalog's plan time)."""
+    ok: dict[int, bool] = {}
+
+    def fine(node: int) -> bool:
+        if node not in ok:
+            ok[node] = room(node)
+        return ok[node]
+
     for key in keys:
-        items = held.get(key)
-        if not items:
-            if first_unused is None and key not in whole:
-                first_unused = key
-            continue
-        mem, compute = used[key]
-        if mem + profile.slices > MEMORY_SLICES or compute + profile.compute > COMPUTE_SLICES:
-            continue
-        if placement([*(h[2] for h in items), profile]) is not None:
+        if held.get(key) and fine(key[0]) and placement([h[2] for h in held[key]] + [profile]) is not None:
             return [key]
-    if first_unused is not None and placement([profile]) is not None:
-        return [first_unused]
-    return None
+    unused = (key for key in keys if key not in whole and not held.get(key) and fine(key[0]))
+    first = None
+    full: dict[int, bool] = {}
+    for key in unused:
+        first = first or key
+        if fills is not None and key[0] not in full:
+            full[key[0]] = fills(key[0])
+        if fills is None or full[key[0]]:
+            return [key] if placement([profile]) is not None else None
+    return [first] if first is not None and placement([profile]) is not None else None
 
 
 def _refusal(pool: str, board: MigBoard, d: Demand, replica: int, keys: list[tuple[int, int]],
@@ -366,43 +384,3 @@ def _refusal(pool: str, board: MigBoard, d: Demand, replica: int, keys: list[tup
             f"smaller demands ({free_slices} memory slice(s) left, none at a {p.name} placement); missing {missing} x "
             f"{p.name} = {missing * p.slices} memory slice(s). Add a node (nodeCount and nodes), lower replicas or "
             "use a smaller profile")
-
-
-@dataclass(frozen=True)
-class SliceDemand:
-    """One model's pods on a time-sliced pool: each takes one replica and `footprint_gib` of its GPU."""
-
-    model: str
-    pods: int
-    footprint_gib: float
-
-
-def prove_time_slicing(pool: str, gpu: str, replicas: int, gpus: int, total_gib: float,
-                       demands: Sequence[SliceDemand]) -> PoolLayout:  # fmt: skip
-    """Admit models, smallest footprint first, while any `replicas` pods on one GPU still fit in it.
-
-    Why one replica per pod and "any N pods": the device plugin hands a request for several replicas
-    out across physical GPUs (its default `distributed` policy, NVIDIA/k8s-device-plugin
-    internal/rm/allocate.go), so a pod asking for k replicas would not hold k replicas of its own GPU.
-    Each pod therefore takes one replica and carries its budget; which pods meet on a GPU is the
-    scheduler's choice, so the worst case is the N largest. Smallest first admits the most models;
-    the models refused are those whose share the worst case cannot hold."""
-    admitted: list[float] = []
-    refused: dict[str, str] = {}
-    capacity = replicas * gpus
-    for d in sorted(demands, key=lambda d: (d.footprint_gib, d.model)):
-        trial = sorted(admitted + [d.footprint_gib] * d.pods, reverse=True)
-        worst = sum(trial[:replicas])
-        if worst > total_gib + 1e-6 or len(trial) > capacity:
-            over = (f"the {replicas} largest would take {worst:.2f} GiB of the {total_gib:.2f} GiB GPU (missing "
-                    f"{worst - total_gib:.2f} GiB)" if worst > total_gib + 1e-6
-                    else f"{len(trial)} pods exceed the pool's {capacity} replicas")
-            refused[d.model] = (f"model {d.model}: any {replicas} pods of node pool {pool} may share one {gpu}; "
-                                f"with its {d.pods} pod(s) of {d.footprint_gib:.2f} GiB {over}. Use a smaller "
-                                "slice:k, fewer replicas or another pool")
-            continue
-        admitted = trial
-    worst = sum(admitted[:replicas])
-    proof = (f"any {replicas} of the {len(admitted)} pod(s) on one {gpu} take at most {worst:.2f} of its "
-             f"{total_gib:.2f} GiB (the {min(replicas, len(admitted))} largest budgets plus CUDA contexts)")
-    return PoolLayout(pool, "time-slicing", gpu, (), refused, proof)

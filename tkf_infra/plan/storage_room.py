@@ -1,0 +1,126 @@
+"""Storage admission: every weight cache against the room its storage class has left (issue 26).
+
+Why here, before any resource: a weight cache the storage class cannot provision previews clean and
+then hangs after `up` as a Pending PVC. The limits come from the cluster (CSIStorageCapacity of the
+class, storage ResourceQuotas in the serving namespace) or, where no API says, the stack's
+`serving.weightCacheBudgetGiB`; caches are admitted in the order they are handed (admission order
+of their first model: deployed, priority, catalog), one cache per repo@revision; an existing PVC
+costs only its growth against a quota and nothing against provisioned capacity once bound; a cache
+that overflows refuses every model it serves, and existing caches are never deleted or shrunk.
+The shapes the edge reads (`ClusterState`, `LivePvc`) and the warning codes live in
+`tkf_infra.plan.admission` with the rest of the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from tkf_infra.plan.admission import (
+    W_STORAGE_NOT_LIVE,
+    W_STORAGE_UNCHECKED,
+    W_STORAGE_UNREAD,
+    ClusterState,
+    LivePvc,
+    named,
+)
+
+
+@dataclass(frozen=True)
+class StorageLimit:
+    """One limit on what the caches may still claim: its name, GiB left, and how an existing PVC counts."""
+
+    name: str
+    free_gib: float
+    counts_existing_request: bool
+    """True for quotas (an existing PVC's request is already in `used`); False for provisioned capacity
+    (only a bound PVC has taken it)."""
+    max_volume_gib: float | None = None
+
+
+@dataclass(frozen=True)
+class Cache:
+    name: str
+    ref: str
+    gib: int
+    models: tuple[str, ...]
+
+
+def storage_limits(state: ClusterState | None, storage_class: str | None,
+                   budget_gib: float | None) -> tuple[list[StorageLimit], list[str], str]:  # fmt: skip
+    """Limits from the cluster (CSIStorageCapacity, quotas) or the budget setting, warnings, the class named."""
+    warnings: list[str] = []
+    klass = storage_class or (state.default_storage_class if state else None)
+    shown = klass or "the cluster's default StorageClass"
+    limits: list[StorageLimit] = []
+    if state is not None and state.storage_error is None:
+        caps = [c for c in state.capacities if c.storage_class == klass]
+        if caps:
+            total = sum(c.capacity_gib or 0 for c in caps)
+            biggest = max((c.maximum_volume_gib if c.maximum_volume_gib is not None else c.capacity_gib or 0)
+                          for c in caps)
+            limits.append(StorageLimit(f"CSIStorageCapacity of {shown} ({len(caps)} segment(s), {total:.0f} GiB)",
+                                       total, False, biggest))
+        for q in state.quotas:
+            if q.resource == "requests.storage" or (klass and q.resource ==
+                                                    f"{klass}.storageclass.storage.k8s.io/requests.storage"):
+                limits.append(StorageLimit(f"ResourceQuota {q.quota} {q.resource} ({q.used_gib:.0f} of "
+                                           f"{q.hard_gib:.0f} GiB used)", q.hard_gib - q.used_gib, True))
+    elif state is not None:
+        warnings.append(named(W_STORAGE_UNREAD, f"storage: {state.storage_error}; the weight caches are checked "
+                              "against serving.weightCacheBudgetGiB only" if budget_gib else
+                              f"storage: {state.storage_error}; the weight caches were not checked against "
+                              f"{shown} (set serving.weightCacheBudgetGiB to check them offline)"))
+    if not limits and budget_gib is not None:
+        limits.append(StorageLimit(f"serving.weightCacheBudgetGiB ({budget_gib:g} GiB)", budget_gib, True))
+        if state is None:
+            warnings.append(named(W_STORAGE_NOT_LIVE, f"storage: the room on {shown} was not read live (render "
+                                  f"mode); the weight caches are checked against serving.weightCacheBudgetGiB "
+                                  f"({budget_gib:g} GiB)"))
+        elif state.storage_error is None:
+            warnings.append(named(W_STORAGE_NOT_LIVE, f"storage: {state.source} has no CSIStorageCapacity for "
+                                  f"{shown} and no storage ResourceQuota in the serving namespace; the weight caches "
+                                  f"are checked against serving.weightCacheBudgetGiB ({budget_gib:g} GiB)"))
+    elif not limits and (state is None or state.storage_error is None):
+        where = (f"no CSIStorageCapacity for {shown} and no storage ResourceQuota in the serving namespace "
+                 f"({state.source})" if state else "render mode reads no cluster")
+        warnings.append(named(W_STORAGE_UNCHECKED, f"storage: nothing says how much room {shown} has left ({where});"
+                              " the weight caches were not checked: set serving.weightCacheBudgetGiB"))
+    return limits, warnings, shown
+
+
+def admit_storage(caches: Sequence[Cache], limits: Sequence[StorageLimit], existing: Mapping[str, LivePvc],
+                  shown: str) -> dict[str, str]:  # fmt: skip
+    """Model → refusal, caches admitted in the given order (admission order of their first model)."""
+    free = {lim.name: lim.free_gib for lim in limits}
+    claimed = 0.0
+    refused: dict[str, str] = {}
+    for c in caches:
+        old = existing.get(c.name)
+        costs = {}
+        for lim in limits:
+            if old is None:
+                costs[lim.name] = float(c.gib)
+            elif lim.counts_existing_request:
+                costs[lim.name] = max(0.0, c.gib - old.request_gib)
+            else:
+                costs[lim.name] = max(0.0, c.gib - old.request_gib) if old.bound else float(c.gib)
+        over = [f"{lim.name}: {max(free[lim.name], 0):.0f} GiB left, overflows by "
+                f"{costs[lim.name] - max(free[lim.name], 0):.0f} GiB" for lim in limits
+                if costs[lim.name] > free[lim.name] + 1e-9]
+        over += [f"{lim.name}: the largest volume it can provision is {lim.max_volume_gib:.0f} GiB"
+                 for lim in limits if old is None and lim.max_volume_gib is not None and c.gib > lim.max_volume_gib]
+        if over:
+            shared = f", shared by {', '.join(c.models)}" if len(c.models) > 1 else ""
+            for m in c.models:
+                refused[m] = (f"model {m}: its weight cache {c.name} ({c.gib} GiB for {c.ref}{shared}) does not fit "
+                              f"on {shown} after the {claimed:.0f} GiB the caches admitted before it claim (deployed "
+                              "models first, then priority, then catalog order): "
+                              f"{'; '.join(over)}. Way out: free room on the storage class or raise the quota, set "
+                              "serving.storageClass to a class with room, lower serving.weightCacheHeadroom, or drop "
+                              "a model; existing caches are never deleted or shrunk to make room")
+            continue
+        for lim in limits:
+            free[lim.name] -= costs[lim.name]
+        claimed += max(costs.values(), default=float(c.gib))
+    return refused
