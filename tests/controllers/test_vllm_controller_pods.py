@@ -26,34 +26,40 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.apiserver.readback import LLMISVC
-from tests.apiserver.test_up_against_apiserver import CPU_MODELS, target_config
-from tests.controllers.harness import KSERVE_NAMESPACE, start_kserve
+from components.vllm_args import MODEL_MOUNT
+from tests.apiserver.readback import LLMISVC, LWS
+from tests.apiserver.test_up_against_apiserver import CPU_MODELS, LLAMA_405B, target_config
+from tests.controllers.harness import start_kserve
 from tests.controllers.test_reconcile import GENERATION, HOSTILE_TEMPLATE, MANAGERS, flag_value, pods_of, wait
+from tests.controllers.test_reconcile import catalog as reconcile_catalog
 from tests.engine_fixtures import EngineStack
 from tests.kube.apiserver import KubeAPIServer
 from tests.kube.client import KubeClient
 from tests.vllm.install import build_tiny_model, vllm_venv_path
 from tests.vllm.kubelet import pod_process, process_argv, run_pod, server_secrets
 from tests.vllm.metrics import parse_metrics, sample
-from tests.vllm.pod import kserve_command
+from tests.vllm.pod import PodCommand, kserve_command, kserve_preset
 from tkf_infra import names
 
-pytestmark = [pytest.mark.apiserver, pytest.mark.engine, pytest.mark.vllm]
+pytestmark = [pytest.mark.apiserver, pytest.mark.engine]
 
 #: The catalog's n-gram speculative decoding (vLLM's own keys; prompt_lookup_* left to vLLM's default, 5).
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3}
-#: The single-node preset KServe's manager merges our template over (kserve-runtime-configs chart).
-SINGLE_NODE_PRESET = "kserve-config-llm-template"
+ROOT = Path(__file__).resolve().parents[2]
+#: Our pipeline-parallel preset, which pod.py's callers pass for a multi-node service.
+PP_PRESET = ROOT / "components" / "data" / "pipeline-parallel-preset.yaml"
 #: A prompt whose last five tokens occur earlier in it: the n-gram proposer has something to draft from.
 REPETITIVE_PROMPT = "one two three four five six seven eight " * 6
 TIMINGS: dict[str, float] = {}
+#: What `deployed` hands a test: `deploy(backend, catalog)` -> the serving namespace.
+Deploy = Callable[[str, list[dict[str, Any]]], str]
 
 
 @pytest.fixture(scope="module")
@@ -75,14 +81,14 @@ def chat_model(marker: Path) -> dict[str, Any]:
 
 @pytest.fixture
 def deployed(kube_apiserver: KubeAPIServer, lean_engine_env: dict[str, str],
-             make_stack: Callable[..., EngineStack], tmp_path: Path) -> Iterator[Callable[[str, dict[str, Any]], str]]:
-    """`up` of ``model`` on one backend (the platform from its charts), then (kserve) KServe's manager."""
+             make_stack: Callable[..., EngineStack], tmp_path: Path) -> Iterator[Deploy]:
+    """`up` of the catalog ``models`` on one backend (the platform from its charts), then (kserve) KServe's manager."""
     stacks: list[EngineStack] = []
 
-    def deploy(backend: str, model: dict[str, Any]) -> str:
+    def deploy(backend: str, models: list[dict[str, Any]]) -> str:
         es = make_stack(platform=True, extra_env=lean_engine_env)
         stacks.append(es)
-        serving = target_config(es, kube_apiserver, backend, [model])
+        serving = target_config(es, kube_apiserver, backend, models)
         t = time.monotonic()
         es.stack.up(color="never", on_output=lambda _: None)
         TIMINGS[f"up {backend}"] = round(time.monotonic() - t, 1)
@@ -112,26 +118,38 @@ def owners(kube: KubeClient, namespace: str, obj: dict[str, Any]) -> list[tuple[
     return chain
 
 
-def emulated_matches_controller(kube: KubeClient, namespace: str, workload: str, cmd: Any) -> None:
-    """tests/vllm/pod.py's merge of the preset and our template, over what the server stores, is the pod
-    KServe wrote: same argv word for word, same env."""
+def emulated_command(kube: KubeClient, namespace: str, workload: str) -> PodCommand:
+    """tests/vllm/pod.py's emulation of KServe's merge, as the rest of the vLLM tier runs it (the vendored
+    preset; our pipeline-parallel preset for a multi-node service), over our LLMInferenceService and
+    Secrets as the server stores them."""
     isvc = kube.get(LLMISVC, "LLMInferenceService", workload, namespace)
-    preset = kube.get(LLMISVC, "LLMInferenceServiceConfig", SINGLE_NODE_PRESET, KSERVE_NAMESPACE)
-    assert isvc is not None and preset is not None
+    assert isvc is not None, workload
     env = isvc["spec"]["template"]["containers"][0].get("env", [])
     manifests = {("LLMInferenceService", workload): isvc, **server_secrets(kube, namespace, env)}
-    emulated = kserve_command(manifests, workload, preset)
-    assert emulated.argv == cmd.argv, "pod.py's emulated merge no longer gives the argv KServe writes"
-    assert emulated.env == cmd.env, "pod.py's emulated merge no longer gives the env KServe writes"
+    multi_node = "worker" in isvc["spec"]
+    return kserve_command(manifests, workload, kserve_preset(PP_PRESET) if multi_node else None)
 
 
+def assert_emulation_is_kserves(emulated: PodCommand, written: PodCommand, workload: str) -> None:
+    """The emulated pod is the one KServe wrote: argv word for word, env, probes and mounts — but for the
+    model's own mount, which KServe adds from ``spec.model.uri`` (our weight cache's PVC) and pod.py does
+    not model: localize() replaces that path, so it must be where KServe put the weights."""
+    assert emulated.argv == written.argv, f"{workload}: pod.py's merge no longer gives the argv KServe writes"
+    assert emulated.env == written.env, f"{workload}: pod.py's merge no longer gives the env KServe writes"
+    assert emulated.probes == written.probes, f"{workload}: probes differ from KServe's"
+    assert written.mounts.get(MODEL_MOUNT) == "persistentVolumeClaim", (workload, written.mounts)
+    assert emulated.mounts == {k: v for k, v in written.mounts.items() if k != MODEL_MOUNT}, (
+        f"{workload}: mounts differ from KServe's: {emulated.mounts} != {written.mounts}")
+
+
+@pytest.mark.vllm
 @pytest.mark.parametrize("backend", ["kserve", "vllm"])
 def test_vllm_starts_from_the_pod_the_controllers_wrote(
-        backend: str, kube: KubeClient, deployed: Callable[[str, dict[str, Any]], str], vllm_venv: Path,
+        backend: str, kube: KubeClient, deployed: Deploy, vllm_venv: Path,
         tiny_model: Path, tmp_path: Path) -> None:  # fmt: skip
     marker = tmp_path / "ran"
     model = chat_model(marker)
-    serving = deployed(backend, model)
+    serving = deployed(backend, [model])
     workload = names.workload(model["name"])
     pods = wait(f"the pods of {workload}", pods_of(kube, serving, model["name"]))
     pod = pods[0]
@@ -143,7 +161,7 @@ def test_vllm_starts_from_the_pod_the_controllers_wrote(
 
     cmd = pod_process(kube, serving, pod["spec"])
     if backend == "kserve":
-        emulated_matches_controller(kube, serving, workload, cmd)
+        assert_emulation_is_kserves(emulated_command(kube, serving, workload), cmd, workload)
     t = time.monotonic()
     server = run_pod(cmd, venv=vllm_venv, model_dir=tiny_model, workdir=tmp_path / "pod")
     TIMINGS[f"vllm {backend} ready"] = round(time.monotonic() - t, 1)
@@ -180,3 +198,28 @@ def _drafts(url: str, served: str) -> float:
     if "vllm:spec_decode_num_drafts_total" not in metrics:
         return 0.0
     return sample(metrics, "vllm:spec_decode_num_drafts_total", model_name=served)
+
+
+def test_pod_py_emulation_is_the_pod_kserve_writes_for_every_profile(
+        kube: KubeClient, deployed: Deploy, tmp_path: Path) -> None:  # fmt: skip
+    """Every profile of the controllers tier (single GPU with hostile extraArgs, tensor parallel with
+    n-gram speculative decoding, multi-node on our pipeline-parallel preset, the dev CPU models):
+    pod.py's merge gives the pod KServe wrote, Deployment or LeaderWorkerSet leader. No vLLM runs."""
+    models = reconcile_catalog(tmp_path / "ran")
+    serving = deployed("kserve", models)
+    # The operator's Hugging Face token Secret (hfTokenSecret), which the kubelet needs to start the pod.
+    kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": LLAMA_405B["hfTokenSecret"],
+                 "namespace": serving}, "stringData": {"HF_TOKEN": "hf-test-token"}})  # fmt: skip
+    for m in models:
+        workload = names.workload(m["name"])
+        if m.get("nodeCount", 1) > 1:
+            lws = wait(f"KServe's LeaderWorkerSet of {workload}",
+                       partial(kube.get, LWS, "LeaderWorkerSet", f"{workload}-kserve-mn", serving))
+            spec = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+        else:
+            dep = wait(f"KServe's Deployment of {workload}",
+                       partial(kube.get, "apps/v1", "Deployment", f"{workload}-kserve", serving))
+            spec = dep["spec"]["template"]["spec"]
+        assert_emulation_is_kserves(emulated_command(kube, serving, workload), pod_process(kube, serving, spec),
+                                    workload)  # fmt: skip
+    assert not (tmp_path / "ran").exists()
