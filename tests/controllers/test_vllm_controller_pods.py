@@ -12,7 +12,9 @@ its catalog entry given n-gram speculative decoding and hostile ``extraArgs`` (a
 - vLLM answers ``/v1/models`` with the catalog's served name (behind the key from the Secret), its own
   argv (``/proc/PID/cmdline``) holds every catalog string byte for byte, no string ran (the file the
   template would ``touch`` does not exist), and it drafts: n-gram speculative decoding runs on the CPU
-  build (``vllm:spec_decode_num_drafts`` grows on a repetitive prompt);
+  build (``vllm:spec_decode_num_drafts`` grows on a repetitive prompt). Checked to fail on the bug the
+  issue found: with components/argv_layers.py's ``for_shell`` made the identity, the preset's ``eval``
+  creates the file (and vLLM refuses the shell-split ``--speculative-config``);
 - ``kserve`` also: tests/vllm/pod.py's emulation of KServe's merge, run over the LLMInferenceService and
   the preset as the server stores them, gives the same argv and env as the pod KServe wrote — the check
   that keeps the rest of the vLLM tier (which starts the emulated pod, without a server) honest.
@@ -163,11 +165,13 @@ def test_vllm_starts_from_the_pod_the_controllers_wrote(
     if backend == "kserve":
         assert_emulation_is_kserves(emulated_command(kube, serving, workload), cmd, workload)
     t = time.monotonic()
-    server = run_pod(cmd, venv=vllm_venv, model_dir=tiny_model, workdir=tmp_path / "pod")
+    try:
+        server = run_pod(cmd, venv=vllm_venv, model_dir=tiny_model, workdir=tmp_path / "pod")
+    finally:  # also when vLLM refused to start: a string that ran is the failure to report first
+        assert not marker.exists(), "a catalog string ran as a command in the pod"
     TIMINGS[f"vllm {backend} ready"] = round(time.monotonic() - t, 1)
     try:
         argv = process_argv(server.process.pid)
-        assert not marker.exists(), "a catalog string ran as a command in the pod"
         assert flag_value(argv, "--chat-template") == HOSTILE_TEMPLATE.format(marker=marker)
         assert flag_value(argv, "--override-generation-config") == GENERATION
         assert json.loads(flag_value(argv, "--speculative-config")) == NGRAM
