@@ -13,7 +13,6 @@ directory removed at the end of the session.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -24,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.vllm.argv import fake_vllm, run_oracle, vllm_version
+from tests.vllm.install import build_tiny_model, vllm_venv_path
 from tests.vllm.pod import (
     PodCommand,
     deployment_command,
@@ -37,9 +37,7 @@ from tests.vllm.server import Service, free_port, start_service, start_vllm
 from tests.vllm.stacks import RenderedStack, render_stack
 from tkf_infra import names
 
-ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).parent
-INSTALL_HINT = "run scripts/install_vllm.sh (make test and scripts/setup.sh --dev do)"
 _TIMINGS: list[str] = []  # reported in the terminal summary
 
 
@@ -65,12 +63,7 @@ def _server_order(item: pytest.Item) -> int:
 
 @pytest.fixture(scope="session")
 def vllm_venv() -> Path:
-    """The virtualenv scripts/install_vllm.sh made (fail, not skip: a skipped tier checks nothing)."""
-    path = Path(subprocess.run(["bash", str(ROOT / "scripts" / "install_vllm.sh"), "--print"],
-                               capture_output=True, text=True, check=True).stdout.strip())  # fmt: skip
-    if not (path / ".tkf-installed").is_file() or not (path / "bin" / "vllm").is_file():
-        pytest.fail(f"vLLM is not installed at {path}: {INSTALL_HINT}", pytrace=False)
-    return path
+    return vllm_venv_path()
 
 
 @pytest.fixture(scope="session")
@@ -82,11 +75,8 @@ def tier_dir() -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def tiny_model(vllm_venv: Path, tier_dir: Path) -> Path:
-    out = tier_dir / "tiny-qwen2"
     started = time.monotonic()
-    env = {"HOME": str(tier_dir / "build-home"), "TMPDIR": str(tier_dir), "PATH": "/usr/bin:/bin"}
-    subprocess.run([str(vllm_venv / "bin" / "python"), str(HERE / "tiny_model.py"), str(out)], check=True,
-                   capture_output=True, env=env)  # fmt: skip
+    out = build_tiny_model(vllm_venv, tier_dir / "tiny-qwen2", tier_dir)
     _TIMINGS.append(f"tiny model built in {time.monotonic() - started:.1f} s")
     return out
 

@@ -16,6 +16,11 @@ vLLM that refuses to start or answers differently.
   that KServe executes over the JSON of the preset (``ReplaceVariables`` in
   ``pkg/controller/v1alpha2/llmisvc/config_merge.go``); :func:`render_go_template` evaluates exactly
   the expressions it uses and fails on any other, so a changed preset cannot be half-understood.
+
+The emulation is kept because the rest of this tier starts pods without an API server (seconds, not
+minutes per stack); tests/controllers/test_vllm_controller_pods.py checks it against the pod KServe's
+own controller writes for every profile (argv, env, probes, mounts), and starts real vLLM from the
+controller-written pods of both backends (tests/vllm/kubelet.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,229 @@
+"""Real vLLM started from the pod the controllers wrote, on both backends (issue #25, items 3 and 4).
+
+One `up` per backend of the dev chat model on a real API server with the platform from its charts,
+its catalog entry given n-gram speculative decoding and hostile ``extraArgs`` (a chat template holding
+``$(touch …)``, backticks, ``;``, quotes and ``$(HOME)``, and a JSON-valued flag). Then:
+
+- ``kserve``: KServe's manager merges its preset, writes the Deployment, and the replicaset controller
+  makes the pod; ``vllm``: our Deployment, turned into a pod by the deployment and replicaset controllers;
+- that Pod is read back from the server and its ``main`` container run as the kubelet execs it
+  (tests/vllm/kubelet.py: env from the server's Secrets, ``$(VAR)`` expanded, KServe's preset through the
+  host's real bash) with the real vLLM of the vLLM virtualenv and the tiny model;
+- vLLM answers ``/v1/models`` with the catalog's served name (behind the key from the Secret), its own
+  argv (``/proc/PID/cmdline``) holds every catalog string byte for byte, no string ran (the file the
+  template would ``touch`` does not exist), and it drafts: n-gram speculative decoding runs on the CPU
+  build (``vllm:spec_decode_num_drafts`` grows on a repetitive prompt). Checked to fail on the bug the
+  issue found: with components/argv_layers.py's ``for_shell`` made the identity, the preset's ``eval``
+  creates the file (and vLLM refuses the shell-split ``--speculative-config``);
+- ``kserve`` also: tests/vllm/pod.py's emulation of KServe's merge, run over the LLMInferenceService and
+  the preset as the server stores them, gives the same argv and env as the pod KServe wrote — the check
+  that keeps the rest of the vLLM tier (which starts the emulated pod, without a server) honest.
+
+Markers: the API-server and engine tiers' (tests/controllers) and ``vllm``; about 5 min per backend on
+2 shared cores (`up` with the platform, then a vLLM start).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from components.vllm_args import MODEL_MOUNT
+from tests.apiserver.readback import LLMISVC, LWS
+from tests.apiserver.test_up_against_apiserver import CPU_MODELS, LLAMA_405B, target_config
+from tests.controllers.harness import start_kserve
+from tests.controllers.test_reconcile import GENERATION, HOSTILE_TEMPLATE, MANAGERS, flag_value, pods_of, wait
+from tests.controllers.test_reconcile import catalog as reconcile_catalog
+from tests.engine_fixtures import EngineStack
+from tests.kube.apiserver import KubeAPIServer
+from tests.kube.client import KubeClient
+from tests.vllm.install import build_tiny_model, vllm_venv_path
+from tests.vllm.kubelet import pod_process, process_argv, run_pod, server_secrets
+from tests.vllm.metrics import parse_metrics, sample
+from tests.vllm.pod import PodCommand, kserve_command, kserve_preset
+from tkf_infra import names
+
+pytestmark = [pytest.mark.apiserver, pytest.mark.engine]
+
+#: The catalog's n-gram speculative decoding (vLLM's own keys; prompt_lookup_* left to vLLM's default, 5).
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3}
+ROOT = Path(__file__).resolve().parents[2]
+#: Our pipeline-parallel preset, which pod.py's callers pass for a multi-node service.
+PP_PRESET = ROOT / "components" / "data" / "pipeline-parallel-preset.yaml"
+#: A prompt whose last five tokens occur earlier in it: the n-gram proposer has something to draft from.
+REPETITIVE_PROMPT = "one two three four five six seven eight " * 6
+TIMINGS: dict[str, float] = {}
+#: What `deployed` hands a test: `deploy(backend, catalog)` -> the serving namespace.
+Deploy = Callable[[str, list[dict[str, Any]]], str]
+
+
+@pytest.fixture(scope="module")
+def vllm_venv() -> Path:
+    return vllm_venv_path()
+
+
+@pytest.fixture(scope="module")
+def tiny_model(vllm_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    workdir = tmp_path_factory.mktemp("tiny-model")
+    return build_tiny_model(vllm_venv, workdir / "tiny-qwen2", workdir)
+
+
+def chat_model(marker: Path) -> dict[str, Any]:
+    """The dev chat model (tool calling on) with speculative decoding and strings that must not run."""
+    hostile = ["--chat-template", HOSTILE_TEMPLATE.format(marker=marker), "--override-generation-config", GENERATION]
+    return {**CPU_MODELS[0], "speculativeConfig": NGRAM, "extraArgs": hostile}
+
+
+@pytest.fixture
+def deployed(kube_apiserver: KubeAPIServer, lean_engine_env: dict[str, str],
+             make_stack: Callable[..., EngineStack], tmp_path: Path) -> Iterator[Deploy]:
+    """`up` of the catalog ``models`` on one backend (the platform from its charts), then (kserve) KServe's manager."""
+    stacks: list[EngineStack] = []
+
+    def deploy(backend: str, models: list[dict[str, Any]]) -> str:
+        es = make_stack(platform=True, extra_env=lean_engine_env)
+        stacks.append(es)
+        serving = target_config(es, kube_apiserver, backend, models)
+        t = time.monotonic()
+        es.stack.up(color="never", on_output=lambda _: None)
+        TIMINGS[f"up {backend}"] = round(time.monotonic() - t, 1)
+        if backend == "kserve":
+            m = start_kserve(kube_apiserver.kubeconfig, tmp_path / "kserve")
+            MANAGERS.append(m)
+            TIMINGS[f"{m.name} ready"] = round(m.wait_ready(), 1)
+        return serving
+
+    yield deploy
+    for m in MANAGERS:
+        m.stop()
+    MANAGERS.clear()
+    for es in stacks:  # the server goes with the test: no `destroy` (see test_reconcile.py's `deployed`)
+        es.stack.workspace.remove_stack(es.stack.name, force=True)
+
+
+def owners(kube: KubeClient, namespace: str, obj: dict[str, Any]) -> list[tuple[str, str]]:
+    """(kind, name) up the controller owner references: Pod → ReplicaSet → Deployment → …"""
+    chain = []
+    while refs := [r for r in obj["metadata"].get("ownerReferences", []) if r.get("controller")]:
+        kind, name, api = refs[0]["kind"], refs[0]["name"], refs[0]["apiVersion"]
+        chain.append((kind, name))
+        if (found := kube.get(api, kind, name, namespace)) is None:
+            break
+        obj = found
+    return chain
+
+
+def emulated_command(kube: KubeClient, namespace: str, workload: str) -> PodCommand:
+    """tests/vllm/pod.py's emulation of KServe's merge, as the rest of the vLLM tier runs it (the vendored
+    preset; our pipeline-parallel preset for a multi-node service), over our LLMInferenceService and
+    Secrets as the server stores them."""
+    isvc = kube.get(LLMISVC, "LLMInferenceService", workload, namespace)
+    assert isvc is not None, workload
+    env = isvc["spec"]["template"]["containers"][0].get("env", [])
+    manifests = {("LLMInferenceService", workload): isvc, **server_secrets(kube, namespace, env)}
+    multi_node = "worker" in isvc["spec"]
+    return kserve_command(manifests, workload, kserve_preset(PP_PRESET) if multi_node else None)
+
+
+def assert_emulation_is_kserves(emulated: PodCommand, written: PodCommand, workload: str) -> None:
+    """The emulated pod is the one KServe wrote: argv word for word, env, probes and mounts — but for the
+    model's own mount, which KServe adds from ``spec.model.uri`` (our weight cache's PVC) and pod.py does
+    not model: localize() replaces that path, so it must be where KServe put the weights."""
+    assert emulated.argv == written.argv, f"{workload}: pod.py's merge no longer gives the argv KServe writes"
+    assert emulated.env == written.env, f"{workload}: pod.py's merge no longer gives the env KServe writes"
+    assert emulated.probes == written.probes, f"{workload}: probes differ from KServe's"
+    assert written.mounts.get(MODEL_MOUNT) == "persistentVolumeClaim", (workload, written.mounts)
+    assert emulated.mounts == {k: v for k, v in written.mounts.items() if k != MODEL_MOUNT}, (
+        f"{workload}: mounts differ from KServe's: {emulated.mounts} != {written.mounts}")
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("backend", ["kserve", "vllm"])
+def test_vllm_starts_from_the_pod_the_controllers_wrote(
+        backend: str, kube: KubeClient, deployed: Deploy, vllm_venv: Path,
+        tiny_model: Path, tmp_path: Path) -> None:  # fmt: skip
+    marker = tmp_path / "ran"
+    model = chat_model(marker)
+    serving = deployed(backend, [model])
+    workload = names.workload(model["name"])
+    pods = wait(f"the pods of {workload}", pods_of(kube, serving, model["name"]))
+    pod = pods[0]
+    chain = owners(kube, serving, pod)
+    writer = f"{workload}-kserve" if backend == "kserve" else workload
+    assert [k for k, _ in chain][:2] == ["ReplicaSet", "Deployment"] and chain[1][1] == writer, chain
+    if backend == "kserve":
+        assert chain[2:] == [("LLMInferenceService", workload)], chain
+
+    cmd = pod_process(kube, serving, pod["spec"])
+    if backend == "kserve":
+        assert_emulation_is_kserves(emulated_command(kube, serving, workload), cmd, workload)
+    t = time.monotonic()
+    try:
+        server = run_pod(cmd, venv=vllm_venv, model_dir=tiny_model, workdir=tmp_path / "pod")
+    finally:  # also when vLLM refused to start: a string that ran is the failure to report first
+        assert not marker.exists(), "a catalog string ran as a command in the pod"
+    TIMINGS[f"vllm {backend} ready"] = round(time.monotonic() - t, 1)
+    try:
+        argv = process_argv(server.process.pid)
+        assert flag_value(argv, "--chat-template") == HOSTILE_TEMPLATE.format(marker=marker)
+        assert flag_value(argv, "--override-generation-config") == GENERATION
+        assert json.loads(flag_value(argv, "--speculative-config")) == NGRAM
+        assert flag_value(argv, "--served-model-name") == model["servedName"]
+
+        assert httpx.get(f"{server.url}/v1/models", timeout=10).status_code == 401  # the Secret's key guards it
+        listed = httpx.get(f"{server.url}/v1/models", headers=server.headers(), timeout=10)
+        assert listed.status_code == 200, listed.text
+        ids = [m["id"] for m in listed.json()["data"]]
+        assert ids[0] == model["servedName"], ids
+
+        served = model["servedName"]
+        before = _drafts(server.url, served)
+        done = httpx.post(f"{server.url}/v1/completions", headers=server.headers(), timeout=300,
+                          json={"model": served, "prompt": REPETITIVE_PROMPT, "max_tokens": 24,
+                                "temperature": 0, "ignore_eos": True})  # fmt: skip
+        assert done.status_code == 200, done.text
+        assert _drafts(server.url, served) > before, "vLLM served without drafting: speculative decoding is off"
+        assert not marker.exists(), "a catalog string ran as a command in the pod"
+    finally:
+        server.stop()
+        print(f"timings ({backend}): {json.dumps(TIMINGS)}")  # for the notes (pytest -s)
+
+
+def _drafts(url: str, served: str) -> float:
+    """Drafts the speculative decoder made so far (0 before vLLM has exported the counter)."""
+    metrics = parse_metrics(httpx.get(f"{url}/metrics", timeout=10).text)
+    if "vllm:spec_decode_num_drafts_total" not in metrics:
+        return 0.0
+    return sample(metrics, "vllm:spec_decode_num_drafts_total", model_name=served)
+
+
+def test_pod_py_emulation_is_the_pod_kserve_writes_for_every_profile(
+        kube: KubeClient, deployed: Deploy, tmp_path: Path) -> None:  # fmt: skip
+    """Every profile of the controllers tier (single GPU with hostile extraArgs, tensor parallel with
+    n-gram speculative decoding, multi-node on our pipeline-parallel preset, the dev CPU models):
+    pod.py's merge gives the pod KServe wrote, Deployment or LeaderWorkerSet leader. No vLLM runs."""
+    models = reconcile_catalog(tmp_path / "ran")
+    serving = deployed("kserve", models)
+    # The operator's Hugging Face token Secret (hfTokenSecret), which the kubelet needs to start the pod.
+    kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": LLAMA_405B["hfTokenSecret"],
+                 "namespace": serving}, "stringData": {"HF_TOKEN": "hf-test-token"}})  # fmt: skip
+    for m in models:
+        workload = names.workload(m["name"])
+        if m.get("nodeCount", 1) > 1:
+            lws = wait(f"KServe's LeaderWorkerSet of {workload}",
+                       partial(kube.get, LWS, "LeaderWorkerSet", f"{workload}-kserve-mn", serving))
+            spec = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+        else:
+            dep = wait(f"KServe's Deployment of {workload}",
+                       partial(kube.get, "apps/v1", "Deployment", f"{workload}-kserve", serving))
+            spec = dep["spec"]["template"]["spec"]
+        assert_emulation_is_kserves(emulated_command(kube, serving, workload), pod_process(kube, serving, spec),
+                                    workload)  # fmt: skip
+    assert not (tmp_path / "ran").exists()
