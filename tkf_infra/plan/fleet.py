@@ -27,6 +27,7 @@ from tkf_infra.config.quantity import cpu_text, gib_text
 from tkf_infra.hub.lock import Lock
 from tkf_infra.plan import admission as adm
 from tkf_infra.plan.layout import Demand, PoolLayout, SliceDemand, plan_mig, prove_time_slicing
+from tkf_infra.plan.lora import adapter_problems
 from tkf_infra.plan.pools import PoolFacts, PoolProblem, resolve_pool
 from tkf_infra.plan.share import Share, ShareProblem, context_gib, size_share
 from tkf_infra.sizing.arch import parse_arch
@@ -242,6 +243,9 @@ def _plan_model(entry: ModelEntry, index: int, ctx: _Context) -> ModelPlan | Exc
         return leave_out(stage or Stage.LOCK, why)
     if spec := _speculative_problem(entry, facts):
         return leave_out(Stage.CATALOG, spec)
+    if bad := adapter_problems(entry, facts, ctx.lock):
+        return Exclusion(entry.name, index, Stage.LOCK if bad.missing else Stage.CATALOG,
+                         tuple(f"model {entry.name}: {r}" for r in bad.reasons))
     pool = ctx.pools.get(entry.node_pool or "")
     gpu = pool.gpu if pool is not None and not entry.is_cpu else None
     inputs = FitInputs(model=entry.name, repo=entry.repo, revision=entry.revision, facts=facts, gpu=gpu,

@@ -32,6 +32,7 @@ from tkf_infra.sizing.kv import (
     largest_fitting_len,
     recurrent_blocks,
 )
+from tkf_infra.sizing.lora import LoraReserve, lora_problems, reserve
 from tkf_infra.sizing.overheads import Activation, Batch, activation, graph_gib, non_torch_gib
 from tkf_infra.sizing.params import GIB, SizingError, SizingParams
 from tkf_infra.sizing.quant import quant_problems, quant_scheme
@@ -91,6 +92,11 @@ class Estimate(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     max_fitting_model_len: int | None = None
     cpu: bool = False
+    lora_gib: float = 0.0
+    """What LoRA reserves on the limiting rank: adapter slots, Punica metadata and its workspace
+    (tkf_infra/sizing/lora.py); 0 without `lora`. On the CPU profile: the slots in host memory."""
+    lora_host_gib: float = 0.0
+    """Host memory of the adapters vLLM keeps loaded on the CPU (`max_cpu_loras`, at most their full size)."""
 
     @property
     def bound_gap_gib(self) -> float:
@@ -130,9 +136,17 @@ def _rank_kinds(arch: Arch, rng: range, extra_layers: int, last: bool) -> tuple[
     return kinds
 
 
+def _lora(arch: Arch, architecture: str, params: SizingParams, seqs: int, mnbt: int) -> LoraReserve | None:
+    """LoRA's reservation for this row's batch (None without `lora`)."""
+    if params.lora is None:
+        return None
+    return reserve(arch, architecture, params.lora, params.tensor_parallel_size, params.pipeline_parallel_size,
+                   seqs, mnbt, _act_bytes(params))
+
+
 def _run(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max_len: int, weights: list[float],
          weights_extra: float, weights_doubts: list[Doubt], spec: tuple[str, int],
-         prefix_caching: bool | None = None) -> RowRun:
+         prefix_caching: bool | None = None, architecture: str = "") -> RowRun:
     """Everything one release row predicts; the limiting PP rank decides (vLLM takes the minimum)."""
     sh = Sharding(params.tensor_parallel_size, params.pipeline_parallel_size, params.data_parallel_size,
                   params.enable_expert_parallel)
@@ -140,6 +154,7 @@ def _run(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max_le
     kv_bytes = kv_elem_bytes(params.kv_cache_dtype, act_bytes)
     q = quant_scheme(arch.quant, params.quantization, act_bytes)
     seqs, mnbt = batch_defaults(row, gpu, params, max_len, arch)
+    lora = _lora(arch, architecture, params, seqs, mnbt)
     method, k = spec
     draft, draft_layers = draft_bytes(arch, method, sh, q)
     block = params.block_size or DEFAULT_BLOCK_SIZE
@@ -167,11 +182,12 @@ def _run(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max_le
                             row.mamba2_all_mode and bool(prefix_caching))
     bounding = central if prefix_caching is not None else stage_layouts(True, False)
     best: tuple[int, int, float, float, float] | None = None
+    lora_gib = [lora.per_stage_gib(i) + lora.workspace / GIB if lora else 0.0 for i in range(len(ranges))]
     for stage, rng in enumerate(ranges):
         w = (weights[stage] + (draft if stage == len(ranges) - 1 else 0.0) + absorbed * len(rng)) / GIB
         w += weights_extra if stage == 0 else 0.0
         graphs = graph_gib(arch, len(rng), sh, batch, params.enforce_eager)
-        avail = requested - w - act.total - non_torch - (graphs if row.graphs_reserved else 0.0)
+        avail = requested - w - act.total - non_torch - (graphs if row.graphs_reserved else 0.0) - lora_gib[stage]
         if row.reserve_includes_fragmentation:
             avail -= 0.1 * act.total  # V0 <= 0.6 kept torch's cached blocks in the measured peak
         blocks = central[stage].num_blocks(avail * GIB)
@@ -207,7 +223,8 @@ def _run(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max_le
     return RowRun(row=row.name, seqs=seqs, mnbt=mnbt, block=block, weights=w_gib, activation=act.total,
                 non_torch=non_torch, graphs=graphs, reserved=row.graphs_reserved, available=avail, layout=layout,
                 layout_low=layout_low,
-                need=need, per_token=per_token, doubts=doubts, problems=problems, context=context, warmup=warmup)
+                need=need, per_token=per_token, doubts=doubts, problems=problems, context=context, warmup=warmup,
+                lora=lora_gib[stage], lora_host=lora.host / GIB if lora else 0.0)
 
 
 def profile_activation(config: dict[str, Any], gpu: GpuSpec, params: SizingParams, row: VersionRow) -> Activation:
@@ -301,7 +318,14 @@ def _estimate(facts: ModelFacts | dict[str, Any], gpu: GpuSpec | None, params: S
             f"unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1); use maxModelLen <= {derived_len}"
         )
     if gpu is None:
-        return estimate_cpu(arch, facts, name, params, max_len, problems, warnings, choice)
+        if params.lora is None:
+            return estimate_cpu(arch, facts, name, params, max_len, problems, warnings, choice)
+        problems += lora_problems(arch, _architecture(facts))
+        est = estimate_cpu(arch, facts, name, params, max_len, problems, warnings, choice)
+        lora = _lora(arch, _architecture(facts), params, est.max_num_seqs, est.max_num_batched_tokens)
+        # On CPU the slots sit in host memory beside the weights; the KV space is fixed, so they change no KV figure.
+        return est.model_copy(update={"lora_gib": lora.per_stage_gib(0) if lora else 0.0,
+                                      "lora_host_gib": lora.host / GIB if lora else 0.0})
     return _estimate_gpu(facts, arch, gpu, params, name, max_len, problems, warnings, choice, prefix_caching)
 
 
@@ -313,7 +337,11 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
     spec = _spec(params)
     rows = engine_rows(choice, cc=gpu.cc, quantization=params.quantization, dtype=params.dtype,
                        kv_cache_dtype=params.kv_cache_dtype)
-    runs = [_run(arch, row, gpu, params, max_len, weights, extra, w_doubts, spec, prefix_caching) for row in rows]
+    architecture = _architecture(facts)
+    if params.lora is not None:
+        problems += lora_problems(arch, architecture)
+    runs = [_run(arch, row, gpu, params, max_len, weights, extra, w_doubts, spec, prefix_caching, architecture)
+            for row in rows]
     # The most conservative row when the release is unknown; rows that leave the same memory differ
     # only in how vLLM reports it, and the newest convention is the likelier one.
     least = min(r.available for r in runs)
@@ -376,5 +404,12 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
         kv_cache_tokens_bound=low.tokens(blocks_low, max_len, mnbt, tokens_rule),
         max_concurrency_bound=low.concurrency(blocks_low, max_len, mnbt),
         doubts=[d for d in doubts if d.gib > 0.005 or d.gib == 0.0], fits=not problems, problems=problems,
-        warnings=warnings, max_fitting_model_len=fit_len,
+        warnings=warnings, max_fitting_model_len=fit_len, lora_gib=run.lora, lora_host_gib=run.lora_host,
     )  # fmt: skip
+
+
+def _architecture(facts: ModelFacts | dict[str, Any]) -> str:
+    """The model class vLLM instantiates (config.json `architectures[0]`), which decides its LoRA layers."""
+    config = facts.config if isinstance(facts, ModelFacts) else facts
+    names = config.get("architectures") if isinstance(config, dict) else None
+    return str(names[0]) if isinstance(names, list) and names else ""

@@ -52,6 +52,9 @@ class RowRun(BaseModel):
     problems: list[str]
     context: float
     warmup: float
+    lora: float = 0.0
+    """LoRA's slots, metadata and workspace on the limiting rank (tkf_infra/sizing/lora.py)."""
+    lora_host: float = 0.0
 
 
 def budget_problems(run: RowRun, gpu: GpuSpec, params: SizingParams, avail: float, avail_low: float,
