@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -288,3 +289,66 @@ def test_the_size_command_shows_the_lora_line_and_its_host_memory() -> None:
     assert code == 0
     assert f"LoRA slots (4 x rank 64)        │  {est.lora_gib:.2f} GiB" in text
     assert f"keeps up to 4 adapter(s) loaded in host memory: at most {est.lora_host_gib:.2f} GiB" in text
+
+
+# --------------------------------------------------------------------------------------------
+# Serving: the weight cache downloads adapters beside the base, never the base again
+# --------------------------------------------------------------------------------------------
+
+
+def run_download(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, adapters: tuple[tuple[str, str], ...]) -> list[str]:
+    """Run the download Job's script for real, with a stand-in `hf` that records each download."""
+    import os
+    import subprocess
+
+    from components import vllm_args as va
+    from components.weight_cache import download_script
+
+    monkeypatch.setattr(va, "CACHE_MOUNT", str(tmp_path / "cache"))
+    bin_dir, log = tmp_path / "bin", tmp_path / "downloads.log"
+    bin_dir.mkdir(exist_ok=True)
+    hf = bin_dir / "hf"
+    hf.write_text(f'#!/bin/sh\necho "$2 $4" >> {log}\nmkdir -p "$6" && touch "$6/weights"\n')
+    hf.chmod(0o755)
+    script = download_script(str(CPU["repo"]), str(CPU["revision"]), adapters)
+    before = log.read_text().splitlines() if log.exists() else []
+    subprocess.run(["/bin/sh", "-c", script], check=True, capture_output=True,
+                   env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    return log.read_text().splitlines()[len(before):]
+
+
+def test_adding_an_adapter_downloads_only_that_adapter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = ("org/qwen-sql", SHA), ("org/qwen-chat", "2" * 40)
+    first = run_download(tmp_path, monkeypatch, (a,))
+    assert first == [f"{CPU['repo']} {CPU['revision']}", f"org/qwen-sql {SHA}"]
+    assert (tmp_path / "cache" / str(CPU["revision"]) / ".lora" / "org--qwen-sql" / SHA / "weights").exists()
+    assert run_download(tmp_path, monkeypatch, (a, b)) == [f"org/qwen-chat {'2' * 40}"]
+    assert run_download(tmp_path, monkeypatch, (b,)) == []
+
+
+def test_a_cache_without_adapters_keeps_its_download_script() -> None:
+    from components.weight_cache import download_script
+
+    script = download_script("org/m", SHA)
+    assert ".lora" not in script and "exit 0" in script  # the script every stack without LoRA already runs
+
+
+@pytest.mark.parametrize("backend", ["kserve", "vllm"])
+def test_both_backends_serve_the_adapters_from_the_cache_and_wait_for_them(backend: str) -> None:
+    from tests.mocks import program
+
+    lock = lock_with(adapter_facts("org/qwen-sql", str(CPU["repo"])))
+    h = program(stack_doc(with_lora(CPU, adapter("sql")), backend=backend), lock=lock)
+    assert h.error is None, h.error
+    kinds = {"LLMInferenceService", "Deployment"}
+    work = next(r for r in h.resources if r.custom and r.inputs.get("kind") in kinds)
+    pod = work.spec["template"] if backend == "kserve" else work.spec["template"]["spec"]
+    main = next(c for c in pod["containers"] if c["name"] == "main")
+    words = " ".join(main.get("command") or []) + " " + " ".join(main.get("args") or [])
+    path = f"/mnt/models/.lora/org--qwen-sql/{SHA}"
+    assert "--enable-lora" in words and "--max-loras" in words and f"sql-served={path}" in words
+    wait = next(c for c in pod["initContainers"] if c["name"] == "wait-for-weights")
+    assert f"/weight-cache/{CPU['revision']}/.lora/org--qwen-sql/{SHA}/.tkf-download-complete" in wait["command"][2]
+    job = next(r for r in h.resources if r.type == "kubernetes:batch/v1:Job")
+    script = job.inputs["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    assert f"org/qwen-sql --revision {SHA}" in script

@@ -13,6 +13,16 @@ rules that need more are elsewhere, each in one place:
 The vLLM flags it becomes (`--enable-lora --max-loras --max-lora-rank --max-cpu-loras --lora-modules`)
 are one row of the serving-flag table (`ServingSpec.lora`, rendered by `lora_argv`), so `extraArgs`
 cannot set any of them.
+
+Why our own flags on the kserve backend too, and never `spec.model.lora` (read at KServe v0.20.0,
+pkg/controller/v1alpha2/llmisvc/workload_lora.go): KServe fetches `hf://` adapters with its storage
+initializer into `/mnt/lora` on every pod start (lines 41, 95-100, 125-135; workload_storage.go:127),
+outside our weight cache, so they would be downloaded again by each pod and not be covered by the
+download Job's failure reporting; it registers each adapter under a second name,
+`publishers/<namespace>/models/<name>` (line 167), which the served-name rule and the gateway would not
+know of; and it passes `--max-loras` / `--max-lora-rank` only when set (lines 244-258). It steps aside
+when the container's args already carry `--lora-modules` (lines 195-199), which ours do, so one
+rendering serves both backends with exactly the flags the fit check sized.
 """
 
 from __future__ import annotations
