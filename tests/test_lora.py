@@ -352,3 +352,39 @@ def test_both_backends_serve_the_adapters_from_the_cache_and_wait_for_them(backe
     job = next(r for r in h.resources if r.type == "kubernetes:batch/v1:Job")
     script = job.inputs["spec"]["template"]["spec"]["containers"][0]["command"][2]
     assert f"org/qwen-sql --revision {SHA}" in script
+
+
+# --------------------------------------------------------------------------------------------
+# Gateway: one model_list entry per adapter; endpoints list adapters under their base
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_gateway_gets_one_entry_per_adapter_at_the_base_url_and_the_base_price_unless_its_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    import pulumi
+
+    from tests.mocks import program
+
+    exported: dict[str, Any] = {}
+    monkeypatch.setattr(pulumi, "export", lambda name, value: exported.__setitem__(name, value))
+    priced = adapter("chat", repo="org/qwen-chat", revision="2" * 40,
+                     cost={"inputPerToken": 3e-6, "outputPerToken": 4e-6})
+    base = {**with_lora(CPU, adapter("sql"), priced), "cost": {"inputPerToken": 1e-6, "outputPerToken": 2e-6}}
+    lock = lock_with(adapter_facts("org/qwen-sql", str(CPU["repo"])),
+                     adapter_facts("org/qwen-chat", str(CPU["repo"]), revision="2" * 40))
+    h = program(stack_doc(base), lock=lock)
+    assert h.error is None, h.error
+    models = {m["model_name"]: m for m in exported["gatewayModelList"]}
+    assert list(models) == ["qwen2.5-0.5b", "sql-served", "chat-served"]
+    url = models["qwen2.5-0.5b"]["litellm_params"]["api_base"]
+    for served, price in (("sql-served", (1e-6, 2e-6)), ("chat-served", (3e-6, 4e-6))):
+        m = models[served]
+        assert m["litellm_params"] == {"model": f"openai/{served}", "api_base": url,
+                                       "api_key": models["qwen2.5-0.5b"]["litellm_params"]["api_key"]}
+        assert (m["model_info"]["input_cost_per_token"], m["model_info"]["output_cost_per_token"]) == price
+        assert set(m["model_info"]) == set(models["qwen2.5-0.5b"]["model_info"])
+    assert models["sql-served"]["model_info"]["id"] == "tiny/sql"
+    ep = exported["endpoints"]["qwen2.5-0.5b"]
+    assert ep["adapters"] == [{"name": "sql", "servedName": "sql-served", "model": f"org/qwen-sql@{SHA}"},
+                              {"name": "chat", "servedName": "chat-served", "model": f"org/qwen-chat@{'2' * 40}"}]
+    assert set(exported["endpoints"]) == {"qwen2.5-0.5b"}  # adapters are listed under their base, not beside it
