@@ -1,7 +1,7 @@
 """A LoRA adapter for real: made locally over the tiny Qwen2, served from the rendered pod, reached by name
 through the LiteLLM proxy, and answering differently from its base.
 
-The dev stack's tool-calling model gets a `lora` block with one adapter. The adapter is made here
+The dev stack's tool-calling model gets a `lora` block with one adapter, on each backend. The adapter is made here
 (tests/vllm/tiny_lora.py, over tests/vllm/tiny_model.py's shapes) and recorded in the project copy's
 models.lock.json from its own adapter_config.json, as `lock --adapter` would; its pinned revision is
 the SHA-1 of its files (it has no Hub commit). It sits where the download Job puts an adapter, under
@@ -53,22 +53,24 @@ def adapter(vllm_venv: Path, tiny_model: Path, tier_dir: Path) -> AdapterFacts:
                         source="made locally by tests/vllm/tiny_lora.py; revision = SHA-1 of its files")
 
 
-@pytest.fixture(scope="module")
-def lora_stack(stacks: Stacks, adapter: AdapterFacts) -> RenderedStack:
-    """The dev stack (vllm backend) with the tool model serving the adapter."""
+@pytest.fixture(scope="module", params=["vllm", "kserve"])
+def lora_stack(request: pytest.FixtureRequest, stacks: Stacks, adapter: AdapterFacts) -> RenderedStack:
+    """The dev stack with the tool model serving the adapter, per backend (the kserve one run as KServe's
+    preset runs our args: tests/vllm/pod.py `kserve_command`)."""
+    backend = str(request.param)
     models = priced_catalog()
     for m in models:
         if m["name"] == TOOL_MODEL:
             m["lora"] = {"maxAdapters": 1, "maxRank": 8, "adapters": [
                 {"name": "sql", "repo": adapter.repo, "revision": adapter.revision, "servedName": ADAPTER_SERVED,
                  "cost": ADAPTER_PRICE}]}
-    return render_stack("vllm", stacks.workdir / "stack-vllm-lora", models=models, adapters=[adapter])
+    return render_stack(backend, stacks.workdir / f"stack-{backend}-lora", models=models, adapters=[adapter])
 
 
 @pytest.fixture(scope="module")
 def lora_pod(pods: PodServers, lora_stack: RenderedStack) -> Iterator[RunningPod]:
     pods.close()  # one vLLM at a time on this machine
-    pod = pods.start(lora_stack, TOOL_MODEL, "pod-vllm-lora")
+    pod = pods.start(lora_stack, TOOL_MODEL, f"pod-{lora_stack.backend}-lora")
     try:
         yield pod
     finally:
@@ -97,7 +99,7 @@ def test_the_adapter_answers_by_its_name_through_the_gateway_and_differs_from_th
     assert {m["id"] for m in listed.json()["data"]} == {served, ADAPTER_SERVED}
     direct_base, direct_adapter = (_complete(lora_pod.server.url, m, key) for m in (served, ADAPTER_SERVED))
     assert direct_base != direct_adapter, "the adapter's weights change the output"
-    with run_gateway(lora_pod, tier_dir / "gateway-lora") as gw:
+    with run_gateway(lora_pod, tier_dir / f"gateway-{lora_pod.backend}-lora") as gw:
         for model, want, price in ((served, direct_base, PRICES[TOOL_MODEL]), (ADAPTER_SERVED, direct_adapter,
                                                                                ADAPTER_PRICE)):
             r = gw.post("/v1/completions", {"model": model, "prompt": "The quick brown fox", "max_tokens": 16,
