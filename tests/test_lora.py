@@ -388,3 +388,21 @@ def test_the_gateway_gets_one_entry_per_adapter_at_the_base_url_and_the_base_pri
     assert ep["adapters"] == [{"name": "sql", "servedName": "sql-served", "model": f"org/qwen-sql@{SHA}"},
                               {"name": "chat", "servedName": "chat-served", "model": f"org/qwen-chat@{'2' * 40}"}]
     assert set(exported["endpoints"]) == {"qwen2.5-0.5b"}  # adapters are listed under their base, not beside it
+
+
+def test_a_refused_model_is_not_kept_at_its_last_settings_when_its_adapter_name_is_now_anothers() -> None:
+    """Keeping a refused model at its last deployed settings (plan._keep_last_good) must not publish an
+    adapter's served name that a model of the new catalog now serves: the gateway would get two of it."""
+    lock = lock_with(adapter_facts("org/qwen-sql", str(CPU["repo"])))
+    last = ModelEntry.model_validate(with_lora(CPU, adapter("sql")))
+    previous = {"tiny": last.model_dump(by_alias=True, mode="json", exclude_none=True)}
+    refused = {**with_lora(CPU, adapter("sql", servedName="sql-v2")), "maxModelLen": 65536}  # beyond its positions
+    taker = {**CPU, "name": "other", "servedName": "sql-served"}
+    fleet = plan_fleet(validate_catalog(stack_doc(refused, taker)), lock=lock, previous=previous)
+    assert fleet.deployed == {"other"}
+    (x,) = fleet.excluded
+    assert x.name == "tiny" and x.stage is Stage.FIT and not x.kept
+    # Without the clash it is kept, adapters and all.
+    fleet = plan_fleet(validate_catalog(stack_doc(refused, {**taker, "servedName": "free"})), lock=lock,
+                       previous=previous)
+    assert fleet.deployed == {"tiny", "other"} and fleet.excluded[0].kept

@@ -272,7 +272,7 @@ def _keep_last_good(excluded: list[Exclusion], planned: list[ModelPlan], previou
     model as before; only refused entries are kept.
     """
     names = {m.entry.name for m in planned}
-    served = {m.entry.served_name for m in planned}
+    served = {n for m in planned for n in _client_names(m.entry)}
     out: list[Exclusion] = []
     for x in excluded:
         raw = previous.get(x.name)
@@ -282,13 +282,18 @@ def _keep_last_good(excluded: list[Exclusion], planned: list[ModelPlan], previou
                 kept = _plan_model(ModelEntry.model_validate(raw), x.index, ctx)
             except ValidationError:
                 kept = None
-        if isinstance(kept, ModelPlan) and kept.entry.served_name not in served:
+        if isinstance(kept, ModelPlan) and not served & _client_names(kept.entry):
             planned.append(kept)
             names.add(kept.entry.name)
-            served.add(kept.entry.served_name)
+            served |= _client_names(kept.entry)
             x = replace(x, kept=True)
         out.append(x)
     return out
+
+
+def _client_names(entry: ModelEntry) -> set[str]:
+    """Every model name clients may send to this entry: its served name and its LoRA adapters'."""
+    return {entry.served_name, *(a.served_name for a in (entry.lora.adapters if entry.lora else ()))}
 
 
 def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] | None = None,
