@@ -18,7 +18,7 @@ from tkf_infra.config.lora import MAX_LORA_RANKS, AdapterEntry
 from tkf_infra.hub.lock import Lock
 from tkf_infra.sizing.adapter_facts import AdapterFacts
 from tkf_infra.sizing.facts import ModelFacts
-from tkf_infra.sizing.lora import LORA_ARCHITECTURES, LoraArch
+from tkf_infra.sizing.lora import LORA_ARCHITECTURES, LoraArch, architecture_of
 
 #: `modules_to_save` vLLM accepts (classification heads only: peft_helper.py@v0.32.0:56-65).
 SAVABLE_MODULES = ("classifier", "score")
@@ -36,11 +36,6 @@ class AdapterProblems:
 
     missing: bool
     reasons: tuple[str, ...]
-
-
-def _architecture(base: ModelFacts) -> str:
-    names = base.config.get("architectures")
-    return str(names[0]) if isinstance(names, list) and names else ""
 
 
 def _fix_lock(a: AdapterEntry) -> str:
@@ -92,7 +87,7 @@ def adapter_problems(entry: ModelEntry, base: ModelFacts, lock: Lock) -> Adapter
     """Every problem of every adapter of `entry` on its base, each naming the adapter; None when all are fine."""
     if entry.lora is None:
         return None
-    arch_name = _architecture(base)
+    arch_name = architecture_of(base)
     la = LORA_ARCHITECTURES.get(arch_name)
     reasons: list[str] = []
     missing = False

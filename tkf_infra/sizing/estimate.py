@@ -32,7 +32,7 @@ from tkf_infra.sizing.kv import (
     largest_fitting_len,
     recurrent_blocks,
 )
-from tkf_infra.sizing.lora import LoraReserve, lora_problems, reserve
+from tkf_infra.sizing.lora import architecture_of, lora_problems, lora_reserve
 from tkf_infra.sizing.overheads import Activation, Batch, activation, graph_gib, non_torch_gib
 from tkf_infra.sizing.params import GIB, SizingError, SizingParams
 from tkf_infra.sizing.quant import quant_problems, quant_scheme
@@ -136,14 +136,6 @@ def _rank_kinds(arch: Arch, rng: range, extra_layers: int, last: bool) -> tuple[
     return kinds
 
 
-def _lora(arch: Arch, architecture: str, params: SizingParams, seqs: int, mnbt: int) -> LoraReserve | None:
-    """LoRA's reservation for this row's batch (None without `lora`)."""
-    if params.lora is None:
-        return None
-    return reserve(arch, architecture, params.lora, params.tensor_parallel_size, params.pipeline_parallel_size,
-                   seqs, mnbt, _act_bytes(params))
-
-
 def _run(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max_len: int, weights: list[float],
          weights_extra: float, weights_doubts: list[Doubt], spec: tuple[str, int],
          prefix_caching: bool | None = None, architecture: str = "") -> RowRun:
@@ -154,7 +146,7 @@ def _run(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max_le
     kv_bytes = kv_elem_bytes(params.kv_cache_dtype, act_bytes)
     q = quant_scheme(arch.quant, params.quantization, act_bytes)
     seqs, mnbt = batch_defaults(row, gpu, params, max_len, arch)
-    lora = _lora(arch, architecture, params, seqs, mnbt)
+    lora = lora_reserve(arch, architecture, params, seqs, mnbt, _act_bytes(params))
     method, k = spec
     draft, draft_layers = draft_bytes(arch, method, sh, q)
     block = params.block_size or DEFAULT_BLOCK_SIZE
@@ -320,9 +312,10 @@ def _estimate(facts: ModelFacts | dict[str, Any], gpu: GpuSpec | None, params: S
     if gpu is None:
         if params.lora is None:
             return estimate_cpu(arch, facts, name, params, max_len, problems, warnings, choice)
-        problems += lora_problems(arch, _architecture(facts))
+        problems += lora_problems(arch, architecture_of(facts))
         est = estimate_cpu(arch, facts, name, params, max_len, problems, warnings, choice)
-        lora = _lora(arch, _architecture(facts), params, est.max_num_seqs, est.max_num_batched_tokens)
+        lora = lora_reserve(arch, architecture_of(facts), params, est.max_num_seqs, est.max_num_batched_tokens,
+                            _act_bytes(params))
         # On CPU the slots sit in host memory beside the weights; the KV space is fixed, so they change no KV figure.
         return est.model_copy(update={"lora_gib": lora.per_stage_gib(0) if lora else 0.0,
                                       "lora_host_gib": lora.host / GIB if lora else 0.0})
@@ -337,7 +330,7 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
     spec = _spec(params)
     rows = engine_rows(choice, cc=gpu.cc, quantization=params.quantization, dtype=params.dtype,
                        kv_cache_dtype=params.kv_cache_dtype)
-    architecture = _architecture(facts)
+    architecture = architecture_of(facts)
     if params.lora is not None:
         problems += lora_problems(arch, architecture)
     runs = [_run(arch, row, gpu, params, max_len, weights, extra, w_doubts, spec, prefix_caching, architecture)
@@ -407,9 +400,3 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
         warnings=warnings, max_fitting_model_len=fit_len, lora_gib=run.lora, lora_host_gib=run.lora_host,
     )  # fmt: skip
 
-
-def _architecture(facts: ModelFacts | dict[str, Any]) -> str:
-    """The model class vLLM instantiates (config.json `architectures[0]`), which decides its LoRA layers."""
-    config = facts.config if isinstance(facts, ModelFacts) else facts
-    names = config.get("architectures") if isinstance(config, dict) else None
-    return str(names[0]) if isinstance(names, list) and names else ""

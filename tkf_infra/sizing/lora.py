@@ -41,9 +41,11 @@ other refuses a `lora` block by name rather than guessing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tkf_infra.sizing.arch import Arch, pp_layer_ranges
-from tkf_infra.sizing.params import GIB, LoraSlots, SizingError
+from tkf_infra.sizing.facts import ModelFacts
+from tkf_infra.sizing.params import GIB, LoraSlots, SizingError, SizingParams
 
 #: vLLM refuses LoRA on an output layer with a larger vocabulary (vllm/lora/layers/logits_processor.py@v0.32.0:90-92).
 MAX_LORA_VOCAB = 258048
@@ -156,3 +158,19 @@ def reserve(arch: Arch, architecture: str, slots: LoraSlots, tp: int, pp: int, m
     workspace = 3 * tokens * r * 4
     one_adapter = arch.layers * _layer_bytes(arch, 1, r, elem_bytes) + embed + head
     return LoraReserve(tuple(per_stage), float(metadata), float(workspace), slots.cpu_adapters * one_adapter)
+
+
+def architecture_of(facts: ModelFacts | dict[str, Any]) -> str:
+    """The model class vLLM instantiates (config.json `architectures[0]`), which decides its LoRA layers."""
+    config = facts.config if isinstance(facts, ModelFacts) else facts
+    names = config.get("architectures") if isinstance(config, dict) else None
+    return str(names[0]) if isinstance(names, list) and names else ""
+
+
+def lora_reserve(arch: Arch, architecture: str, params: SizingParams, max_num_seqs: int, max_num_batched_tokens: int,
+                 elem_bytes: float) -> LoraReserve | None:  # fmt: skip
+    """What `params.lora` reserves at this batch (None without `lora`): the estimate's one entry point."""
+    if params.lora is None:
+        return None
+    return reserve(arch, architecture, params.lora, params.tensor_parallel_size, params.pipeline_parallel_size,
+                   max_num_seqs, max_num_batched_tokens, elem_bytes)
