@@ -102,6 +102,8 @@ def _weight_caches(plan: FleetPlan, provider: k8s.Provider, namespace: pulumi.Re
                 consumers=tuple(m.entry.name for m in users), prune=s.serving.prune_weight_cache,
                 protect=s.serving.protect, skip_await=s.cluster.skip_await,
                 await_download=s.awaits_weight_download,
+                adapters=tuple(sorted({(a.repo, a.revision) for m in users if m.entry.lora
+                                       for a in m.entry.lora.adapters})),
             ),
             opts=pulumi.ResourceOptions(providers=[provider], depends_on=[namespace]),
         )  # fmt: skip

@@ -16,6 +16,7 @@ import pulumi_kubernetes as k8s
 
 from components import vllm_args as va
 from components.argv_layers import ArgvPath, encode
+from tkf_infra import names
 from tkf_infra.config import ModelEntry, Serving
 from tkf_infra.config.flags import rows
 from tkf_infra.names import METRICS_PORT, SERVING_PORT
@@ -145,13 +146,18 @@ def volumes(e: ModelEntry, cache_pvc: str | None) -> list[core.VolumeArgs]:
     return vols
 
 
-def wait_for_weights(cache: CacheRef, image_ref: str) -> core.ContainerArgs:
-    """Init container: block until the download Job has written the revision's marker."""
+def wait_for_weights(cache: CacheRef, image_ref: str, entry: ModelEntry | None = None) -> core.ContainerArgs:
+    """Init container: block until the download Job has written the revision's marker (and each of the
+    entry's LoRA adapters' markers: vLLM loads `--lora-modules` at start-up and fails on a missing one)."""
     marker = f"{va.CACHE_MOUNT}/{cache.subpath}/{va.MARKER_FILE}"
+    waits = [f'until [ -f "{marker}" ]; do echo "waiting for {marker} (Job fills PVC {cache.pvc_name})"; sleep 10; '
+             "done"]
+    for a in entry.lora.adapters if entry is not None and entry.lora else ():
+        am = f"{va.CACHE_MOUNT}/{cache.subpath}/{names.adapter_dir(a.repo, a.revision)}/{va.MARKER_FILE}"
+        waits.append(f'until [ -f "{am}" ]; do echo "waiting for adapter {a.name}: {am}"; sleep 10; done')
     return core.ContainerArgs(
         name="wait-for-weights", image=image_ref,
-        command=["/bin/sh", "-c", f'until [ -f "{marker}" ]; do echo "waiting for {marker} (Job fills PVC '
-                 f'{cache.pvc_name})"; sleep 10; done'],
+        command=["/bin/sh", "-c", "; ".join(waits)],
         volume_mounts=[core.VolumeMountArgs(name="weight-cache", mount_path=va.CACHE_MOUNT, read_only=True)],
         resources=core.ResourceRequirementsArgs(requests={"cpu": "10m", "memory": "16Mi"}, limits={"memory": "64Mi"}),
         security_context=container_security(),
@@ -214,7 +220,7 @@ def pod_spec(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.PodSpec
     return core.PodSpecArgs(
         containers=[container(p, kserve=kserve, leader=leader),
                     *([metrics_container(p, kserve=kserve)] if leader else [])],
-        init_containers=[wait_for_weights(p.cache, va.image(e, p.serving))] if p.cache else None,
+        init_containers=[wait_for_weights(p.cache, va.image(e, p.serving), e)] if p.cache else None,
         volumes=volumes(e, p.cache.pvc_name if p.cache else None),
         security_context=pod_security(),
         automount_service_account_token=False,

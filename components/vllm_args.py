@@ -28,10 +28,9 @@ from components.argv_layers import ArgvPath, env_reference, shell_line
 from tkf_infra.config import ModelEntry, Serving
 from tkf_infra.config.flags import KServe, rows
 from tkf_infra.names import METRICS_PORT, SERVING_PORT
+from tkf_infra.names import MODEL_MOUNT as MODEL_MOUNT  # where KServe mounts the model; the vllm backend too
 from tkf_infra.sizing.params import GIB, MIB
 
-#: Where KServe mounts the model (``pvc://`` / storage-initializer); the vllm backend uses the same.
-MODEL_MOUNT = "/mnt/models"
 #: Where the wait-for-weights init container sees the whole weight-cache PVC.
 CACHE_MOUNT = "/weight-cache"
 #: Written by the download Job after a complete download of one revision; serving pods wait for it.

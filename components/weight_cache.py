@@ -75,6 +75,8 @@ class WeightCacheArgs:
     """No controllers run on the target (test API servers): do not wait for the PVC to bind."""
     await_download: bool = False
     """Wait for the download Job in ``up`` (see the module docstring)."""
+    adapters: tuple[tuple[str, str], ...] = ()
+    """LoRA adapters (repo, revision) of the models served from these weights, downloaded beside them."""
 
 
 def pvc_size_gib(weight_bytes: int, headroom: float) -> int:
@@ -89,11 +91,39 @@ def download_timeout_seconds(weight_bytes: int) -> int:
     return int(download + backoff + DOWNLOAD_START_SECONDS)
 
 
-def download_script(repo: str, revision: str) -> str:
-    """Idempotent: a completed revision has its marker and is skipped; partial downloads resume."""
+def adapter_marker(revision: str, adapter_repo: str, adapter_revision: str) -> str:
+    """The marker of one LoRA adapter's complete download, inside its base's revision directory."""
+    return f"{va.CACHE_MOUNT}/{revision}/{names.adapter_dir(adapter_repo, adapter_revision)}/{va.MARKER_FILE}"
+
+
+def download_script(repo: str, revision: str, adapters: tuple[tuple[str, str], ...] = ()) -> str:
+    """Idempotent: a completed revision has its marker and is skipped; partial downloads resume.
+
+    With LoRA adapters (repo, revision), each is downloaded after the base into the base's directory
+    (`names.adapter_dir`), with a marker of its own: adding or removing an adapter changes this script,
+    so the Job runs again, finds the base's marker and the kept adapters' markers, and downloads only
+    the new adapter — never the base again. Without adapters the script is the one it always was, so
+    stacks without LoRA see no change to their Jobs."""
     dest = f"{va.CACHE_MOUNT}/{revision}"
     marker = f"{dest}/{va.MARKER_FILE}"
     q = shlex.quote
+    if adapters:
+        lines = ["set -eu",
+                 "if command -v hf >/dev/null 2>&1; then CLI='hf download'; else CLI='huggingface-cli download'; fi",
+                 f"if [ -f {q(marker)} ]; then echo 'already downloaded: {repo}@{revision}'; else",
+                 f"  mkdir -p {q(dest)}",
+                 f"  $CLI {q(repo)} --revision {q(revision)} --local-dir {q(dest)}",
+                 f"  echo {q(f'{repo}@{revision}')} > {q(marker)}",
+                 "fi"]
+        for a_repo, a_rev in adapters:
+            a_marker = adapter_marker(revision, a_repo, a_rev)
+            a_dest = a_marker.rsplit("/", 1)[0]
+            lines += [f"if [ -f {q(a_marker)} ]; then echo 'already downloaded: {a_repo}@{a_rev}'; else",
+                      f"  mkdir -p {q(a_dest)}",
+                      f"  $CLI {q(a_repo)} --revision {q(a_rev)} --local-dir {q(a_dest)}",
+                      f"  echo {q(f'{a_repo}@{a_rev}')} > {q(a_marker)}",
+                      "fi"]
+        return "\n".join(lines)
     return "\n".join([
         "set -eu",
         f"if [ -f {q(marker)} ]; then echo 'already downloaded: {repo}@{revision}'; exit 0; fi",
@@ -167,7 +197,7 @@ class WeightCache(pulumi.ComponentResource):
                         containers=[core.ContainerArgs(
                             name="download",
                             image=args.image,
-                            command=["/bin/sh", "-c", download_script(args.repo, args.revision)],
+                            command=["/bin/sh", "-c", download_script(args.repo, args.revision, args.adapters)],
                             env=env,
                             resources=core.ResourceRequirementsArgs(requests={"cpu": "1", "memory": "2Gi"},
                                                                     limits={"memory": "4Gi"}),

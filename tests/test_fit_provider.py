@@ -65,7 +65,7 @@ def test_a_fit_publishes_its_figures_under_documented_keys() -> None:
     figures = result.published()
     assert set(figures) == {"fits", "weightsGiB", "kvCacheGiB", "kvCacheTokens", "maxConcurrency",
                             "maxFittingModelLen", "kvCacheGiBBound", "kvCacheTokensBound", "maxConcurrencyBound",
-                            "vllmProfile", "uncertainty", "warnings"}
+                            "vllmProfile", "loraGiB", "uncertainty", "warnings"}
     assert int(str(figures["kvCacheTokensBound"])) <= int(str(figures["kvCacheTokens"]))
     assert 14.9 < float(str(figures["weightsGiB"])) < 15.1
     assert result.annotations()["tkf.io/fit-kv-cache-tokens"] == str(result.kv_cache_tokens)

@@ -139,3 +139,19 @@ def weight_cache(repo: str, revision: str) -> str:
 
 def weight_download_job(repo: str, revision: str) -> str:
     return _check(f"{weight_cache(repo, revision)}-download")
+
+
+#: Where the serving pod sees its model's revision directory (KServe's `pvc://` mount; the vllm backend uses the same).
+MODEL_MOUNT = "/mnt/models"
+#: The directory, inside a base model's revision directory of the weight cache, that holds its LoRA adapters.
+LORA_DIR = ".lora"
+
+
+def adapter_dir(repo: str, revision: str) -> str:
+    """Where one adapter `repo@revision` lives, relative to its base's revision directory.
+
+    The download Job writes it there and `--lora-modules` points vLLM at it: inside the base's
+    directory because the pod mounts only that (`pvc://<pvc>/<base revision>`); a dot directory so
+    the base's own loader, which reads the top level, never sees it; repo and commit in the path so
+    two adapters never share one, and a new revision is a new directory."""
+    return f"{LORA_DIR}/{repo.replace('/', '--')}/{revision}"

@@ -92,11 +92,36 @@ def gateway_model(entry: ModelEntry, namespace: str, api_key_env: str) -> dict[s
     }
 
 
+def gateway_adapter_models(entry: ModelEntry, namespace: str, api_key_env: str) -> list[dict[str, Any]]:
+    """One `model_list` entry per LoRA adapter of `entry`: the base's entry (same base URL, key and limits)
+    under the adapter's served name — vLLM routes a request to the adapter by that name — at the
+    adapter's price, or the base's when it sets none."""
+    out = []
+    for a in entry.lora.adapters if entry.lora else ():
+        base = gateway_model(entry, namespace, api_key_env)
+        cost = a.cost or entry.cost
+        base["model_name"] = a.served_name
+        base["litellm_params"]["model"] = f"{LITELLM_PROVIDER[entry.mode]}/{a.served_name}"
+        base["model_info"].update(id=f"{entry.name}/{a.name}", input_cost_per_token=cost.input_per_token,
+                                  output_cost_per_token=cost.output_per_token)
+        out.append(base)
+    return out
+
+
+def adapters_output(entry: ModelEntry) -> dict[str, Any]:
+    """`adapters` of an endpoint with LoRA adapters: each adapter under its base (no key without `lora`)."""
+    if entry.lora is None:
+        return {}
+    return {"adapters": [{"name": a.name, "servedName": a.served_name, "model": a.ref} for a in entry.lora.adapters]}
+
+
 def gateway_model_list(catalog: Catalog, deployed: set[str] | None = None) -> list[dict[str, Any]]:
-    """The LiteLLM model list of the deployed entries (all valid entries when `deployed` is None)."""
+    """The LiteLLM model list of the deployed entries (all valid entries when `deployed` is None), each
+    followed by its LoRA adapters."""
     ns = catalog.settings.namespaces.serving
-    models = [gateway_model(m, ns, catalog.settings.serving.api_key_env) for m in catalog.models
-              if deployed is None or m.name in deployed]
+    env = catalog.settings.serving.api_key_env
+    models = [g for m in catalog.models if deployed is None or m.name in deployed
+              for g in (gateway_model(m, ns, env), *gateway_adapter_models(m, ns, env))]
     names = [m["model_name"] for m in models]
     if len(names) != len(set(names)):  # the catalog already refuses this; never publish it
         raise ValueError(f"duplicate model_name in gateway model list: {sorted(names)}")
@@ -167,7 +192,8 @@ def export_outputs(plan: FleetPlan, api_keys: ApiKeys | None = None) -> None:
     catalog = plan.catalog
     ns = catalog.settings.namespaces.serving
     endpoints = {m.entry.served_name: {**endpoint(m.entry, ns), "fit": m.fit.published(), **share_output(plan, m),
-                                       **footprint_output(plan, m), **scaling_output(m)}
+                                       **footprint_output(plan, m), **scaling_output(m),
+                                       **adapters_output(m.entry)}
                  for m in plan.models}  # fmt: skip
     pulumi.export(CONTRACT_VERSION_OUTPUT, CONTRACT_VERSION)
     pulumi.export(ENDPOINTS_OUTPUT, endpoints)

@@ -52,7 +52,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def _server_order(item: pytest.Item) -> int:
     """0: tests on the kserve pod; 1: the vllm pod; 2: the key rotation (starts from the vllm pod, stops it);
-    3: tests starting the embedding model's pod."""
+    3: tests starting the embedding model's pod; 4: the LoRA stack's pod (test_lora_serving.py)."""
+    if "test_lora_serving" in item.nodeid:
+        return 4
     callspec = getattr(item, "callspec", None)
     if "kserve_pod" in getattr(item, "fixturenames", ()) or (callspec and "kserve" in callspec.params.values()):
         return 0

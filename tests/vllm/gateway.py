@@ -41,9 +41,11 @@ def run_gateway(pod: RunningPod, workdir: Path, *, api_base: str | None = None,
     (or on ``api_base``: a stand-in for the alias Service), holding the pod's key (or ``api_key``)
     in the variable the stack's ``apiKeyEnv`` names, as the gateway's Secret would."""
     config = yaml.safe_load(pod.stack.gateway_config.read_text())
-    (ours,) = [m for m in config["model_list"] if m["model_name"] == pod.endpoint["servedName"]]
-    assert ours["litellm_params"]["api_base"] == pod.endpoint["baseUrl"]
-    ours["litellm_params"]["api_base"] = api_base or f"{pod.server.url}/v1"
+    # The model's entry and its LoRA adapters' (same base URL): all point at this pod.
+    ours = [m for m in config["model_list"] if m["litellm_params"]["api_base"] == pod.endpoint["baseUrl"]]
+    assert pod.endpoint["servedName"] in [m["model_name"] for m in ours]
+    for m in ours:
+        m["litellm_params"]["api_base"] = api_base or f"{pod.server.url}/v1"
     workdir.mkdir(parents=True)
     (workdir / "litellm.yaml").write_text(yaml.safe_dump(config))
     master_key = "sk-" + secrets.token_hex(32)

@@ -160,7 +160,8 @@ def sidecar_command(manifests: Manifests, workload: str, name: str = "metrics") 
 
 def localize(cmd: PodCommand, *, model_dir: Path, port: int, scratch: Path) -> tuple[list[str], dict[str, str]]:
     """argv and env to run the pod's process on this host. The only substitutions are the model
-    path and the port (each must occur exactly once, as a ``vllm serve`` argument); the pod's emptyDir
+    path and the port (each must occur exactly once, as a ``vllm serve`` argument; LoRA adapters' paths
+    under the model's mount follow the model); the pod's emptyDir
     mounts become fresh directories under ``scratch`` (env values pointing into them follow, and
     ``TMPDIR`` stands for the ``/tmp`` mount, which a host process cannot get otherwise)."""
     serve_model = re.compile(rf"(?<=\bserve ){re.escape(MODEL_MOUNT)}(?=[\s\\]|$)")
@@ -174,6 +175,7 @@ def localize(cmd: PodCommand, *, model_dir: Path, port: int, scratch: Path) -> t
             continue
         arg, n_model = serve_model.subn(str(model_dir), arg)
         arg, n_port = port_flag.subn(str(port), arg)
+        arg = arg.replace(f"={MODEL_MOUNT}/", f"={model_dir}/")  # LoRA adapters: `--lora-modules name=<mount>/...`
         hits["model"] += n_model
         hits["port"] += n_port
         argv.append(arg)

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,9 @@ from typing import Any
 import yaml
 
 from tests.engine_fixtures import copy_project, dev_config
+from tkf_infra.hub.lock import load_lock
 from tkf_infra.ops.stacks import DEV_PASSPHRASE, pulumi_home
+from tkf_infra.sizing.adapter_facts import AdapterFacts
 
 #: A model served in embedding mode (same weights as the dev chat model): the dev catalog has none.
 EMBEDDING_MODEL = "qwen-embed-0-5b"
@@ -64,15 +67,22 @@ def priced_catalog() -> list[dict[str, Any]]:
     return [dict(m, cost=PRICES[m["name"]]) for m in [*models, embed]]
 
 
-def render_stack(backend: str, workdir: Path, secrets: dict[str, str] | None = None) -> RenderedStack:
+def render_stack(backend: str, workdir: Path, secrets: dict[str, str] | None = None,
+                 models: list[dict[str, Any]] | None = None, adapters: Sequence[AdapterFacts] = ()) -> RenderedStack:
     """``up`` the dev stack (render mode) with ``serving.backend`` set; read outputs and gateway config.
-    ``secrets``: stack secrets set (``pulumi config set --secret``) before the first ``up``."""
+    ``secrets``: stack secrets set (``pulumi config set --secret``) before the first ``up``. ``models``:
+    another catalog (default `priced_catalog`); ``adapters``: LoRA adapter facts added to the copy's lock."""
     root = copy_project(workdir / "project")
+    if adapters:
+        lock = load_lock(root / "models.lock.json")
+        for facts in adapters:
+            lock.put_adapter(facts)
+        lock.save(root / "models.lock.json")
     doc = dev_config()
     config = doc["config"]
     config["tkf-infra:cluster"]["renderDir"] = str(workdir / "rendered")
     config["tkf-infra:serving"]["backend"] = backend
-    config["tkf-infra:models"] = priced_catalog()
+    config["tkf-infra:models"] = models if models is not None else priced_catalog()
     (root / "Pulumi.dev.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     (workdir / "state").mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PULUMI_CONFIG_PASSPHRASE")}

@@ -13,15 +13,13 @@ from enum import StrEnum
 from pydantic import Field, field_validator, model_validator
 
 from tkf_infra.config import kube_syntax as ks
-from tkf_infra.config.base import SettingsModel
-from tkf_infra.config.flags import HF_REPO_RE, ServingSpec, extra_args_dests, extra_args_problems
+from tkf_infra.config.flags import ServingSpec, extra_args_dests, extra_args_problems
+from tkf_infra.config.identity import HF_REPO_RE, revision_problem, served_name_problem
+from tkf_infra.config.identity import Cost as Cost  # re-exported: tkf_infra.config.Cost
 from tkf_infra.config.scaling import Scaling, entry_scaling_problem
 from tkf_infra.names import MAX_MODEL_NAME_LEN
 
-#: Unanchored: used with `fullmatch` only (kube_syntax says why).
-SHA_RE = re.compile(r"[0-9a-f]{40}")
 DNS1035_RE = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-SERVED_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
 GPU_SHARE_RE = re.compile(r"(?:whole|auto|mig:(\d+g\.\d+gb)|slice:([1-9]\d*))")
 
 
@@ -35,11 +33,6 @@ class Topology(StrEnum):
 class Backend(StrEnum):
     KSERVE = "kserve"
     VLLM = "vllm"
-
-
-class Cost(SettingsModel):
-    input_per_token: float = Field(0.0, ge=0, description="USD per input token; 0 = tracked, never limited.")
-    output_per_token: float = Field(0.0, ge=0, description="USD per output token.")
 
 
 def parallelism_problem(nodes: int, gpus: int, tp: int, pp: int, dp: int = 1) -> str | None:
@@ -131,23 +124,15 @@ class ModelEntry(ServingSpec):
     @field_validator("revision")
     @classmethod
     def _pinned_revision(cls, v: str) -> str:
-        if SHA_RE.fullmatch(v):
-            return v
-        if SHA_RE.fullmatch(v.strip()):
-            raise ValueError(f"revision {v!r} has spaces or a line break around the commit SHA; remove them")
-        if re.fullmatch(r"[0-9a-fA-F]{40}", v):
-            raise ValueError(f"revision {v!r} has upper-case letters; write the commit SHA in lower case")
-        if re.fullmatch(r"[0-9a-f]{7,39}", v):
-            raise ValueError(f"revision {v!r} is an abbreviated commit; pin the full 40-character commit SHA")
-        if re.fullmatch(r"v?\d+(\.\d+)*.*", v):
-            raise ValueError(f"revision {v!r} is a tag, which can move; pin the 40-character commit SHA")
-        raise ValueError(f"revision {v!r} is a branch, which can move; pin the 40-character commit SHA")
+        if problem := revision_problem(v):
+            raise ValueError(problem)
+        return v
 
     @field_validator("served_name")
     @classmethod
     def _served(cls, v: str) -> str:
-        if not SERVED_NAME_RE.fullmatch(v):
-            raise ValueError(f"servedName {v!r} is not allowed: use 1-128 letters, digits and . _ : / -")
+        if problem := served_name_problem(v):
+            raise ValueError(problem)
         return v
 
     @field_validator("hf_token_secret")

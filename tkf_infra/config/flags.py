@@ -19,7 +19,6 @@ import difflib
 import functools
 import json
 import math
-import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -29,6 +28,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator
 
 from tkf_infra.config.base import SettingsModel
+from tkf_infra.config.identity import HF_REPO_RE
+from tkf_infra.config.lora import LoraSpec, lora_argv
 from tkf_infra.names import SERVING_PORT
 
 
@@ -67,6 +68,9 @@ class Flag:
     fmt: Callable[[Any], str] | None = None
     words: Mapping[str, tuple[str, ...]] | None = None
     """For an enumerated field: the argv words each value becomes (the flag names included)."""
+    argv: Callable[[Any], tuple[str, ...]] | None = None
+    """For a structured field that becomes several flags (`lora`): its argv words, the flag names included;
+    `flag` and `aliases` name every flag it sets, so `extraArgs` can set none of them."""
     """How the value is written (default: str(); floats as %g)."""
 
 
@@ -89,6 +93,8 @@ class Row:
             return []
         if self.flag.words is not None:
             return list(self.flag.words[str(value)])
+        if self.flag.argv is not None:
+            return list(self.flag.argv(value))
         if value is True:
             return [self.flag.flag]
         return [self.flag.flag, self.text(value)]
@@ -123,9 +129,6 @@ MODE_WORDS: dict[str, tuple[str, ...]] = {
 def _ceil_gib(value: Any) -> str:
     return str(math.ceil(float(value)))
 
-
-#: A Hugging Face repo id, `org/name` (unanchored: used with `fullmatch` only).
-HF_REPO_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 
 #: Speculative methods the fit check sizes: MTP reuses the checkpoint's own MTP layers, EAGLE/EAGLE3
 #: add one draft decoder layer, ngram needs no GPU memory (vLLM's --speculative-config "method").
@@ -215,6 +218,13 @@ class ServingSpec(SettingsModel):
         raise ValueError(f"toolCallParser {v!r} is not a tool-call parser vLLM {TOOL_CALL_PARSERS_VLLM} knows; {hint}"
                          f"use one of: {', '.join(TOOL_CALL_PARSERS)}")
 
+    lora: Annotated[LoraSpec | None, Flag("--enable-lora", sized=True, argv=lora_argv,
+                                          aliases=("--max-loras", "--max-lora-rank", "--max-cpu-loras",
+                                                   "--lora-modules"))] = Field(
+        None, description="LoRA adapters served on this base: {maxAdapters, maxRank, maxCpuAdapters?, adapters: "
+                          "[{name, repo, revision, servedName, cost?}]}. The GPU slots vLLM reserves for "
+                          "maxAdapters adapters at maxRank are sized.")
+
     cpu_kv_cache_gib: Annotated[float, Flag(sized=True, applies=Applies.CPU, env="VLLM_CPU_KVCACHE_SPACE",
                                             fmt=_ceil_gib)] = Field(
         4.0, gt=0, le=1024, alias="cpuKvCacheGiB", description="KV cache space of the CPU profile (GiB).")
@@ -297,7 +307,16 @@ PLATFORM_FLAGS: dict[str, str] = {
     "--data-parallel-size-local": "data parallelism comes from `dataParallelSize`",
     "--quantization-config": "online quantization changes the weights the fit check sizes; set `quantization`",
     "--hf-overrides": "it changes the model config the fit check sizes from models.lock.json",
-    "--enable-lora": "LoRA adapters take GPU memory the fit check does not size",
+    # The LoRA flags a `lora` block does not set change the slots the fit check sizes (tkf_infra/sizing/lora.py).
+    "--fully-sharded-loras": "the fit check sizes vLLM's default LoRA layers (A replicated across TP); use `lora`",
+    "--lora-dtype": "the LoRA slots are sized in the model's dtype; use `lora`",
+    "--lora-target-modules": "the fit check sizes a LoRA slot on every layer vLLM supports; use `lora`",
+    "--max-lora-cls-labels": "LoRA classification heads are not sized; use `lora`",
+    "--enable-tower-connector-lora": "LoRA slots on the vision tower are not sized; use `lora`",
+    "--specialize-active-lora": "more CUDA graphs per LoRA count than the fit check sizes; use `lora`",
+    "--default-mm-loras": "adapters come from `lora.adapters`, pinned and cached",
+    "--enable-mixed-moe-lora-format": "MoE LoRA slots are not sized; use `lora` on a dense model",
+    "--enable-moe-shared-loras": "MoE LoRA slots are not sized; use `lora` on a dense model",
     "--limit-mm-per-prompt": "the multimodal encoder cache is part of what the fit check sizes",
     "--load-format": "weights are loaded from the weight cache in the format the fit check sized",
     "--cpu-offload-params": "offloading changes the weights on the GPU, which the fit check sizes",

@@ -176,7 +176,7 @@ def _cross_entry_rules(settings: StackSettings, pools: list[NodePool], bad_pools
     cpu_release = image_version(settings.serving.vllm_cpu_image)
     gpu_release = image_version(settings.serving.vllm_image)
     names: dict[str, int] = {}
-    served: dict[str, int] = {}
+    served: dict[str, str] = {}
     for i, m in sorted(parsed.items()):
         problems: list[Problem] = []
         if m.name in names:
@@ -184,11 +184,16 @@ def _cross_entry_rules(settings: StackSettings, pools: list[NodePool], bad_pools
                                     "names must be unique"))
         else:
             names[m.name] = i
-        if m.served_name in served:
-            problems.append(Problem(labels[i], "servedName", f"{m.served_name!r} is already served by "
-                                    f"{labels[served[m.served_name]]}; servedName must be unique across the catalog"))
-        else:
-            served[m.served_name] = i
+        # Every name a client can send: the model's and each LoRA adapter's (they share vLLM's and the gateway's
+        # model list), unique across the whole catalog.
+        for key, name, what in [("servedName", m.served_name, labels[i]),
+                                *((f"lora.adapters {a.name}.servedName", a.served_name, f"{labels[i]} adapter {a.name}")
+                                  for a in (m.lora.adapters if m.lora else ()))]:
+            if name in served:
+                problems.append(Problem(labels[i], key, f"{name!r} is already served by {served[name]}; servedName "
+                                        "must be unique across the catalog, its models and their LoRA adapters"))
+            else:
+                served[name] = what
         pool = by_name.get(m.node_pool or "")
         if m.node_pool is not None and m.node_pool in bad_pools:
             problems.append(Problem(labels[i], "nodePool", f"{m.node_pool!r} is not usable: {bad_pools[m.node_pool]} "

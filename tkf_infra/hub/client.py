@@ -25,6 +25,7 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
+from tkf_infra.sizing.adapter_facts import AdapterFacts
 from tkf_infra.sizing.facts import ModelFacts, bytes_of_counts
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -151,3 +152,34 @@ def fetch_facts(
         gated=bool(info.gated),
         source=f"read from {ep} with huggingface_hub: config.json and safetensors headers at {sha}",
     )
+
+
+def fetch_adapter_facts(
+    repo: str,
+    revision: str,
+    token: str | None = None,
+    endpoint: str | None = None,
+    cache_dir: str | Path | None = None,
+    timeout: float = 10.0,
+) -> AdapterFacts:
+    """Read a LoRA adapter's ``adapter_config.json`` at ``revision`` (resolved to its commit, as `fetch_facts`)."""
+    ep = (endpoint or default_endpoint()).rstrip("/")
+    api = HfApi(endpoint=ep, token=token)
+    try:
+        info = api.model_info(repo, revision=revision, timeout=timeout)
+        sha = info.sha or revision
+        if not _SHA.match(sha):
+            raise HubError("revision_not_found", f"{repo}@{revision}: the Hub did not return a commit SHA")
+        path = hf_hub_download(repo, "adapter_config.json", revision=sha, token=token, endpoint=ep,
+                               cache_dir=cache_dir, etag_timeout=timeout)
+        config = json.loads(Path(path).read_text())
+    except HubError:
+        raise
+    except (RevisionNotFoundError, GatedRepoError, RepositoryNotFoundError, HfHubHTTPError,
+            LocalEntryNotFoundError) as exc:
+        raise _map_error(exc, repo, revision, ep) from exc
+    except _network_errors() as exc:
+        raise _map_error(exc, repo, revision, ep) from exc
+    if not isinstance(config, dict):
+        raise HubError("bad_config", f"{repo}@{sha}: adapter_config.json is not a JSON object")
+    return AdapterFacts(repo=repo, revision=sha, config=config, source=f"adapter_config.json from {ep}")

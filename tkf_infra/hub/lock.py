@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tkf_infra.names import PROJECT_ROOT
+from tkf_infra.sizing.adapter_facts import AdapterFacts
 from tkf_infra.sizing.facts import ModelFacts
 
 DEFAULT_LOCK_PATH = PROJECT_ROOT / "models.lock.json"
@@ -29,6 +30,8 @@ class Lock:
 
     entries: dict[str, ModelFacts] = field(default_factory=dict)
     about: str = ""
+    adapters: dict[str, AdapterFacts] = field(default_factory=dict)
+    """LoRA adapters' adapter_config.json, keyed like models (the file's `adapters` list)."""
 
     def get(self, repo: str, revision: str) -> ModelFacts | None:
         return self.entries.get(f"{repo}@{revision}")
@@ -36,11 +39,20 @@ class Lock:
     def put(self, facts: ModelFacts) -> None:
         self.entries[facts.key] = facts
 
+    def get_adapter(self, repo: str, revision: str) -> AdapterFacts | None:
+        return self.adapters.get(f"{repo}@{revision}")
+
+    def put_adapter(self, facts: AdapterFacts) -> None:
+        self.adapters[facts.key] = facts
+
     def to_json(self) -> dict[str, Any]:
         return {
             "_about": self.about,
             "version": LOCK_VERSION,
             "models": [_stored(self.entries[k]) for k in sorted(self.entries)],
+            # Only when there are adapters: a lock without them stays byte for byte what it was.
+            **({"adapters": [self.adapters[k].model_dump(mode="json") for k in sorted(self.adapters)]}
+               if self.adapters else {}),
         }
 
     def save(self, path: Path | str | None = None) -> Path:
@@ -69,6 +81,8 @@ def load_lock(path: Path | str | None = None) -> Lock:
     lock = Lock(about=str(data.get("_about") or ""))
     for raw in data.get("models", []):
         lock.put(ModelFacts.model_validate(raw))
+    for raw in data.get("adapters", []):
+        lock.put_adapter(AdapterFacts.model_validate(raw))
     return lock
 
 
@@ -139,6 +153,28 @@ def refresh_lock(
     return lock, lines
 
 
+def refresh_adapters(lock: Lock, adapters: list[tuple[str, str]], token: str | None = None,
+                     endpoint: str | None = None) -> list[str]:  # fmt: skip
+    """Add missing LoRA adapters' adapter_config.json from the Hub, one line per adapter (as `refresh_lock`)."""
+    from tkf_infra.hub.client import HubError, fetch_adapter_facts
+
+    lines: list[str] = []
+    for repo, revision in adapters:
+        if lock.get_adapter(repo, revision) is not None:
+            lines.append(f"{repo}@{revision}: adapter already locked")
+            continue
+        try:
+            facts = fetch_adapter_facts(repo, revision, token=token, endpoint=endpoint)
+        except HubError as exc:
+            lines.append(f"{repo}@{revision}: FAILED - {exc}")
+            continue
+        if facts.revision != revision:
+            lines.append(f"{repo}@{revision}: resolved to commit {facts.revision}; pin that SHA in the catalog")
+        lock.put_adapter(facts)
+        lines.append(f"{repo}@{facts.revision}: adapter locked (rank {facts.rank})")
+    return lines
+
+
 def parse_repo_revision(text: str) -> tuple[str, str]:
     """``org/name@sha`` → (repo, revision); the revision is required so the lock stays immutable."""
     repo, sep, revision = text.partition("@")
@@ -152,9 +188,11 @@ def lock_command(
     lock_path: Path | str | None = None,
     endpoint: str | None = None,
     token: str | None = None,
+    adapters: list[tuple[str, str]] | None = None,
 ) -> tuple[str, int]:
     """Body of ``python -m tkf_infra lock``: returns (report text, exit code 0/1)."""
     lock, lines = refresh_lock(repos_revisions, token=token, endpoint=endpoint, lock_path=lock_path)
+    lines += refresh_adapters(lock, adapters or [], token=token, endpoint=endpoint)
     saved = lock.save(lock_path)
     failed = any(": FAILED" in line for line in lines)
     lines.append(f"wrote {saved}")

@@ -281,6 +281,9 @@ def size(
     max_num_seqs: Annotated[int | None, typer.Option()] = None,
     vllm_version: Annotated[str | None, typer.Option(help="vLLM release (default: the pinned image's).")] = None,
     time_slices: Annotated[int, typer.Option(help="Also size k of N time-slicing replicas (gpuShare slice:k).")] = 0,
+    max_adapters: Annotated[int | None, typer.Option(help="lora.maxAdapters: size vLLM's LoRA slots.")] = None,
+    max_rank: Annotated[int, typer.Option(help="lora.maxRank (with --max-adapters).")] = 16,
+    max_cpu_adapters: Annotated[int | None, typer.Option(help="lora.maxCpuAdapters (with --max-adapters).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Predict what vLLM will print at start-up, offline from the lock, and suggest what fits.
@@ -291,10 +294,12 @@ def size(
 
     from tkf_infra.config import Serving
     from tkf_infra.ops.size import size_command
-    from tkf_infra.sizing.params import SizingParams
+    from tkf_infra.sizing.params import LoraSlots, SizingParams
 
     try:
-        params = SizingParams(
+        lora = (LoraSlots(max_adapters=max_adapters, max_rank=max_rank, max_cpu_adapters=max_cpu_adapters)
+                if max_adapters is not None else None)
+        params = SizingParams(lora=lora,
             tensor_parallel_size=tp, pipeline_parallel_size=pp, data_parallel_size=dp,
             enable_expert_parallel=expert_parallel, enforce_eager=enforce_eager,
             speculative_config=json.loads(speculative_config) if speculative_config else None,
@@ -322,17 +327,20 @@ def lock(
     stack: StackOpt = "dev",
     endpoint: Annotated[str | None, typer.Option(help="Hub URL (default: HF_ENDPOINT or huggingface.co).")] = None,
     token_env: Annotated[str, typer.Option(help="Env var holding a Hub token for gated repos.")] = "HF_TOKEN",
+    adapter: Annotated[list[str] | None, typer.Option(help="LoRA adapter REPO@REVISION to lock (repeatable).")] = None,
 ) -> None:
-    """Refresh models.lock.json from the Hub for the given models or the stack's catalog."""
+    """Refresh models.lock.json from the Hub for the given models or the stack's catalog (with its LoRA adapters)."""
     import os
 
     from tkf_infra.config import SettingsError, read_stack_file, validate_catalog
     from tkf_infra.hub.lock import lock_command, parse_repo_revision
 
     pairs: list[tuple[str, str]] = []
-    if models:
+    adapters: list[tuple[str, str]] = []
+    if models or adapter:
         try:
-            pairs = [parse_repo_revision(m) for m in models]
+            pairs = [parse_repo_revision(m) for m in models or []]
+            adapters = [parse_repo_revision(a) for a in adapter or []]
         except ValueError as err:
             raise _fail(str(err)) from None
     else:
@@ -340,10 +348,12 @@ def lock(
         if not stack_file.exists():
             raise _fail(f"no stack file {stack_file.name}; give REPO@REVISION arguments or an existing --stack")
         try:
-            pairs = sorted({(m.repo, m.revision) for m in validate_catalog(read_stack_file(stack_file)).models})
+            catalog = validate_catalog(read_stack_file(stack_file))
         except SettingsError as err:
             raise _fail(err.render()) from None
-    text, code = lock_command(pairs, None, endpoint, os.environ.get(token_env))
+        pairs = sorted({(m.repo, m.revision) for m in catalog.models})
+        adapters = sorted({(a.repo, a.revision) for m in catalog.models if m.lora for a in m.lora.adapters})
+    text, code = lock_command(pairs, None, endpoint, os.environ.get(token_env), adapters)
     print(text)
     raise typer.Exit(code)
 

@@ -100,6 +100,9 @@ def size_command(model: str, gpu_name: str, params: SizingParams, *, as_json: bo
         ("non-torch", f"{est.non_torch_gib:.2f} GiB", ""),
         ("CUDA graphs" + (" (reserved)" if est.cuda_graph_reserved else " (outside budget)"),
          f"{est.cuda_graph_gib:.2f} GiB", ""),
+        *([(f"LoRA slots ({params.lora.max_adapters} x rank {params.lora.max_rank}"
+            + (", host memory" if est.cpu else "") + ")", f"{est.lora_gib:.2f} GiB", "")]
+          if params.lora else []),
         ("available KV cache", f"{est.available_kv_gib:.2f} GiB", f"{est.available_kv_gib_bound:.2f} GiB"),
         ("KV cache tokens", f"{est.kv_cache_tokens:,}", f"{est.kv_cache_tokens_bound:,}"),
         (f"max concurrency at {est.max_model_len:,} tokens", f"{est.max_concurrency:.2f}x",
@@ -122,6 +125,12 @@ def size_command(model: str, gpu_name: str, params: SizingParams, *, as_json: bo
         console.print(f"way out: {sugg.text()}", soft_wrap=True)
     if share_rows:
         _print_shares(console, gpu, share_rows, est.max_model_len)
+    if params.lora:
+        lora = params.lora
+        console.print(f"LoRA: vLLM reserves {est.lora_gib:.2f} GiB per GPU rank for {lora.max_adapters} adapter "
+                      f"slot(s) at rank {lora.max_rank} (taken from the KV cache above), and keeps up to "
+                      f"{lora.cpu_adapters} adapter(s) loaded in host memory: at most {est.lora_host_gib:.2f} GiB",
+                      soft_wrap=True)
     if print_:
         pod = print_["pod"]
         console.print(f"node footprint: each pod asks {pod['cpuMillis'] / 1000:g} CPU, {pod['memoryMiB'] / 1024:.1f} "

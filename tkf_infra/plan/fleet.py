@@ -25,6 +25,7 @@ from tkf_infra.hub.lock import Lock
 from tkf_infra.plan import admission as adm
 from tkf_infra.plan.admit_fleet import admit, plan_layouts
 from tkf_infra.plan.layout import PoolLayout
+from tkf_infra.plan.lora import adapter_problems
 from tkf_infra.plan.pools import PoolFacts, PoolProblem, resolve_pool
 from tkf_infra.plan.scaling import at_maximum, scaling_checks
 from tkf_infra.plan.share import Share, ShareProblem, size_share
@@ -240,6 +241,9 @@ def _plan_model(entry: ModelEntry, index: int, ctx: _Context) -> ModelPlan | Exc
         return leave_out(stage or Stage.LOCK, why)
     if spec := _speculative_problem(entry, facts):
         return leave_out(Stage.CATALOG, spec)
+    if bad := adapter_problems(entry, facts, ctx.lock):
+        return Exclusion(entry.name, index, Stage.LOCK if bad.missing else Stage.CATALOG,
+                         tuple(f"model {entry.name}: {r}" for r in bad.reasons))
     pool = ctx.pools.get(entry.node_pool or "")
     gpu = pool.gpu if pool is not None and not entry.is_cpu else None
     inputs = FitInputs(model=entry.name, repo=entry.repo, revision=entry.revision, facts=facts, gpu=gpu,
@@ -266,7 +270,7 @@ def _keep_last_good(excluded: list[Exclusion], planned: list[ModelPlan], previou
     model as before; only refused entries are kept.
     """
     names = {m.entry.name for m in planned}
-    served = {m.entry.served_name for m in planned}
+    served = {n for m in planned for n in _client_names(m.entry)}
     out: list[Exclusion] = []
     for x in excluded:
         raw = previous.get(x.name)
@@ -276,13 +280,18 @@ def _keep_last_good(excluded: list[Exclusion], planned: list[ModelPlan], previou
                 kept = _plan_model(ModelEntry.model_validate(raw), x.index, ctx)
             except ValidationError:
                 kept = None
-        if isinstance(kept, ModelPlan) and kept.entry.served_name not in served:
+        if isinstance(kept, ModelPlan) and not served & _client_names(kept.entry):
             planned.append(kept)
             names.add(kept.entry.name)
-            served.add(kept.entry.served_name)
+            served |= _client_names(kept.entry)
             x = replace(x, kept=True)
         out.append(x)
     return out
+
+
+def _client_names(entry: ModelEntry) -> set[str]:
+    """Every model name clients may send to this entry: its served name and its LoRA adapters'."""
+    return {entry.served_name, *(a.served_name for a in (entry.lora.adapters if entry.lora else ()))}
 
 
 def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] | None = None,

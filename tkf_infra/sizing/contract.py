@@ -95,6 +95,9 @@ class FitFigures(_Wire):
     max_concurrency_bound: float = 0.0
     vllm_profile: str = ""
     """The release row of tkf_infra/sizing/versions.py the estimate used."""
+    lora_gib: float = 0.0
+    """What vLLM reserves for LoRA per GPU rank (adapter slots at maxAdapters x maxRank, Punica metadata and
+    workspace: tkf_infra/sizing/lora.py), already taken out of `kv_cache_gib`; 0 without adapters."""
     uncertainty: str | None = None
     warnings: tuple[str, ...] = ()
 
@@ -140,12 +143,26 @@ def evaluate(inputs: FitInputs) -> FitResult:
             if inputs.gpu is not None:
                 sugg = suggest(inputs.facts, inputs.gpu, inputs.params, max_tp=inputs.max_tensor_parallel,
                                current=est, prefix_caching=inputs.prefix_caching)
-            message = fit_message(est, sugg)
+            message = fit_message(est, sugg) + lora_way_out(inputs, est)
     except (SizingError, KeyError, ValueError) as exc:
         return FitResult(fits=False, weights_gib=0.0, kv_cache_gib=0.0, kv_cache_tokens=0, max_concurrency=0.0,
                          problems=(str(exc),),
                          message=f"model {inputs.model}: cannot size {inputs.repo}@{inputs.revision}: {exc}")
     return result_of(est, message)
+
+
+def lora_way_out(inputs: FitInputs, est: Estimate) -> str:
+    """When the base would fit without its adapters: say so, with what LoRA takes and how to make room."""
+    lora = inputs.params.lora
+    if lora is None or inputs.gpu is None:
+        return ""
+    without = estimate(inputs.facts, inputs.gpu, inputs.params.model_copy(update={"lora": None}), model=inputs.model,
+                       prefix_caching=inputs.prefix_caching)
+    if not without.fits:
+        return ""
+    return (f"; it fits without its LoRA adapters, which reserve {est.lora_gib:.2f} GiB per GPU (lora: "
+            f"{lora.max_adapters} adapter slots at maxRank {lora.max_rank}): lower lora.maxAdapters or "
+            "lora.maxRank, or give the model more GPUs (tensorParallelSize)")
 
 
 def result_of(est: Estimate, message: str | None = None) -> FitResult:
@@ -156,6 +173,7 @@ def result_of(est: Estimate, message: str | None = None) -> FitResult:
         max_fitting_model_len=est.max_fitting_model_len, kv_cache_gib_bound=round(est.available_kv_gib_bound, 2),
         kv_cache_tokens_bound=est.kv_cache_tokens_bound, max_concurrency_bound=round(est.max_concurrency_bound, 2),
         vllm_profile=est.vllm_profile, uncertainty=doubt_text(est), warnings=tuple(est.warnings),
+        lora_gib=round(est.lora_gib, 2),
         activation_gib=round(est.activation_gib, 2), problems=tuple(est.problems), doubts=tuple(est.doubts),
         message=message,
     )  # fmt: skip

@@ -33,6 +33,7 @@ from tkf_infra.sizing.kv import (
     largest_fitting_len,
     recurrent_blocks,
 )
+from tkf_infra.sizing.lora import architecture_of, lora_problems, lora_reserve
 from tkf_infra.sizing.overheads import Activation, Batch, activation, activation_doubt, graph_gib, non_torch_gib
 from tkf_infra.sizing.params import GIB, SizingError, SizingParams
 from tkf_infra.sizing.quant import quant_problems, quant_scheme
@@ -92,6 +93,11 @@ class Estimate(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     max_fitting_model_len: int | None = None
     cpu: bool = False
+    lora_gib: float = 0.0
+    """What LoRA reserves on the limiting rank: adapter slots, Punica metadata and its workspace
+    (tkf_infra/sizing/lora.py); 0 without `lora`. On the CPU profile: the slots in host memory."""
+    lora_host_gib: float = 0.0
+    """Host memory of the adapters vLLM keeps loaded on the CPU (`max_cpu_loras`, at most their full size)."""
 
     @property
     def bound_gap_gib(self) -> float:
@@ -134,7 +140,7 @@ def _rank_kinds(arch: Arch, rng: range, extra_layers: int, last: bool) -> tuple[
 
 def _run(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max_len: int, weights: list[float],
          weights_extra: float, weights_doubts: list[Doubt], spec: tuple[str, int],
-         prefix_caching: bool | None = None) -> RowRun:
+         prefix_caching: bool | None = None, architecture: str = "") -> RowRun:
     """Everything one release row predicts; the limiting PP rank decides (vLLM takes the minimum)."""
     sh = Sharding(params.tensor_parallel_size, params.pipeline_parallel_size, params.data_parallel_size,
                   params.enable_expert_parallel)
@@ -142,6 +148,7 @@ def _run(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max_le
     kv_bytes = kv_elem_bytes(params.kv_cache_dtype, act_bytes)
     q = quant_scheme(arch.quant, params.quantization, act_bytes, arch.layers)
     seqs, mnbt = batch_defaults(row, gpu, params, max_len, arch)
+    lora = lora_reserve(arch, architecture, params, seqs, mnbt, _act_bytes(params))
     method, k = spec
     draft, draft_layers = draft_bytes(arch, method, sh, q)
     block = params.block_size or DEFAULT_BLOCK_SIZE
@@ -170,11 +177,12 @@ def _run(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max_le
     bounding = central if prefix_caching is not None else stage_layouts(True, False)
     best: tuple[int, int, float, float, float] | None = None
     least_avail = float("inf")
+    lora_gib = [lora.per_stage_gib(i) + lora.workspace / GIB if lora else 0.0 for i in range(len(ranges))]
     for stage, rng in enumerate(ranges):
         w = (weights[stage] + (draft if stage == len(ranges) - 1 else 0.0) + absorbed * len(rng)) / GIB
         w += weights_extra if stage == 0 else 0.0
         graphs = graph_gib(arch, len(rng), sh, batch, params.enforce_eager or bnb_forces_eager(arch.quant))
-        avail = requested - w - act.total - non_torch - (graphs if row.graphs_reserved else 0.0)
+        avail = requested - w - act.total - non_torch - (graphs if row.graphs_reserved else 0.0) - lora_gib[stage]
         if row.reserve_includes_fragmentation:
             avail -= 0.1 * act.total  # V0 <= 0.6 kept torch's cached blocks in the measured peak
         blocks = central[stage].num_blocks(avail * GIB)
@@ -223,7 +231,7 @@ def _run(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max_le
                 layout_low=layout_low,
                 need=need, per_token=per_token, doubts=doubts, problems=problems, context=context, warmup=warmup,
                   warmup_reuse=reused, need_whole=whole.need_per_request(max_len, mnbt),
-                  least_available=least_avail)
+                  least_available=least_avail, lora=lora_gib[stage], lora_host=lora.host / GIB if lora else 0.0)
 
 
 def profile_activation(config: dict[str, Any], gpu: GpuSpec, params: SizingParams, row: VersionRow) -> Activation:
@@ -317,7 +325,15 @@ def _estimate(facts: ModelFacts | dict[str, Any], gpu: GpuSpec | None, params: S
             f"unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1); use maxModelLen <= {derived_len}"
         )
     if gpu is None:
-        return estimate_cpu(arch, facts, name, params, max_len, problems, warnings, choice)
+        if params.lora is None:
+            return estimate_cpu(arch, facts, name, params, max_len, problems, warnings, choice)
+        problems += lora_problems(arch, architecture_of(facts))
+        est = estimate_cpu(arch, facts, name, params, max_len, problems, warnings, choice)
+        lora = lora_reserve(arch, architecture_of(facts), params, est.max_num_seqs, est.max_num_batched_tokens,
+                            _act_bytes(params))
+        # On CPU the slots sit in host memory beside the weights; the KV space is fixed, so they change no KV figure.
+        return est.model_copy(update={"lora_gib": lora.per_stage_gib(0) if lora else 0.0,
+                                      "lora_host_gib": lora.host / GIB if lora else 0.0})
     return _estimate_gpu(facts, arch, gpu, params, name, max_len, problems, warnings, choice, prefix_caching)
 
 
@@ -329,7 +345,11 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
     spec = _spec(params)
     rows = engine_rows(choice, cc=gpu.cc, quantization=params.quantization, dtype=params.dtype,
                        kv_cache_dtype=params.kv_cache_dtype)
-    runs = [_run(arch, row, gpu, params, max_len, weights, extra, w_doubts, spec, prefix_caching) for row in rows]
+    architecture = architecture_of(facts)
+    if params.lora is not None:
+        problems += lora_problems(arch, architecture)
+    runs = [_run(arch, row, gpu, params, max_len, weights, extra, w_doubts, spec, prefix_caching, architecture)
+            for row in rows]
     # The most conservative row when the release is unknown; rows that leave the same memory differ
     # only in how vLLM reports it, and the newest convention is the likelier one.
     least = min(r.available for r in runs)
@@ -397,5 +417,6 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
         kv_cache_tokens_bound=low.tokens(blocks_low, max_len, mnbt, tokens_rule),
         max_concurrency_bound=low.concurrency(blocks_low, max_len, mnbt),
         doubts=[d for d in doubts if d.gib > 0.005 or d.gib == 0.0], fits=not problems, problems=problems,
-        warnings=warnings, max_fitting_model_len=fit_len,
+        warnings=warnings, max_fitting_model_len=fit_len, lora_gib=run.lora, lora_host_gib=run.lora_host,
     )  # fmt: skip
+

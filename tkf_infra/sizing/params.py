@@ -24,6 +24,26 @@ class SizingError(ValueError):
     """The facts are not enough to size the model (the message names the missing field)."""
 
 
+class LoraSlots(BaseModel):
+    """What the fit check sizes LoRA with: the catalog's `lora` block as vLLM reads it.
+
+    `from_attributes`: the plan hands the catalog's `LoraSpec` itself (tkf_infra/plan/fleet.py
+    `sizing_params`); what they reserve: tkf_infra/sizing/lora.py; only these three of its fields size anything."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", from_attributes=True)
+
+    max_adapters: int = Field(ge=1)
+    """vLLM's `max_loras`: GPU slots."""
+    max_rank: int = Field(ge=1)
+    """vLLM's `max_lora_rank`: each slot's rank."""
+    max_cpu_adapters: int | None = Field(None, ge=1)
+    """vLLM's `max_cpu_loras` (default `max_loras`): adapters kept in host memory."""
+
+    @property
+    def cpu_adapters(self) -> int:
+        return self.max_cpu_adapters if self.max_cpu_adapters is not None else self.max_adapters
+
+
 class SizingParams(BaseModel):
     """How one model is served (the entry's sized vLLM flags). ``None`` means vLLM's default."""
 
@@ -50,6 +70,8 @@ class SizingParams(BaseModel):
     kv_cache_memory_bytes: int | None = Field(None, ge=1)
     """vLLM's --kv-cache-memory-bytes: the KV cache per GPU is exactly this (from 0.10.2); the rest of the
     budget must still hold weights, activations and graphs."""
+    lora: LoraSlots | None = None
+    """vLLM's --enable-lora with --max-loras / --max-lora-rank / --max-cpu-loras (None: LoRA off)."""
     cpu_kv_cache_gib: float | None = None
     """KV space of the CPU profile (VLLM_CPU_KVCACHE_SPACE); None on GPUs."""
     vllm_version: str

@@ -71,6 +71,9 @@ class RowRun(BaseModel):
     """Bytes one max-length request needs over every layer of the model (vLLM's global KV cache groups)."""
     least_available: float = 0.0
     """The smallest available KV memory over the pipeline stages (GiB, central)."""
+    lora: float = 0.0
+    """LoRA's slots, metadata and workspace on the limiting rank (tkf_infra/sizing/lora.py)."""
+    lora_host: float = 0.0
 
 
 def budget_problems(run: RowRun, gpu: GpuSpec, params: SizingParams, avail: float, avail_low: float,
