@@ -69,12 +69,13 @@ def _webhook_services(docs: list[Any]) -> set[tuple[str, str]]:
 
 def _chart_docs() -> dict[str, list[Any]]:
     """Per piece that registers webhooks, the plain-YAML documents of its vendored chart that can hold them
-    (KServe's files without template directives; LWS's webhook template with its one directive filled)."""
+    (KServe's files without template directives; LWS's CRDs and its webhook template, its one directive filled)."""
     kserve = _chart("kserve")
     paths = sorted(kserve.glob("*/files/**/*.yaml")) + sorted(kserve.glob("*/templates/*.yaml"))
     kserve_docs = [d for p in paths if "{{" not in (text := p.read_text()) for d in yaml.safe_load_all(text)]
     lws_text = (_chart("lws") / "templates" / "webhook" / "webhook.yaml").read_text()
     lws_docs = list(yaml.safe_load_all(lws_text.replace("{{ .Release.Namespace }}", LWS_NAMESPACE)))
+    lws_docs += [d for p in sorted((_chart("lws") / "crds").glob("*.yaml")) for d in yaml.safe_load_all(p.read_text())]
     return {"kserve": kserve_docs, "lws": lws_docs}
 
 

@@ -24,6 +24,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	apiserverapp "k8s.io/kubernetes/cmd/kube-apiserver/app"
@@ -58,6 +59,7 @@ func (m serviceMap) Set(v string) error {
 type resolver struct {
 	services serviceMap
 	wait     time.Duration
+	up       *sync.Map // addresses that once accepted a connection: not probed again (each probe is a TLS handshake error in the server's log)
 }
 
 // ResolveEndpoint ignores the Service port: each Service named here is one webhook server.
@@ -67,9 +69,13 @@ func (r resolver) ResolveEndpoint(namespace, name string, _ int32) (*url.URL, er
 		return nil, fmt.Errorf("service %s/%s has no endpoints on this test server (not a --webhook-service)", namespace, name)
 	}
 	for deadline := time.Now().Add(r.wait); ; {
+		if _, ok := r.up.Load(addr); ok {
+			break
+		}
 		conn, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			_ = conn.Close()
+			r.up.Store(addr, true)
 			break
 		}
 		if time.Now().After(deadline) {
@@ -92,7 +98,7 @@ func configureWebhooks(services serviceMap, caFile string, wait time.Duration) e
 		}
 	}
 	if len(services) > 0 {
-		apiserverapp.SetServiceResolverForTests(resolver{services, wait})
+		apiserverapp.SetServiceResolverForTests(resolver{services, wait, &sync.Map{}})
 	}
 	return nil
 }
