@@ -59,7 +59,7 @@ from tests.controllers.webhooks import (
 )
 from tests.engine_fixtures import EngineStack
 from tests.kube.apiserver import KubeAPIServer
-from tests.kube.client import KubeClient
+from tests.kube.client import KubeAPIError, KubeClient
 from tests.vllm.argv import fake_vllm, run_recorded, vllm_version
 from tests.vllm.pod import kubelet_expand, resolve_env
 from tkf_infra import names
@@ -145,6 +145,20 @@ def assert_webhooks_judged(kube: KubeClient, pieces: list[str]) -> None:
     want = {n for p in pieces for n in chart_webhook_names()[p] if "v1alpha1" not in n}
     assert {n for n in want if calls.get(n, {}).get("false", 0) > 0} == want, calls
     assert not {n: c for n, c in calls.items() if c.get("true")}, calls
+
+
+def assert_lws_webhook_refuses(kube: KubeClient, namespace: str, lws_name: str) -> None:
+    """A copy of our LeaderWorkerSet with a rollout its CRD schema accepts and only LWS's validating webhook
+    refuses (maxUnavailable and maxSurge both 0), sent as a dry run: the server's answer is the webhook's."""
+    lws = kube.get(LWS, "LeaderWorkerSet", lws_name, namespace)
+    assert lws is not None
+    rollout = {"type": "RollingUpdate", "rollingUpdateConfiguration": {"maxUnavailable": 0, "maxSurge": 0}}
+    probe = {"apiVersion": LWS, "kind": "LeaderWorkerSet", "metadata": {"name": f"{lws_name}-probe"},
+             "spec": {**lws["spec"], "rolloutStrategy": rollout}}  # fmt: skip
+    with pytest.raises(KubeAPIError) as refused:
+        kube.request("POST", f"/apis/{LWS}/namespaces/{namespace}/leaderworkersets?dryRun=All", json=probe)
+    assert 'admission webhook "vleaderworkerset.kb.io" denied the request' in refused.value.message, refused.value
+    assert "must not be 0 when `maxSurge` is 0" in refused.value.message, refused.value
 
 
 def assert_lws_groups(kube: KubeClient, namespace: str, lws_name: str, model: dict[str, Any],
@@ -307,6 +321,7 @@ def test_vllm_backend_deployments_become_pods_that_get_the_catalog_as_written(
             assert flag_value(argv, "--override-generation-config") == GENERATION
             assert not marker.exists(), "a catalog string ran as a command in the pod"
     assert_webhooks_judged(kube, ["lws"])
+    assert_lws_webhook_refuses(kube, serving, names.workload(LLAMA_405B["name"]))  # after: it counts as a refusal
 
 
 def _bind(kube: KubeClient, pod: dict[str, Any], node: str) -> None:
