@@ -98,6 +98,7 @@ def deployed(kube_apiserver: KubeAPIServer, kube: KubeClient, webhooks: Webhooks
     """`up` of a stack on one backend, LWS's manager (and on kserve KServe's) started during it."""
     managers = MANAGERS
     stacks: list[EngineStack] = []
+    starters: list[StartWhenServed] = []
 
     def launcher(start: Callable[..., Manager], piece: str) -> Callable[[], Manager]:
         def launch() -> Manager:
@@ -111,7 +112,8 @@ def deployed(kube_apiserver: KubeAPIServer, kube: KubeClient, webhooks: Webhooks
         es = make_stack(platform=True, extra_env=lean_engine_env)
         stacks.append(es)
         serving = target_config(es, kube_apiserver, backend, catalog(marker))
-        starters = [StartWhenServed(kube_apiserver.client, LWS_CRDS, launcher(start_lws, "lws"))]
+        first = len(starters)  # this deploy's
+        starters.append(StartWhenServed(kube_apiserver.client, LWS_CRDS, launcher(start_lws, "lws")))
         if backend == "kserve":
             # cert-manager's webhook is not buildable here (tests/controllers/webhooks.py): someone else's.
             path = es.project / f"Pulumi.{es.stack.name}.yaml"
@@ -123,12 +125,14 @@ def deployed(kube_apiserver: KubeAPIServer, kube: KubeClient, webhooks: Webhooks
         t = time.monotonic()
         es.stack.up(color="never", on_output=lambda _: None)
         TIMINGS[f"up {backend}"] = round(time.monotonic() - t, 1)
-        for starter in starters:
+        for starter in starters[first:]:
             m = starter.wait()
             TIMINGS[f"{m.name} ready"] = round(m.wait_ready(), 1)
         return serving, marker, es
 
     yield deploy
+    for starter in starters:  # so that no manager starts after the ones running are stopped
+        starter.cancel()
     for m in managers:
         m.stop()
     managers.clear()

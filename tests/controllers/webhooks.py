@@ -195,6 +195,7 @@ class StartWhenServed:
                  timeout: float = 600.0) -> None:  # fmt: skip
         self.result: Any = None
         self.error: BaseException | None = None
+        self._cancelled = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(client, crds, start, timeout), daemon=True)
         self._thread.start()
 
@@ -206,11 +207,18 @@ class StartWhenServed:
                     while (crd := kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)) is None:
                         if time.monotonic() > deadline:
                             raise TimeoutError(f"CRD {name} never appeared")
-                        time.sleep(0.3)
+                        if self._cancelled.wait(0.3):
+                            return
                     kube.wait_crd_served(crd, timeout=max(1.0, deadline - time.monotonic()))
-            self.result = start()
+            if not self._cancelled.is_set():
+                self.result = start()
         except BaseException as err:  # handed to the test by wait()
             self.error = err
+
+    def cancel(self) -> None:
+        """Never start the manager (a failed `up`); returns once the thread cannot start it any more."""
+        self._cancelled.set()
+        self._thread.join(130)
 
     def wait(self, timeout: float = 60.0) -> Any:
         self._thread.join(timeout)
