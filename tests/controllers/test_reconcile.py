@@ -197,6 +197,8 @@ def assert_lws_groups(kube: KubeClient, namespace: str, lws_name: str, model: di
         assert env["LWS_LEADER_ADDRESS"].startswith(f"{lws_name}-0."), env
         assert main["resources"]["limits"]["nvidia.com/gpu"] == str(model["gpusPerNode"])
         assert spec["nodeSelector"] == H100_LABELS and {**H100_TAINT, "operator": "Equal"} in spec["tolerations"]
+        # Every rank loads its pipeline stages' weights from our weight cache, never from the Hub.
+        assert env.get("HF_HUB_OFFLINE") == "1" and any("persistentVolumeClaim" in v for v in spec["volumes"]), index
     return vllm_argv(kube, namespace, pods["0"]["spec"], bin_dir)
 
 
