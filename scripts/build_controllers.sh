@@ -2,10 +2,11 @@
 # Build the upstream controllers the `controllers` test tier runs against the test API server
 # (tests/controllers/), from the Go module proxy, into ${TKF_TOOLS_HOME:-~/.cache/tkf-infra}/bin:
 #   kserve-llmisvc-manager  KServe's LLMInferenceService controller manager (cmd/llmisvc), with its
-#                           webhook server, at the KServe release the vendored chart pins.
+#                           webhook server, at the KServe release the vendored chart pins;
+#   lws-manager             LeaderWorkerSet's controller manager (sigs.k8s.io/lws ./cmd) with its
+#                           defaulting, validating and pod webhooks, at the LWS chart's release.
 # The version is the vendored chart's (components/data/charts/<piece>-vX.Y.Z): the controller that
-# reconciles our objects is the one the platform installs. (LWS's manager, sigs.k8s.io/lws ./cmd,
-# builds the same way; it joins once the tier serves admission webhooks: see tests/controllers.)
+# reconciles our objects is the one the platform installs.
 #
 # Why a copy of each module: KServe's go.mod has `replace` directives, which `go install pkg@version`
 # refuses; a build inside the module directory honours them. The module cache is read-only, so the
@@ -56,3 +57,4 @@ build() {  # build NAME MODULE VERSION PACKAGE
 }
 
 build kserve-llmisvc-manager github.com/kserve/kserve "$(chart_version kserve)" ./cmd/llmisvc
+build lws-manager sigs.k8s.io/lws "$(chart_version lws)" ./cmd

@@ -3,21 +3,19 @@
 - KServe v0.20.0's LLMInferenceService controller manager (``cmd/llmisvc``), built by
   ``scripts/build_controllers.sh`` from the Go module proxy, a process of its own with ``KUBECONFIG``
   pointing at the test API server;
+- LeaderWorkerSet v0.8.0's controller manager (``sigs.k8s.io/lws`` ``./cmd``), built the same way;
 - the kube-controller-manager's workload controllers (deployment, replicaset, statefulset, job),
   which ``tkf-kube-apiserver --controllers`` starts beside the GC and namespace controllers.
 
 No kubelet runs: the Pods they write stay Pending, so conditions that need a running pod
-(Ready, Available) wait, and the tests say which. The manager's webhook server starts with a serving
-certificate the harness makes (controller-runtime reads it from
-``$TMPDIR/k8s-webhook-server/serving-certs``); the API server does not call it yet (no admission
-webhooks on the test servers), but KServe's reconciler runs its own validator on every object.
+(Ready, Available) wait, and the tests say which. Each manager serves the admission webhooks its chart
+registers, with a certificate the harness signs (tests/controllers/webhooks.py), and the API server
+calls them: admission is the real one.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
-import ipaddress
 import os
 import signal
 import subprocess
@@ -26,13 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+import yaml
 
+from tests.controllers.webhooks import WebhookServer
 from tests.kube.apiserver import tools_bin
 from tests.vllm.server import free_port
+from tkf_infra.config.charts import LWS_NAMESPACE
 
 #: The controllers tkf-kube-apiserver runs for this tier: deletion needs the first two; the next four
 #: turn Deployments, StatefulSets and Jobs into Pods; the last gives each namespace its `default`
@@ -40,6 +37,7 @@ from tests.vllm.server import free_port
 KCM_CONTROLLERS = ("garbage-collector-controller,namespace-controller,deployment-controller,"
                    "replicaset-controller,statefulset-controller,job-controller,serviceaccount-controller")
 KSERVE_MANAGER = "kserve-llmisvc-manager"
+LWS_MANAGER = "lws-manager"
 #: The namespace KServe's chart installs into; the manager reads its ConfigMap there (POD_NAMESPACE).
 KSERVE_NAMESPACE = "kserve"
 READY_TIMEOUT_S = 120.0
@@ -50,27 +48,6 @@ def binary(name: str) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run scripts/build_controllers.sh (or make test)")
     return path
-
-
-def serving_cert(cert_dir: Path, host: str = "127.0.0.1") -> Path:
-    """A self-signed serving certificate for a webhook server on ``host`` (tls.crt / tls.key), as
-    controller-runtime's envtest makes one; returns the certificate (its own CA)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tkf-test-webhook")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host)),
-                                                        x509.DNSName("localhost")]), critical=False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))  # fmt: skip
-    cert_dir.mkdir(parents=True, exist_ok=True)
-    (cert_dir / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (cert_dir / "tls.key").write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                                         serialization.PrivateFormat.PKCS8,
-                                                         serialization.NoEncryption()))  # fmt: skip
-    return cert_dir / "tls.crt"
 
 
 @dataclass
@@ -116,15 +93,32 @@ def _start(name: str, argv: list[str], env: dict[str, str], workdir: Path, probe
     return Manager(name, proc, log, probe_port)
 
 
-def start_kserve(kubeconfig: Path, workdir: Path) -> Manager:
+def start_kserve(kubeconfig: Path, workdir: Path, webhook: WebhookServer) -> Manager:
     """KServe's LLMInferenceService manager: reconciler, validators, defaulters, conversion webhooks."""
     workdir.mkdir(parents=True, exist_ok=True)
-    tmp = workdir / "tmp"
-    serving_cert(tmp / "k8s-webhook-server" / "serving-certs")  # controller-runtime's default CertDir
     probe = free_port()
     argv = [str(binary(KSERVE_MANAGER)), "--metrics-addr=0", f"--health-probe-addr=127.0.0.1:{probe}",
-            f"--webhook-port={free_port()}", "--leader-elect=false", "--zap-log-level=info"]  # fmt: skip
-    env = {"KUBECONFIG": str(kubeconfig), "TMPDIR": str(tmp), "POD_NAMESPACE": KSERVE_NAMESPACE, "HOME": str(workdir)}
+            f"--webhook-port={webhook.port}", "--leader-elect=false", "--zap-log-level=info"]  # fmt: skip
+    # cmd/llmisvc has no cert-dir flag: controller-runtime's default, $TMPDIR/k8s-webhook-server/serving-certs.
+    env = {"KUBECONFIG": str(kubeconfig), "TMPDIR": str(webhook.tmpdir), "POD_NAMESPACE": KSERVE_NAMESPACE,
+           "HOME": str(workdir)}  # fmt: skip
     return _start(KSERVE_MANAGER, argv, env, workdir, probe)
 
 
+def start_lws(kubeconfig: Path, workdir: Path, webhook: WebhookServer) -> Manager:
+    """LWS's manager: the LeaderWorkerSet and pod controllers, its defaulting, validating and pod webhooks.
+
+    Its configuration file (``--config``, the format of the chart's ``lws-manager-config``) turns off its
+    internal certificate rotation, which would write a Secret and patch the webhook configurations' caBundle:
+    here the harness's certificate and CA stand in, as they do for KServe."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    probe = free_port()
+    config = workdir / "lws-config.yaml"
+    config.write_text(yaml.safe_dump({
+        "apiVersion": "config.lws.x-k8s.io/v1alpha1", "kind": "Configuration",
+        "leaderElection": {"leaderElect": False}, "internalCertManagement": {"enable": False},
+        "webhook": {"port": webhook.port, "certDir": str(webhook.cert_dir)},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{probe}"}, "metrics": {"bindAddress": "0"}}))
+    argv = [str(binary(LWS_MANAGER)), f"--config={config}", "--zap-log-level=info"]
+    env = {"KUBECONFIG": str(kubeconfig), "POD_NAMESPACE": LWS_NAMESPACE, "HOME": str(workdir)}
+    return _start(LWS_MANAGER, argv, env, workdir, probe)

@@ -1,10 +1,13 @@
 """What we render, reconciled by the controllers that consume it: KServe v0.20.0's LLMInferenceService
-manager and the kube-controller-manager's workload controllers, on a real kube-apiserver
-(tests/controllers/harness.py).
+manager, LWS v0.8.0's manager and the kube-controller-manager's workload controllers, on a real
+kube-apiserver that calls every admission webhook the charts register (tests/controllers/harness.py,
+webhooks.py).
 
 One `up` of a prod-like stack per backend (the platform from its vendored charts, then single GPU,
 tensor parallel with n-gram speculative decoding, multi-node, and the dev CPU models), with hostile
-catalog strings in `extraArgs`. Then KServe's manager starts and the tests read what was written:
+catalog strings in `extraArgs`. KServe's and LWS's managers start during that `up`, as soon as the CRDs
+they watch are served, so their webhooks judge what the rest of the `up` creates; then the tests read what
+was written:
 
 - every LLMInferenceService is reconciled: KServe combines its presets, writes the Deployment (or the
   LeaderWorkerSet of a multi-node model) and its router objects (RouterReady), and says why it is not
@@ -14,12 +17,13 @@ catalog strings in `extraArgs`. Then KServe's manager starts and the tests read 
   our alias Service and NetworkPolicy select;
 - its container, run the way the kubelet starts it (env resolved from the Secret, ``$(VAR)``
   expanded, the preset's real bash with a stand-in ``vllm``), hands vLLM every catalog string byte
-  for byte and runs none of them.
-
-Not yet here: LWS's controller. Without its defaulting webhook (``rolloutStrategy`` and
-``networkConfig`` defaults) v0.8.0's reconciler dereferences a nil ``rollingUpdateConfiguration``
-(pkg/controllers/leaderworkerset_controller.go:266) on every LeaderWorkerSet, KServe's and ours; this
-server runs no admission webhooks (README, "Real controllers").
+  for byte and runs none of them;
+- the multi-node model's LeaderWorkerSet (KServe's, and the vllm backend's own) becomes a leader
+  StatefulSet, a worker StatefulSet per group and their Pending pods, defaulted and labelled by LWS's
+  webhooks (v0.8.0's reconciler dereferences the ``rollingUpdateConfiguration`` only its defaulting
+  webhook sets, pkg/controllers/leaderworkerset_controller.go:266), carrying our args, env and resources;
+- every admission webhook the charts register for what we create was called and refused nothing
+  (kube-apiserver's own per-webhook call counts).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from components.model_serving import KSERVE_OWNED_LABELS
 from tests.apiserver.readback import H100_LABELS, LLMISVC, LWS, container
@@ -44,10 +49,17 @@ from tests.apiserver.test_up_against_apiserver import (
     cli,
     target_config,
 )
-from tests.controllers.harness import Manager, start_kserve
+from tests.controllers.harness import Manager, start_kserve, start_lws
+from tests.controllers.webhooks import (
+    StartWhenServed,
+    Webhooks,
+    chart_webhook_names,
+    install_cert_manager_crds,
+    webhook_calls,
+)
 from tests.engine_fixtures import EngineStack
 from tests.kube.apiserver import KubeAPIServer
-from tests.kube.client import KubeClient
+from tests.kube.client import KubeAPIError, KubeClient
 from tests.vllm.argv import fake_vllm, run_recorded, vllm_version
 from tests.vllm.pod import kubelet_expand, resolve_env
 from tkf_infra import names
@@ -72,28 +84,55 @@ def catalog(marker: Path) -> list[dict[str, Any]]:
     return [{**QWEN3_8B, "extraArgs": hostile}, tp, LLAMA_405B, *CPU_MODELS]
 
 
+#: The CRDs each manager watches, served before it starts: KServe decides at start whether to watch
+#: HTTPRoutes, Gateways and LeaderWorkerSets (IsCrdAvailable, pkg/controller/v1alpha2/llmisvc/controller.go).
+LWS_CRDS = ["leaderworkersets.leaderworkerset.x-k8s.io"]
+KSERVE_CRDS = ["llminferenceservices.serving.kserve.io", "llminferenceserviceconfigs.serving.kserve.io",
+               "httproutes.gateway.networking.k8s.io", "gateways.gateway.networking.k8s.io", *LWS_CRDS]  # fmt: skip
+
+
 @pytest.fixture
-def deployed(kube_apiserver: KubeAPIServer, lean_engine_env: dict[str, str],
-             make_stack: Callable[..., EngineStack], tmp_path: Path) -> Iterator[Callable[[str], Deployed]]:
-    """`up` of a stack on one backend, then (kserve) KServe's manager against the server."""
+def deployed(kube_apiserver: KubeAPIServer, kube: KubeClient, webhooks: Webhooks,
+             lean_engine_env: dict[str, str], make_stack: Callable[..., EngineStack],
+             tmp_path: Path) -> Iterator[Callable[[str], Deployed]]:  # fmt: skip
+    """`up` of a stack on one backend, LWS's manager (and on kserve KServe's) started during it."""
     managers = MANAGERS
     stacks: list[EngineStack] = []
+    starters: list[StartWhenServed] = []
+
+    def launcher(start: Callable[..., Manager], piece: str) -> Callable[[], Manager]:
+        def launch() -> Manager:
+            m = start(kube_apiserver.kubeconfig, tmp_path / piece, webhooks.servers[piece])
+            managers.append(m)
+            return m
+        return launch
 
     def deploy(backend: str) -> Deployed:
         marker = tmp_path / f"ran-{backend}"
         es = make_stack(platform=True, extra_env=lean_engine_env)
         stacks.append(es)
         serving = target_config(es, kube_apiserver, backend, catalog(marker))
+        first = len(starters)  # this deploy's
+        starters.append(StartWhenServed(kube_apiserver.client, LWS_CRDS, launcher(start_lws, "lws")))
+        if backend == "kserve":
+            # cert-manager's webhook is not buildable here (tests/controllers/webhooks.py): someone else's.
+            path = es.project / f"Pulumi.{es.stack.name}.yaml"
+            doc = yaml.safe_load(path.read_text())
+            doc["config"]["tkf-infra:platform"].setdefault("certManager", {})["alreadyInstalled"] = True
+            path.write_text(yaml.safe_dump(doc, sort_keys=False))
+            install_cert_manager_crds(kube)
+            starters.append(StartWhenServed(kube_apiserver.client, KSERVE_CRDS, launcher(start_kserve, "kserve")))
         t = time.monotonic()
         es.stack.up(color="never", on_output=lambda _: None)
         TIMINGS[f"up {backend}"] = round(time.monotonic() - t, 1)
-        if backend == "kserve":
-            m = start_kserve(kube_apiserver.kubeconfig, tmp_path / "kserve")
-            managers.append(m)
+        for starter in starters[first:]:
+            m = starter.wait()
             TIMINGS[f"{m.name} ready"] = round(m.wait_ready(), 1)
         return serving, marker, es
 
     yield deploy
+    for starter in starters:  # so that no manager starts after the ones running are stopped
+        starter.cancel()
     for m in managers:
         m.stop()
     managers.clear()
@@ -101,6 +140,66 @@ def deployed(kube_apiserver: KubeAPIServer, lean_engine_env: dict[str, str],
     # platform's charts) that make_stack's teardown would otherwise run against it.
     for es in stacks:
         es.stack.workspace.remove_stack(es.stack.name, force=True)
+
+
+def assert_webhooks_judged(kube: KubeClient, pieces: list[str]) -> None:
+    """Every webhook of these pieces' charts for what we create (v1alpha2, the version we write; LWS's all)
+    was called by the server, and refused nothing."""
+    calls = webhook_calls(kube)
+    want = {n for p in pieces for n in chart_webhook_names()[p] if "v1alpha1" not in n}
+    assert {n for n in want if calls.get(n, {}).get("false", 0) > 0} == want, calls
+    assert not {n: c for n, c in calls.items() if c.get("true")}, calls
+
+
+def assert_lws_webhook_refuses(kube: KubeClient, namespace: str, lws_name: str) -> None:
+    """A copy of our LeaderWorkerSet with a rollout its CRD schema accepts and only LWS's validating webhook
+    refuses (maxUnavailable and maxSurge both 0), sent as a dry run: the server's answer is the webhook's."""
+    lws = kube.get(LWS, "LeaderWorkerSet", lws_name, namespace)
+    assert lws is not None
+    rollout = {"type": "RollingUpdate", "rollingUpdateConfiguration": {"maxUnavailable": 0, "maxSurge": 0}}
+    probe = {"apiVersion": LWS, "kind": "LeaderWorkerSet", "metadata": {"name": f"{lws_name}-probe"},
+             "spec": {**lws["spec"], "rolloutStrategy": rollout}}  # fmt: skip
+    with pytest.raises(KubeAPIError) as refused:
+        kube.request("POST", f"/apis/{LWS}/namespaces/{namespace}/leaderworkersets?dryRun=All", json=probe)
+    assert 'admission webhook "vleaderworkerset.kb.io" denied the request' in refused.value.message, refused.value
+    assert "must not be 0 when `maxSurge` is 0" in refused.value.message, refused.value
+
+
+def assert_lws_groups(kube: KubeClient, namespace: str, lws_name: str, model: dict[str, Any],
+                      bin_dir: Path) -> list[str]:  # fmt: skip
+    """LWS turned the LeaderWorkerSet into its leader StatefulSet, one worker StatefulSet per group and
+    their (Pending) pods, through its webhooks; returns the argv vLLM gets on the leader."""
+    lws = wait(f"LeaderWorkerSet {lws_name}", partial(kube.get, LWS, "LeaderWorkerSet", lws_name, namespace))
+    # Set only by LWS's defaulting webhook; v0.8.0's reconciler dereferences it.
+    assert lws["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"], lws["spec"]
+    leader_sts = wait(f"LWS's leader StatefulSet {lws_name}",
+                      partial(kube.get, "apps/v1", "StatefulSet", lws_name, namespace))
+    assert leader_sts["metadata"]["ownerReferences"][0]["name"] == lws_name
+    wait(f"LWS's worker StatefulSet {lws_name}-0",
+         partial(kube.get, "apps/v1", "StatefulSet", f"{lws_name}-0", namespace))
+    size = model["nodeCount"]
+
+    def group() -> list[dict[str, Any]]:
+        pods = [p for p in kube.list_objects("v1", "Pod", namespace)
+                if p["metadata"].get("labels", {}).get("leaderworkerset.sigs.k8s.io/name") == lws_name]  # fmt: skip
+        return pods if len(pods) == size else []
+
+    pods = {p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"]: p
+            for p in wait(f"the {size} pods of {lws_name}", group)}  # fmt: skip
+    assert sorted(pods) == [str(i) for i in range(size)], sorted(pods)
+    for index, pod in pods.items():
+        labels, spec = pod["metadata"]["labels"], pod["spec"]
+        assert pod["status"]["phase"] == "Pending" and labels["leaderworkerset.sigs.k8s.io/group-index"] == "0"
+        main = container(spec)
+        env = {v["name"]: v.get("value") for v in main.get("env", [])}
+        # What LWS's pod webhook injects: the group's size, this pod's rank and where the leader is.
+        assert env["LWS_GROUP_SIZE"] == str(size) and env["LWS_WORKER_INDEX"] == index, env
+        assert env["LWS_LEADER_ADDRESS"].startswith(f"{lws_name}-0."), env
+        assert main["resources"]["limits"]["nvidia.com/gpu"] == str(model["gpusPerNode"])
+        assert spec["nodeSelector"] == H100_LABELS and {**H100_TAINT, "operator": "Equal"} in spec["tolerations"]
+        # Every rank loads its pipeline stages' weights from our weight cache, never from the Hub.
+        assert env.get("HF_HUB_OFFLINE") == "1" and any("persistentVolumeClaim" in v for v in spec["volumes"]), index
+    return vllm_argv(kube, namespace, pods["0"]["spec"], bin_dir)
 
 
 def conditions(obj: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
@@ -200,13 +299,10 @@ def test_kserve_reconciles_every_profile_and_hands_vllm_the_catalog_as_written(
             assert any("persistentVolumeClaim" in v for v in pod["volumes"])
 
     multi = names.workload(LLAMA_405B["name"])
-    lws = wait("KServe's LeaderWorkerSet", partial(kube.get, LWS, "LeaderWorkerSet", f"{multi}-kserve-mn", serving))
-    assert lws["spec"]["leaderWorkerTemplate"]["size"] == LLAMA_405B["nodeCount"]
-    leader = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
-    argv = vllm_argv(kube, serving, leader, bin_dir, {"LWS_LEADER_ADDRESS": "leader.invalid", "LWS_GROUP_SIZE": "2",
-                                                       "LWS_WORKER_INDEX": "0"})  # fmt: skip
+    argv = assert_lws_groups(kube, serving, f"{multi}-kserve-mn", LLAMA_405B, bin_dir)
     assert flag_value(argv, "--pipeline-parallel-size") == str(LLAMA_405B["pipelineParallelSize"])
     assert flag_value(argv, "--served-model-name") == LLAMA_405B["servedName"]
+    assert_webhooks_judged(kube, ["kserve", "lws"])
 
 
 def test_vllm_backend_deployments_become_pods_that_get_the_catalog_as_written(
@@ -218,7 +314,10 @@ def test_vllm_backend_deployments_become_pods_that_get_the_catalog_as_written(
     for m in models:
         name = names.workload(m["name"])
         if m.get("nodeCount", 1) > 1:
-            continue  # the LWS controller needs its defaulting webhook, which this tier does not serve yet
+            argv = assert_lws_groups(kube, serving, name, m, bin_dir)
+            assert flag_value(argv, "--pipeline-parallel-size") == str(m["pipelineParallelSize"])
+            assert flag_value(argv, "--served-model-name") == m["servedName"]
+            continue
         pods = wait(f"the pods of {name}", pods_of(kube, serving, m["name"]))
         assert len(pods) == m.get("replicas", 1) and all(p["status"]["phase"] == "Pending" for p in pods)
         argv = vllm_argv(kube, serving, pods[0]["spec"], bin_dir)
@@ -227,6 +326,8 @@ def test_vllm_backend_deployments_become_pods_that_get_the_catalog_as_written(
             assert flag_value(argv, "--chat-template") == HOSTILE_TEMPLATE.format(marker=marker)
             assert flag_value(argv, "--override-generation-config") == GENERATION
             assert not marker.exists(), "a catalog string ran as a command in the pod"
+    assert_webhooks_judged(kube, ["lws"])
+    assert_lws_webhook_refuses(kube, serving, names.workload(LLAMA_405B["name"]))  # after: it counts as a refusal
 
 
 def _bind(kube: KubeClient, pod: dict[str, Any], node: str) -> None:

@@ -132,15 +132,18 @@ def stop_apiserver(proc: subprocess.Popen[bytes]) -> None:
 
 
 def start_apiserver(
-    workdir: Path, extra_args: list[str] | None = None, controllers: str | None = None
+    workdir: Path, extra_args: list[str] | None = None, controllers: str | None = None,
+    server_args: list[str] | None = None,
 ) -> tuple[subprocess.Popen[bytes], KubeAPIServer]:
     """Start a server whose files live in workdir; the caller must stop_apiserver() the process.
-    ``controllers``: the kube-controller-manager's list (default: garbage collector and namespaces)."""
+    ``controllers``: the kube-controller-manager's list (default: garbage collector and namespaces);
+    ``server_args``: tkf-kube-apiserver's own flags (``extra_args`` go to kube-apiserver)."""
     binary = require_binary()
     kubeconfig, log = workdir / "kubeconfig", workdir / "tkf-kube-apiserver.log"
     args = [str(binary), "--kubeconfig", str(kubeconfig), "--data-dir", str(workdir / "data")]
     if controllers:
         args.append(f"--controllers={controllers}")
+    args += server_args or []
     (workdir / "data").mkdir(parents=True, exist_ok=True)
     if extra_args:
         args += ["--", *extra_args]

@@ -5,7 +5,9 @@
 //
 // Usage:
 //
-//	tkf-kube-apiserver --kubeconfig PATH [--data-dir DIR] [--secure-port N] [--controllers LIST] [-- extra kube-apiserver flags]
+//	tkf-kube-apiserver --kubeconfig PATH [--data-dir DIR] [--secure-port N] [--controllers LIST]
+//	    [--admission-webhooks [--webhook-service NS/NAME=HOST:PORT ...] [--webhook-ca-file PEM] [--webhook-wait D]]
+//	    [-- extra kube-apiserver flags]
 //
 // The kubeconfig (admin token, CA of the generated serving cert) is written only once /readyz
 // answers 200, then one JSON line {"server":…,"kubeconfig":…} is printed on stdout. SIGTERM/SIGINT
@@ -68,9 +70,26 @@ func run() error {
 		"kube-controller-manager controllers to run (its --controllers list); the workload controllers "+
 			"(deployment-controller,replicaset-controller,statefulset-controller,job-controller) turn objects "+
 			"written by KServe or LWS into Pods, which stay Pending: no kubelet runs")
+	admissionWebhooks := flag.Bool("admission-webhooks", false,
+		"run the MutatingAdmissionWebhook and ValidatingAdmissionWebhook plugins (off by default: a chart's "+
+			"webhook configurations would fail every matching request when nothing serves them)")
+	webhookServices := serviceMap{}
+	flag.Var(webhookServices, "webhook-service",
+		"NAMESPACE/NAME=HOST:PORT: where the Service a webhook names is served (repeatable; see webhooks.go)")
+	webhookCA := flag.String("webhook-ca-file", "",
+		"PEM CA trusted for webhook servers whose configuration has no caBundle (cainjector's stand-in)")
+	webhookWait := flag.Duration("webhook-wait", 60*time.Second,
+		"how long a call to a --webhook-service waits for its port to accept connections")
 	flag.Parse()
 	if *kubeconfigPath == "" {
 		return errors.New("--kubeconfig is required")
+	}
+	if err := configureWebhooks(webhookServices, *webhookCA, *webhookWait); err != nil {
+		return err
+	}
+	disabledAdmission := "ServiceAccount,MutatingAdmissionWebhook,ValidatingAdmissionWebhook"
+	if *admissionWebhooks {
+		disabledAdmission = "ServiceAccount"
 	}
 	start := time.Now()
 
@@ -118,10 +137,11 @@ func run() error {
 		"--service-account-signing-key-file=" + creds.saKeyFile,
 		"--service-cluster-ip-range=10.0.0.0/24",
 		"--allow-privileged=true",
-		// No ServiceAccount controller runs, so no `default` SA would ever exist for pods. The
-		// webhook plugins are off so applied (Validating|Mutating)WebhookConfigurations, whose
-		// backends do not exist here, cannot make every matching request fail.
-		"--disable-admission-plugins=ServiceAccount,MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
+		// No ServiceAccount controller runs by default, so no `default` SA would ever exist for pods.
+		// The webhook plugins are off unless --admission-webhooks: applied
+		// (Validating|Mutating)WebhookConfigurations whose backends do not run here would make every
+		// matching request fail.
+		"--disable-admission-plugins=" + disabledAdmission,
 		// Resolve any remaining service calls (APIService, CRD conversion webhooks) to
 		// EndpointSlice IPs (none) instead of dialling a ClusterIP that would leave the machine.
 		"--enable-aggregator-routing=true",
