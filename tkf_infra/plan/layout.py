@@ -198,6 +198,8 @@ def _largest_first(d: Demand) -> tuple[Any, ...]:
 
 
 _Held = dict[tuple[int, int], list[tuple[str, int, MigProfile]]]
+_Used = dict[tuple[int, int], tuple[int, int]]
+"""Memory and compute slices the instances on each GPU take (what `_solve` budgets), kept beside `_Held`."""
 Rooms = Sequence[tuple[int, int]]
 """Per node of the pool, in order: (CPU millicores, memory MiB) it can give pods."""
 
@@ -211,6 +213,7 @@ def _pack(order: Sequence[Demand], keys: list[tuple[int, int]],
     (CPU, memory) left and whether its GPUs had a spot, when it failed."""
     whole: dict[tuple[int, int], str] = {}
     held: _Held = {}
+    used: _Used = {}
     failed: dict[str, int] = {}
     short: dict[str, list[tuple[int, int, bool]]] = {}
     left = [list(r) for r in rooms] if rooms is not None else None
@@ -237,11 +240,11 @@ def _pack(order: Sequence[Demand], keys: list[tuple[int, int]],
                 return pods_room(node) >= want
 
             spot = (_whole_spot(keys, whole, held, d.gpus, room) if d.profile is None
-                    else _mig_spot(keys, whole, held, d.profile, room, fills))
+                    else _mig_spot(keys, whole, held, used, d.profile, room, fills))
             if spot is None:
                 failed[d.model] = replica
                 if left is not None:
-                    gpu_ok = _gpu_spots(keys, whole, held, d)
+                    gpu_ok = _gpu_spots(keys, whole, held, used, d)
                     short[d.model] = [(c, m, n in gpu_ok) for n, (c, m) in enumerate(left)]
                 break
             for key in spot:
@@ -249,6 +252,8 @@ def _pack(order: Sequence[Demand], keys: list[tuple[int, int]],
                     whole[key] = d.model
                 else:
                     held.setdefault(key, []).append((d.model, replica, d.profile))
+                    mem, compute = used.get(key, (0, 0))
+                    used[key] = (mem + d.profile.slices, compute + d.profile.compute)
             if left is not None:
                 left[spot[0][0]][0] -= d.cpu_millis
                 left[spot[0][0]][1] -= d.memory_mib
@@ -259,6 +264,7 @@ def _pack(order: Sequence[Demand], keys: list[tuple[int, int]],
                 whole.pop(key, None)
                 if key in held:
                     held[key] = [h for h in held[key] if h[0] != d.model]
+                    used[key] = (sum(h[2].slices for h in held[key]), sum(h[2].compute for h in held[key]))
             for node in pods:
                 if left is not None:
                     left[node][0] += d.cpu_millis
@@ -266,7 +272,8 @@ def _pack(order: Sequence[Demand], keys: list[tuple[int, int]],
     return whole, held, failed, short
 
 
-def _gpu_spots(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: _Held, d: Demand) -> set[int]:
+def _gpu_spots(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: _Held, used: _Used,
+               d: Demand) -> set[int]:  # fmt: skip
     """The nodes whose GPUs could still take one replica of `d`, whatever their CPU and memory."""
     out: set[int] = set()
     for n in dict.fromkeys(k[0] for k in keys):
@@ -274,7 +281,7 @@ def _gpu_spots(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], h
             return m == n
 
         spot = (_whole_spot(keys, whole, held, d.gpus, only) if d.profile is None
-                else _mig_spot(keys, whole, held, d.profile, only))
+                else _mig_spot(keys, whole, held, used, d.profile, only))
         if spot is not None:
             out.add(n)
     return out
@@ -338,14 +345,14 @@ def _per_gpu(profile: MigProfile) -> int:
     return max(k, 1)
 
 
-def _mig_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: dict[tuple[int, int], list[Any]],
+def _mig_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: _Held, used: _Used,
               profile: MigProfile, room: Callable[[int], bool],
               fills: Callable[[int], bool] | None = None) -> list[tuple[int, int]] | None:  # fmt: skip
     """The first partitioned GPU the instance still fits on, else the first unused GPU (of a node with room;
     first of a node that `fills` says can fill it, if any).
 
-    Scans stop at the first fit, and each node's room is asked once per call (the planner calls this for
-    every instance of every trial packing: it is most of a large catalog's plan time)."""
+    One pass, each GPU's slices (`used`) tested before `_solve`'s search, each node's room asked once: most GPUs
+    of a packed pool are full, and this runs for every instance of every trial packing (most of the plan time)."""
     ok: dict[int, bool] = {}
 
     def fine(node: int) -> bool:
@@ -353,19 +360,28 @@ def _mig_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], he
             ok[node] = room(node)
         return ok[node]
 
-    for key in keys:
-        if held.get(key) and fine(key[0]) and placement([h[2] for h in held[key]] + [profile]) is not None:
-            return [key]
-    unused = (key for key in keys if key not in whole and not held.get(key) and fine(key[0]))
-    first = None
+    first: tuple[int, int] | None = None  # the first unused GPU of a node with room
+    filled: tuple[int, int] | None = None  # ... of a node that `fills` says can fill it
     full: dict[int, bool] = {}
-    for key in unused:
-        first = first or key
-        if fills is not None and key[0] not in full:
-            full[key[0]] = fills(key[0])
-        if fills is None or full[key[0]]:
-            return [key] if placement([profile]) is not None else None
-    return [first] if first is not None and placement([profile]) is not None else None
+    for key in keys:
+        items = held.get(key)
+        if not items:
+            if filled is None and key not in whole and fine(key[0]):
+                first = first or key
+                if fills is None:
+                    filled = key
+                else:
+                    if key[0] not in full:
+                        full[key[0]] = fills(key[0])
+                    filled = key if full[key[0]] else None
+            continue
+        mem, compute = used[key]
+        if mem + profile.slices > MEMORY_SLICES or compute + profile.compute > COMPUTE_SLICES or not fine(key[0]):
+            continue
+        if placement([*(h[2] for h in items), profile]) is not None:
+            return [key]
+    spot = filled or first
+    return [spot] if spot is not None and placement([profile]) is not None else None
 
 
 def _refusal(pool: str, board: MigBoard, d: Demand, replica: int, keys: list[tuple[int, int]],
