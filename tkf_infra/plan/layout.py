@@ -6,8 +6,10 @@ Why a planner: several models per GPU is only safe when the pool provably holds 
   whole-GPU model needs `gpusPerNode` GPUs of one node with MIG off. The planner packs them into
   per-GPU geometries that obey NVML's placement rules (`tkf_infra.sizing.mig`): instances on a GPU
   occupy disjoint runs of memory slices at allowed starts. A model whose replicas cannot all be
-  placed is refused, naming the slices missing. The GPU Operator's mig-manager then carves each
-  node as planned (`mig_parted_configs`; the node label `nvidia.com/mig.config` names its config).
+  placed is refused, naming the slices missing. Packed first fit decreasing, or GPU by GPU with the
+  fullest set of instances left when that takes fewer GPUs (`tkf_infra.plan.mig_optimum`). The GPU
+  Operator's mig-manager then carves each node as planned (`mig_parted_configs`; the node label
+  `nvidia.com/mig.config` names its config).
 - **Time-sliced pools.** Without memory isolation the guarantee is arithmetic: each pod takes one
   of the N replicas of a GPU, so at most N pods share one GPU, and the N largest memory footprints
   (budget + CUDA context) of the pool's pods must fit in the GPU. A model that would break it is
@@ -293,8 +295,9 @@ def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: in
 
     Models are admitted deployed ones first, then by priority, then smallest first (so an overfull
     catalog refuses its largest asks, not many small ones) and packed largest first (first-fit
-    decreasing), or in admission order when that packs and largest first does not. `rooms`: each
-    node's CPU and memory (None: unchecked), read from `rooms_from`."""
+    decreasing), or in admission order when that packs and largest first does not; then laid out by
+    `mig_optimum` instead when that uses fewer GPUs. `rooms`: each node's CPU and memory (None: unchecked),
+    read from `rooms_from`."""
     keys = [(n, g) for n in range(len(nodes)) for g in range(gpus_per_node)]
     order: list[Demand] = []
     refused: dict[str, str] = {}
@@ -314,7 +317,9 @@ def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: in
             continue
         refused[d.model] = _refusal(pool, board, d, failed.get(d.model, 0), keys, whole, held, len(nodes),
                                     gpus_per_node)
-    whole, held, _, _ = _pack(order, keys, rooms)
+    from tkf_infra.plan.mig_optimum import fewest_gpus  # it builds on this module's packer
+
+    whole, held = fewest_gpus(order, keys, rooms, *_pack(order, keys, rooms)[:2])
     cards = []
     for n, g in keys:
         items = sorted(held.get((n, g), []), key=lambda h: (_order(h[2]), h[0], h[1]))
