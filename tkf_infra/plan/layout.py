@@ -6,8 +6,10 @@ Why a planner: several models per GPU is only safe when the pool provably holds 
   whole-GPU model needs `gpusPerNode` GPUs of one node with MIG off. The planner packs them into
   per-GPU geometries that obey NVML's placement rules (`tkf_infra.sizing.mig`): instances on a GPU
   occupy disjoint runs of memory slices at allowed starts. A model whose replicas cannot all be
-  placed is refused, naming the slices missing. The GPU Operator's mig-manager then carves each
-  node as planned (`mig_parted_configs`; the node label `nvidia.com/mig.config` names its config).
+  placed is refused, naming the slices missing. Packed first fit decreasing, or GPU by GPU with the
+  fullest set of instances left when that takes fewer GPUs (`tkf_infra.plan.mig_optimum`). The GPU
+  Operator's mig-manager then carves each node as planned (`mig_parted_configs`; the node label
+  `nvidia.com/mig.config` names its config).
 - **Time-sliced pools.** Without memory isolation the guarantee is arithmetic: each pod takes one
   of the N replicas of a GPU, so at most N pods share one GPU, and the N largest memory footprints
   (budget + CUDA context) of the pool's pods must fit in the GPU. A model that would break it is
@@ -198,6 +200,8 @@ def _largest_first(d: Demand) -> tuple[Any, ...]:
 
 
 _Held = dict[tuple[int, int], list[tuple[str, int, MigProfile]]]
+_Used = dict[tuple[int, int], tuple[int, int]]
+"""Memory and compute slices the instances on each GPU take (what `_solve` budgets), kept beside `_Held`."""
 Rooms = Sequence[tuple[int, int]]
 """Per node of the pool, in order: (CPU millicores, memory MiB) it can give pods."""
 
@@ -211,6 +215,7 @@ def _pack(order: Sequence[Demand], keys: list[tuple[int, int]],
     (CPU, memory) left and whether its GPUs had a spot, when it failed."""
     whole: dict[tuple[int, int], str] = {}
     held: _Held = {}
+    used: _Used = {}
     failed: dict[str, int] = {}
     short: dict[str, list[tuple[int, int, bool]]] = {}
     left = [list(r) for r in rooms] if rooms is not None else None
@@ -237,11 +242,11 @@ def _pack(order: Sequence[Demand], keys: list[tuple[int, int]],
                 return pods_room(node) >= want
 
             spot = (_whole_spot(keys, whole, held, d.gpus, room) if d.profile is None
-                    else _mig_spot(keys, whole, held, d.profile, room, fills))
+                    else _mig_spot(keys, whole, held, used, d.profile, room, fills))
             if spot is None:
                 failed[d.model] = replica
                 if left is not None:
-                    gpu_ok = _gpu_spots(keys, whole, held, d)
+                    gpu_ok = _gpu_spots(keys, whole, held, used, d)
                     short[d.model] = [(c, m, n in gpu_ok) for n, (c, m) in enumerate(left)]
                 break
             for key in spot:
@@ -249,6 +254,8 @@ def _pack(order: Sequence[Demand], keys: list[tuple[int, int]],
                     whole[key] = d.model
                 else:
                     held.setdefault(key, []).append((d.model, replica, d.profile))
+                    mem, compute = used.get(key, (0, 0))
+                    used[key] = (mem + d.profile.slices, compute + d.profile.compute)
             if left is not None:
                 left[spot[0][0]][0] -= d.cpu_millis
                 left[spot[0][0]][1] -= d.memory_mib
@@ -259,6 +266,7 @@ def _pack(order: Sequence[Demand], keys: list[tuple[int, int]],
                 whole.pop(key, None)
                 if key in held:
                     held[key] = [h for h in held[key] if h[0] != d.model]
+                    used[key] = (sum(h[2].slices for h in held[key]), sum(h[2].compute for h in held[key]))
             for node in pods:
                 if left is not None:
                     left[node][0] += d.cpu_millis
@@ -266,7 +274,8 @@ def _pack(order: Sequence[Demand], keys: list[tuple[int, int]],
     return whole, held, failed, short
 
 
-def _gpu_spots(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: _Held, d: Demand) -> set[int]:
+def _gpu_spots(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: _Held, used: _Used,
+               d: Demand) -> set[int]:  # fmt: skip
     """The nodes whose GPUs could still take one replica of `d`, whatever their CPU and memory."""
     out: set[int] = set()
     for n in dict.fromkeys(k[0] for k in keys):
@@ -274,7 +283,7 @@ def _gpu_spots(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], h
             return m == n
 
         spot = (_whole_spot(keys, whole, held, d.gpus, only) if d.profile is None
-                else _mig_spot(keys, whole, held, d.profile, only))
+                else _mig_spot(keys, whole, held, used, d.profile, only))
         if spot is not None:
             out.add(n)
     return out
@@ -286,8 +295,9 @@ def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: in
 
     Models are admitted deployed ones first, then by priority, then smallest first (so an overfull
     catalog refuses its largest asks, not many small ones) and packed largest first (first-fit
-    decreasing), or in admission order when that packs and largest first does not. `rooms`: each
-    node's CPU and memory (None: unchecked), read from `rooms_from`."""
+    decreasing), or in admission order when that packs and largest first does not; then laid out by
+    `mig_optimum` instead when that uses fewer GPUs. `rooms`: each node's CPU and memory (None: unchecked),
+    read from `rooms_from`."""
     keys = [(n, g) for n in range(len(nodes)) for g in range(gpus_per_node)]
     order: list[Demand] = []
     refused: dict[str, str] = {}
@@ -307,7 +317,9 @@ def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: in
             continue
         refused[d.model] = _refusal(pool, board, d, failed.get(d.model, 0), keys, whole, held, len(nodes),
                                     gpus_per_node)
-    whole, held, _, _ = _pack(order, keys, rooms)
+    from tkf_infra.plan.mig_optimum import fewest_gpus  # it builds on this module's packer
+
+    whole, held = fewest_gpus(order, keys, rooms, *_pack(order, keys, rooms)[:2])
     cards = []
     for n, g in keys:
         items = sorted(held.get((n, g), []), key=lambda h: (_order(h[2]), h[0], h[1]))
@@ -338,14 +350,14 @@ def _per_gpu(profile: MigProfile) -> int:
     return max(k, 1)
 
 
-def _mig_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: dict[tuple[int, int], list[Any]],
+def _mig_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: _Held, used: _Used,
               profile: MigProfile, room: Callable[[int], bool],
               fills: Callable[[int], bool] | None = None) -> list[tuple[int, int]] | None:  # fmt: skip
     """The first partitioned GPU the instance still fits on, else the first unused GPU (of a node with room;
     first of a node that `fills` says can fill it, if any).
 
-    Scans stop at the first fit, and each node's room is asked once per call (the planner calls this for
-    every instance of every trial packing: it is most of a large catalog's plan time)."""
+    One pass, each GPU's slices (`used`) tested before `_solve`'s search, each node's room asked once: most GPUs
+    of a packed pool are full, and this runs for every instance of every trial packing (most of the plan time)."""
     ok: dict[int, bool] = {}
 
     def fine(node: int) -> bool:
@@ -353,19 +365,28 @@ def _mig_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], he
             ok[node] = room(node)
         return ok[node]
 
-    for key in keys:
-        if held.get(key) and fine(key[0]) and placement([h[2] for h in held[key]] + [profile]) is not None:
-            return [key]
-    unused = (key for key in keys if key not in whole and not held.get(key) and fine(key[0]))
-    first = None
+    first: tuple[int, int] | None = None  # the first unused GPU of a node with room
+    filled: tuple[int, int] | None = None  # ... of a node that `fills` says can fill it
     full: dict[int, bool] = {}
-    for key in unused:
-        first = first or key
-        if fills is not None and key[0] not in full:
-            full[key[0]] = fills(key[0])
-        if fills is None or full[key[0]]:
-            return [key] if placement([profile]) is not None else None
-    return [first] if first is not None and placement([profile]) is not None else None
+    for key in keys:
+        items = held.get(key)
+        if not items:
+            if filled is None and key not in whole and fine(key[0]):
+                first = first or key
+                if fills is None:
+                    filled = key
+                else:
+                    if key[0] not in full:
+                        full[key[0]] = fills(key[0])
+                    filled = key if full[key[0]] else None
+            continue
+        mem, compute = used[key]
+        if mem + profile.slices > MEMORY_SLICES or compute + profile.compute > COMPUTE_SLICES or not fine(key[0]):
+            continue
+        if placement([*(h[2] for h in items), profile]) is not None:
+            return [key]
+    spot = filled or first
+    return [spot] if spot is not None and placement([profile]) is not None else None
 
 
 def _refusal(pool: str, board: MigBoard, d: Demand, replica: int, keys: list[tuple[int, int]],
