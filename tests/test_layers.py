@@ -47,7 +47,8 @@ def test_the_platform_stack_takes_the_platform_keys_of_its_environments_file() -
 
 def test_the_platform_stack_refuses_settings_of_its_own_by_key() -> None:
     with pytest.raises(SettingsError) as err:
-        layers.resolve("test-platform", {"models": [], "nodePools": []}, {"test": env_doc()}.get)
+        layers.resolve("test-platform", {"models": [CPU], "nodePools": [{"name": "x"}], "strict": False},
+                       {"test": env_doc()}.get)
     text = err.value.render()
     assert "tkf-infra:models, tkf-infra:nodePools" in text and "Pulumi.test.yaml" in text
 
@@ -81,6 +82,7 @@ def test_the_contract_round_trips_and_gives_the_fleet_its_pools_and_pieces() -> 
 @pytest.mark.parametrize(("change", "expected"), [
     ({"contractVersion": 2}, "is 2, and this tkf-infra reads version 1 only; update tkf-infra"),
     ({"contractVersion": "1"}, "contractVersion: is '1', not a version number"),
+    ({"contractVersion": 1.5}, "contractVersion: is 1.5, not a version number"),
     ({"nodePools": "h100"}, "nodePools"),
 ])  # fmt: skip
 def test_a_contract_the_fleet_cannot_use_is_refused_by_name(change: dict[str, Any], expected: str) -> None:
@@ -139,6 +141,7 @@ def test_a_one_stack_deployment_switched_to_fleet_is_refused_until_it_is_split()
 def test_the_fleet_warns_when_the_file_asks_the_platform_for_more_than_it_applied() -> None:
     doc = env_doc(CPU)
     applied = contract_of(doc)
+    assert _fleet(doc, pc.as_read(applied)).warnings == (), "as read back through the engine, nothing differs"
     doc["nodePools"] = [*doc["nodePools"], {"name": "h200", "gpuProduct": "H200", "gpusPerNode": 8, "nodeCount": 1}]
     run_ = _fleet(doc, applied)
     assert "differ from what platform stack test-platform last applied (nodePools)" in run_.warnings[0]
@@ -151,7 +154,7 @@ def test_the_fleet_warns_when_the_file_asks_the_platform_for_more_than_it_applie
 def test_the_platform_refuses_to_drop_lws_while_the_fleet_has_leaderworkersets() -> None:
     before = contract_of(env_doc(installed=False))
     after = contract_of(env_doc(installed=False, platform={"lws": {"alreadyInstalled": True}}))
-    problems = pc.crd_removal_problems(before, after, {"test": {"LeaderWorkerSet": 2, "LLMInferenceService": 3}})
+    problems = pc.crd_removal_problems(before, after, {"test": {"LeaderWorkerSet": 2.0, "LLMInferenceService": 3}})
     assert len(problems) == 1
     assert "platform.lws" in problems[0] and "fleet stack test has 2 LeaderWorkerSet" in problems[0]
     assert pc.crd_removal_problems(before, after, {"test": {"LeaderWorkerSet": 0}}) == []

@@ -114,7 +114,8 @@ def _fleet(stack: str, env: str, raw: dict[str, Any], dry_run: bool, read_output
     else:
         value = outputs[pc.PLATFORM_CONTRACT_OUTPUT]
     contract = pc.read(value, platform)
-    differ = sorted(k for k in intended if intended.get(k) != value.get(k))
+    applied, asked = pc.as_read(value), pc.as_read(intended)
+    differ = sorted(k for k in asked if asked.get(k) != applied.get(k))
     if differ and value is not intended:
         warnings.append(f"Pulumi.{env}.yaml's platform settings differ from what platform stack {platform} last "
                         f"applied ({', '.join(differ)}): this fleet plans against the applied platform; run "

@@ -63,7 +63,8 @@ def resolve(stack: str, settings: Mapping[str, Any],
         return (Layer.FLEET if layer == Layer.FLEET.value else Layer.ALL), dict(settings)
     env = environment(stack)
     headline = f"the platform stack {stack!r} cannot run"
-    own = sorted(k for k in settings if k != LAYER_KEY)
+    # Empty values are the project's defaults (Pulumi.yaml), which the engine hands every stack.
+    own = sorted(k for k, v in settings.items() if k != LAYER_KEY and v not in ({}, [], "", None, False))
     if own:
         raise SettingsError([Problem(f"Pulumi.{stack}.yaml", ", ".join(f"tkf-infra:{k}" for k in own),
                                      f"stack {stack} takes every setting from Pulumi.{env}.yaml (one file per "

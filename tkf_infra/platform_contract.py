@@ -113,6 +113,8 @@ def read(value: Any, platform_stack: str) -> PlatformContract:
         raise SettingsError([Problem(where, "", f"expected a mapping, got {short(value)}; run `python -m tkf_infra up "
                                      f"--stack {platform_stack}` with this tkf-infra")], headline=headline)
     version = value.get("contractVersion")
+    if isinstance(version, float) and version.is_integer():  # another stack's outputs carry numbers as floats
+        version = int(version)
     if not isinstance(version, int) or isinstance(version, bool):
         raise SettingsError([Problem(where, "contractVersion", f"is {short(version)}, not a version number; run "
                                      f"`python -m tkf_infra up --stack {platform_stack}` with this tkf-infra")],
@@ -126,6 +128,18 @@ def read(value: Any, platform_stack: str) -> PlatformContract:
         return PlatformContract.model_validate(value)
     except ValidationError as err:
         raise SettingsError(problems_from(err, where, model=PlatformContract), headline=headline) from None
+
+
+def as_read(value: Any) -> Any:
+    """A value as another stack's outputs give it back: no None entries, whole numbers as ints (the engine
+    carries numbers as floats and drops nulls), so what a stack published compares equal to what it would."""
+    if isinstance(value, Mapping):
+        return {k: as_read(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [as_read(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 def fleet_settings(env_doc: Mapping[str, Any], contract: PlatformContract) -> dict[str, Any]:
@@ -199,7 +213,10 @@ def crd_removal_problems(previous: Mapping[str, Any] | None, now: Mapping[str, A
     problems = []
     for fleet, use in sorted(fleets.items()):
         for kind, count in sorted(use.items()):
-            if kind not in PLATFORM_KINDS or not isinstance(count, int) or count <= 0:
+            # Read through the engine, counts are floats.
+            if kind not in PLATFORM_KINDS or isinstance(count, bool) or not isinstance(count, int | float):
+                continue
+            if count <= 0:
                 continue
             piece = PLATFORM_KINDS[kind][0]
             was = (before.get(piece) or {}).get("installedBy")
@@ -207,7 +224,7 @@ def crd_removal_problems(previous: Mapping[str, Any] | None, now: Mapping[str, A
             if was == "tkf-infra" and still != "tkf-infra":
                 change = "marked alreadyInstalled" if still == "others" else "no longer needed by serving.backend"
                 problems.append(f"platform.{piece}: this run would delete {piece}'s CRDs ({piece} is now {change}), "
-                                f"and fleet stack {fleet} has {count} {kind} object(s), which the API server would "
-                                f"delete with them; remove those models first (`python -m tkf_infra up --stack "
+                                f"and fleet stack {fleet} has {int(count)} {kind} object(s), which the API server "
+                                f"would delete with them; remove those models first (`python -m tkf_infra up --stack "
                                 f"{fleet}`), or keep platform.{piece} as it was")
     return problems

@@ -19,6 +19,7 @@ from pulumi import automation as auto
 
 from tkf_infra.config import Catalog, SettingsError, validate_catalog
 from tkf_infra.config.api_keys import DEV_STACK
+from tkf_infra.layers import platform_stack
 from tkf_infra.names import PROJECT_ROOT
 from tkf_infra.ops import engine_home, locks
 from tkf_infra.ops.engine import EngineCommand
@@ -77,7 +78,7 @@ def engine_env(stack: str, project_dir: Path = PROJECT_DIR, backend_url: str | N
     if env["PULUMI_BACKEND_URL"].startswith("file://"):
         Path(env["PULUMI_BACKEND_URL"].removeprefix("file://")).mkdir(parents=True, exist_ok=True)
     has_passphrase = os.environ.get("PULUMI_CONFIG_PASSPHRASE") or os.environ.get("PULUMI_CONFIG_PASSPHRASE_FILE")
-    if stack == DEV_STACK and not has_passphrase:
+    if stack in (DEV_STACK, platform_stack(DEV_STACK)) and not has_passphrase:
         env["PULUMI_CONFIG_PASSPHRASE"] = DEV_PASSPHRASE
     return env
 
