@@ -148,16 +148,71 @@ def _print_summary(summary: dict[str, Any]) -> None:
         err_console.print(f"[bold red]failed, rejected or interrupted:[/] {escape(', '.join(summary['failedModels']))}")
 
 
-@app.command()
-def preview(stack: StackOpt = "dev", as_json: JsonOpt = False) -> None:
-    """Preview the stack: every fit check runs; bad models are named."""
-    _operation(stack, "preview", as_json, create=True)
+class Only(StrEnum):
+    both = "both"
+    platform = "platform"
+    fleet = "fleet"
+
+
+OnlyOpt = Annotated[Only, typer.Option(
+    "--only", help="A split environment (docs/stacks.md): both stacks, platform first (the default), or one.")]
+
+
+def _layer_stacks(stack: str, only: Only) -> list[str]:
+    """The stacks `preview`/`up` of `stack` run: a split environment's platform stack first, then its fleet."""
+    from tkf_infra import layers
+    from tkf_infra.config import read_stack_file
+
+    if layers.is_platform_stack(stack):
+        return [stack]
+    path = PROJECT_ROOT / f"Pulumi.{stack}.yaml"
+    split = path.exists() and read_stack_file(path).get(layers.LAYER_KEY) == layers.Layer.FLEET.value
+    if not split:
+        return [stack]
+    return {Only.both: [layers.platform_stack(stack), stack], Only.platform: [layers.platform_stack(stack)],
+            Only.fleet: [stack]}[only]  # fmt: skip
+
+
+def _operations(stack: str, operation: str, as_json: bool, only: Only) -> None:
+    """Each stack in turn; the fleet does not run when its platform's run failed."""
+    names = _layer_stacks(stack, only)
+    for name in names[:-1]:
+        try:
+            _operation(name, operation, as_json, create=True)
+        except typer.Exit as done:
+            if done.exit_code != ExitCode.OK:
+                err_console.print(f"[bold red]{escape(operation)} of {escape(name)} failed: {escape(names[-1])} "
+                                  "not run[/]", highlight=False)
+                raise
+    _operation(names[-1], operation, as_json, create=True)
 
 
 @app.command()
-def up(stack: StackOpt = "dev", as_json: JsonOpt = False) -> None:
-    """Preview, then deploy; a failed model does not stop the others (continue-on-error)."""
-    _operation(stack, "up", as_json, create=True)
+def preview(stack: StackOpt = "dev", as_json: JsonOpt = False, only: OnlyOpt = Only.both) -> None:
+    """Preview the stack (a split environment: its platform, then its fleet): every fit check runs; bad models are
+    named."""
+    _operations(stack, "preview", as_json, only)
+
+
+@app.command()
+def up(stack: StackOpt = "dev", as_json: JsonOpt = False, only: OnlyOpt = Only.both) -> None:
+    """Preview, then deploy (a split environment: its platform, then its fleet); a failed model does not stop the
+    others (continue-on-error)."""
+    _operations(stack, "up", as_json, only)
+
+
+@app.command("split")
+def split_command(stack: StackOpt = "dev") -> None:
+    """Move a one-stack environment's platform resources into stack <stack>-platform; nothing is deleted or
+    recreated (docs/stacks.md)."""
+    from tkf_infra.ops import split
+
+    with _operator_errors(stack):
+        done = split.split(stack)
+    err_console.print(f"moved {len(done.moved)} resources from {done.source} to {done.dest}. Next: set "
+                      f"`tkf-infra:layer: fleet` in Pulumi.{done.source}.yaml, then `python -m tkf_infra up --stack "
+                      f"{done.source}` (platform first; both report no change to the cluster)",
+                      highlight=False, soft_wrap=True)  # fmt: skip
 
 
 @app.command()
