@@ -39,6 +39,7 @@ def fleet_env(tmp: Path, n: int, platform: bool) -> tuple[Program, auto.Stack, P
     doc = dev_stack_config(platform)
     doc["config"]["tkf-infra:layer"] = "fleet"
     doc["config"]["tkf-infra:models"] = generated_models(n)
+    doc["config"]["tkf-infra:nodePools"][0]["nodeCount"] = n  # a node per model: every model is admitted
     doc["config"]["tkf-infra:cluster"]["renderDir"] = str(tmp / f"rendered-{env_name}")
     path = project / f"Pulumi.{env_name}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))

@@ -206,3 +206,12 @@ def test_each_layer_registers_only_its_own_resources() -> None:
     assert not types & {"tkf:platform:ServingPrerequisites", "tkf:platform:GpuNodePool", "tkf:platform:GpuOperator"}
     providers = {r.name for r in [*platform.resources, *fleet.resources] if r.type.startswith("pulumi:providers:")}
     assert providers == {"k8s-test"}, "one provider name per environment: moving resources keeps their provider"
+
+
+def test_preview_and_up_of_the_split_dev_environment_run_its_platform_first() -> None:
+    from tkf_infra.ops.layer_runs import Only, layer_stacks
+
+    assert layer_stacks("dev", Only.both) == ["dev-platform", "dev"]
+    assert layer_stacks("dev", Only.fleet) == ["dev"] and layer_stacks("dev", Only.platform) == ["dev-platform"]
+    assert layer_stacks("dev-platform", Only.both) == ["dev-platform"]
+    assert layer_stacks("prod", Only.both) == ["prod"], "prod is one stack until it is split"

@@ -23,6 +23,7 @@ from rich.table import Table
 
 from tkf_infra.names import PROJECT_ROOT
 from tkf_infra.ops.exit_codes import ExitCode, describe
+from tkf_infra.ops.layer_runs import Only, layer_stacks
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="tkf-infra: preview, deploy and inspect the LLM inference fleet.",
@@ -148,34 +149,13 @@ def _print_summary(summary: dict[str, Any]) -> None:
         err_console.print(f"[bold red]failed, rejected or interrupted:[/] {escape(', '.join(summary['failedModels']))}")
 
 
-class Only(StrEnum):
-    both = "both"
-    platform = "platform"
-    fleet = "fleet"
-
-
 OnlyOpt = Annotated[Only, typer.Option(
     "--only", help="A split environment (docs/stacks.md): both stacks, platform first (the default), or one.")]
 
 
-def _layer_stacks(stack: str, only: Only) -> list[str]:
-    """The stacks `preview`/`up` of `stack` run: a split environment's platform stack first, then its fleet."""
-    from tkf_infra import layers
-    from tkf_infra.config import read_stack_file
-
-    if layers.is_platform_stack(stack):
-        return [stack]
-    path = PROJECT_ROOT / f"Pulumi.{stack}.yaml"
-    split = path.exists() and read_stack_file(path).get(layers.LAYER_KEY) == layers.Layer.FLEET.value
-    if not split:
-        return [stack]
-    return {Only.both: [layers.platform_stack(stack), stack], Only.platform: [layers.platform_stack(stack)],
-            Only.fleet: [stack]}[only]  # fmt: skip
-
-
 def _operations(stack: str, operation: str, as_json: bool, only: Only) -> None:
     """Each stack in turn; the fleet does not run when its platform's run failed."""
-    names = _layer_stacks(stack, only)
+    names = layer_stacks(stack, only)
     for name in names[:-1]:
         try:
             _operation(name, operation, as_json, create=True)
