@@ -215,3 +215,22 @@ def test_preview_and_up_of_the_split_dev_environment_run_its_platform_first() ->
     assert layer_stacks("dev", Only.fleet) == ["dev"] and layer_stacks("dev", Only.platform) == ["dev-platform"]
     assert layer_stacks("dev-platform", Only.both) == ["dev-platform"]
     assert layer_stacks("prod", Only.both) == ["prod"], "prod is one stack until it is split"
+
+
+def test_split_moves_the_platform_components_and_everything_under_them_only() -> None:
+    from tkf_infra.ops.split import platform_urns
+
+    def urn(t: str, n: str) -> str:
+        return f"urn:pulumi:e::tkf-infra::{t}::{n}"
+
+    stack, prov = urn("pulumi:pulumi:Stack", "tkf-infra-e"), urn("pulumi:providers:kubernetes", "k8s-e")
+    prereq = urn("tkf:platform:ServingPrerequisites", "serving-prerequisites")
+    chart = urn("tkf:platform:ServingPrerequisites$kubernetes:helm.sh/v4:Chart", "serving-prerequisites-lws")
+    crd = urn("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition", "lws-crd")
+    model = urn("tkf:serving:ModelServing", "tiny")
+    resources = [{"urn": stack, "type": "pulumi:pulumi:Stack"}, {"urn": prov, "type": "pulumi:providers:kubernetes"},
+                 {"urn": prereq, "type": "tkf:platform:ServingPrerequisites", "parent": stack},
+                 {"urn": chart, "type": "kubernetes:helm.sh/v4:Chart", "parent": prereq},
+                 {"urn": crd, "type": "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition", "parent": chart},
+                 {"urn": model, "type": "tkf:serving:ModelServing", "parent": stack}]  # fmt: skip
+    assert platform_urns(resources) == [prereq, chart, crd]

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from tests.apiserver.readback import CRD_API
+from tests.apiserver.readback import CRD_API, release_pvcs
 from tests.apiserver.test_up_against_apiserver import CPU_MODELS, target_config, wait_namespaces_gone
 from tests.engine.test_layers import changed, run_up
 from tests.engine_fixtures import EngineStack
@@ -91,10 +91,12 @@ def test_a_one_stack_environment_splits_on_a_live_server_with_nothing_recreated(
         assert after[f"deployment/{model}"][0] == before[f"deployment/{model}"][0], "updated in place"
         assert set(platform.preview().change_summary) <= {auto.events.OpType.SAME}
     finally:
+        release_pvcs(kube, serving)
         for st in (es.stack, platform):
             if st is not None:
                 with contextlib.suppress(auto.CommandError):
                     st.destroy(color="never", continue_on_error=True)
+        release_pvcs(kube, serving)
         wait_namespaces_gone(kube, (serving, "lws-system"))
         for crd in kube.list_objects(CRD_API, "CustomResourceDefinition"):
             kube.delete(CRD_API, "CustomResourceDefinition", crd["metadata"]["name"])
