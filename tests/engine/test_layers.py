@@ -18,6 +18,7 @@ from tkf_infra import platform_contract as pc
 from tkf_infra.ops import split
 from tkf_infra.ops.stacks import DEV_PASSPHRASE, pulumi_home
 
+ROOT = Path(__file__).resolve().parents[2]
 DEV_MODELS = dev_config()["config"]["tkf-infra:models"]
 CHANGES = {"create", "delete", "replace", "create-replacement", "delete-replaced", "update"}
 
@@ -85,3 +86,38 @@ def test_split_moves_the_platform_and_neither_stack_changes_the_cluster(
     # (CPU models are single-node), so marking it alreadyInstalled is allowed and previews its deletion.
     edit_config(es, lambda c: c["tkf-infra:platform"]["lws"].update(alreadyInstalled=True))
     assert auto.events.OpType.DELETE in platform.preview().change_summary
+
+
+def test_the_cli_previews_and_applies_a_split_dev_platform_first_with_one_json_summary(
+    engine_ready: None, tmp_path: Path,
+) -> None:
+    import json
+    import os
+    import subprocess
+
+    from tkf_infra.ops.stacks import copy_project
+
+    root = copy_project(tmp_path / "project")
+    (root / "Pulumi.dev-platform.yaml").write_text((ROOT / "Pulumi.dev-platform.yaml").read_text())
+    doc = dev_config()  # every piece alreadyInstalled: the platform stack holds its provider and pools only
+    doc["config"]["tkf-infra:layer"] = "fleet"
+    doc["config"]["tkf-infra:cluster"]["renderDir"] = str(tmp_path / "rendered")
+    (root / "Pulumi.dev.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    (tmp_path / "state").mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PULUMI_CONFIG_PASSPHRASE")}
+    env["PULUMI_BACKEND_URL"] = f"file://{tmp_path / 'state'}"
+
+    def cli(*args: str) -> tuple[int, dict[str, Any], str]:
+        proc = subprocess.run([str(root / ".venv" / "bin" / "python"), "-m", "tkf_infra", *args], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=900)  # fmt: skip
+        return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip() else {}, proc.stderr
+
+    for operation in ("preview", "up"):
+        code, summary, err = cli(operation, "--stack", "dev", "--json")
+        assert code == 0, err[-3000:]
+        assert summary["stack"] == "dev" and summary["platform"]["stack"] == "dev-platform", summary.keys()
+        assert set(summary["models"]) == {m["name"] for m in DEV_MODELS}
+    code, outputs, err = cli("outputs", "--stack", "dev-platform")
+    assert code == 0 and outputs[pc.PLATFORM_CONTRACT_OUTPUT]["environment"] == "dev", err[-2000:]
+    code, summary, err = cli("preview", "--stack", "dev", "--only", "fleet", "--json")
+    assert code == 0 and "platform" not in summary and summary["stack"] == "dev", err[-2000:]

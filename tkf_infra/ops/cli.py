@@ -154,17 +154,36 @@ OnlyOpt = Annotated[Only, typer.Option(
 
 
 def _operations(stack: str, operation: str, as_json: bool, only: Only) -> None:
-    """Each stack in turn; the fleet does not run when its platform's run failed."""
+    """Each stack in turn; the fleet does not run when its platform's run failed. With --json, one document
+    on stdout as before: the last stack's summary, with the platform's under `platform`."""
+    import io
+
     names = layer_stacks(stack, only)
+    earlier: dict[str, Any] = {}
     for name in names[:-1]:
+        out = io.StringIO()
         try:
-            _operation(name, operation, as_json, create=True)
+            with contextlib.redirect_stdout(out):
+                _operation(name, operation, as_json, create=True)
         except typer.Exit as done:
             if done.exit_code != ExitCode.OK:
+                sys.stdout.write(out.getvalue())
                 err_console.print(f"[bold red]{escape(operation)} of {escape(name)} failed: {escape(names[-1])} "
                                   "not run[/]", highlight=False)
                 raise
-    _operation(names[-1], operation, as_json, create=True)
+        if as_json:
+            earlier[name] = json.loads(out.getvalue())
+    if not earlier:
+        _operation(names[-1], operation, as_json, create=True)
+        return
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            _operation(names[-1], operation, as_json, create=True)
+    finally:
+        text = out.getvalue()
+        if text.strip():
+            print(json.dumps({**json.loads(text), "platform": next(iter(earlier.values()))}, indent=2))
 
 
 @app.command()
