@@ -4,11 +4,15 @@
 # Main job: `pulumi preview` of the dev stack through the real engine (no cluster needed), with the
 # platform owner's guardrails (docs/policy.md).
 POLICY = --policy-pack policy/analyzer --policy-pack-config policy/config/dev.json
+PLATFORM_POLICY = --policy-pack policy/analyzer --policy-pack-config policy/config/dev-platform.json
+# Both stacks of the dev environment, platform first (docs/stacks.md): dev-platform, then the fleet dev.
 preview: setup
+	scripts/pulumi.sh dev-platform preview $(PLATFORM_POLICY)
 	scripts/pulumi.sh dev preview $(POLICY)
 
-# Second form: `pulumi up` of dev, rendering every manifest into rendered/dev/ (plaintext Secrets!).
+# Second form: `pulumi up` of both, rendering every manifest into rendered/dev/ (plaintext Secrets!).
 up: setup
+	scripts/pulumi.sh dev-platform up --yes $(PLATFORM_POLICY)
 	scripts/pulumi.sh dev up --yes $(POLICY)
 
 # The whole test suite: lint + type check + every test tier (mocks, engine, Prometheus, API server).

@@ -14,6 +14,7 @@ def dev_stack_config(platform: bool = True) -> dict[str, Any]:
     """The dev stack file; ``platform=False`` marks each platform piece alreadyInstalled (its charts,
     a fixed cost of about 145 resources measured in docs/platform.md, are then not in the preview)."""
     doc: dict[str, Any] = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+    doc["config"].pop("tkf-infra:layer", None)  # one stack holding both (bench/fleet_stack.py splits it)
     if not platform:
         for piece in doc["config"]["tkf-infra:platform"].values():
             if isinstance(piece, dict):

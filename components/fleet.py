@@ -4,6 +4,11 @@ provider → namespace → node pools → GPU operator → serving prerequisites
 distinct ``repo@revision`` → one FitCheck holding every deployed model's verdict → ModelServing per
 deployed model (waiting on the FitCheck, its cache and the platform).
 
+In a split environment (`tkf_infra.layers`, docs/stacks.md) the platform stack registers the provider,
+node pools, GPU operator and prerequisites only (`build_platform`), and the fleet stack the rest: the
+same resources under the same names, so moving them between stacks (`pulumi state move`) changes
+nothing in the cluster.
+
 Nothing here reads the network or decides what is deployed: `tkf_infra.plan` did, from data the
 program gathered at its edge (`tkf_infra.program`). Models the plan left out register nothing.
 """
@@ -29,6 +34,7 @@ from providers.fit import FitCheck
 from tkf_infra import names
 from tkf_infra.config import Backend, ClusterTarget
 from tkf_infra.config.api_keys import ApiKeys
+from tkf_infra.layers import Layer
 from tkf_infra.plan import FleetPlan, ModelPlan
 from tkf_infra.sizing.contract import fit_record
 
@@ -46,8 +52,9 @@ class Fleet:
     provider: k8s.Provider
     namespace: k8s.core.v1.Namespace
     node_pools: dict[str, GpuNodePool]
-    gpu_operator: GpuOperator
-    prerequisites: ServingPrerequisites
+    gpu_operator: GpuOperator | None
+    """None in a fleet stack (its platform stack has it), as is `prerequisites`."""
+    prerequisites: ServingPrerequisites | None
     weight_caches: dict[str, WeightCache]
     """Keyed by ``repo@revision``."""
     fit_check: FitCheck | None
@@ -110,11 +117,64 @@ def _weight_caches(plan: FleetPlan, provider: k8s.Provider, namespace: pulumi.Re
     return caches
 
 
-def build_fleet(plan: FleetPlan, *, api_keys: ApiKeys | None, stack: str) -> Fleet:
-    """Register the whole stack from the plan; returns handles for the outputs."""
+@dataclass
+class PlatformLayer:
+    """What a platform stack registers (`build_platform`)."""
+
+    plan: FleetPlan
+    provider: k8s.Provider
+    node_pools: dict[str, GpuNodePool]
+    gpu_operator: GpuOperator
+    prerequisites: ServingPrerequisites
+
+
+def _platform(plan: FleetPlan, provider: k8s.Provider, *, mig_config: str | None,
+              pp_preset: bool) -> tuple[dict[str, GpuNodePool], GpuOperator, ServingPrerequisites]:  # fmt: skip
+    """Node pools → GPU operator → serving prerequisites (one stack's, or a platform stack's)."""
+    s = plan.catalog.settings
+    k8s_opts = pulumi.ResourceOptions(providers=[provider])
+    pools = {name: GpuNodePool(name, GpuNodePoolArgs(facts), opts=k8s_opts) for name, facts in plan.pools.items()}
+    gpu_operator = GpuOperator(
+        "gpu-operator",
+        GpuOperatorArgs(settings=s.platform.gpu_operator, namespace=s.namespaces.gpu_operator,
+                        mig_config=mig_config, source=s.chart_source, skip_await=s.cluster.skip_await),
+        opts=pulumi.ResourceOptions(providers=[provider], depends_on=list(pools.values())),
+    )  # fmt: skip
+    prerequisites = ServingPrerequisites(
+        "serving-prerequisites",
+        ServingPrerequisitesArgs(
+            platform=s.platform, namespaces=s.namespaces, backend=s.serving.backend,
+            pipeline_parallel_preset=pp_preset,
+            vllm_image=s.serving.vllm_image, source=s.chart_source, render=s.cluster.mode == "render",
+            skip_await=s.cluster.skip_await,
+        ),
+        opts=k8s_opts,
+    )  # fmt: skip
+    return pools, gpu_operator, prerequisites
+
+
+def build_platform(plan: FleetPlan, *, environment: str) -> PlatformLayer:
+    """A platform stack: the provider (named for the environment, as its one-stack form names it), the node
+    pools, the GPU operator (reading the MIG config when a pool is MIG) and every prerequisite, the
+    pipeline-parallel preset included whenever it installs KServe (the fleet's multi-node models need it)."""
+    from tkf_infra.config.platform import installed_pieces
+    from tkf_infra.platform_contract import mig_config_name
+
+    s = plan.catalog.settings
+    provider = make_provider(s.cluster, environment)
+    preset = s.serving.backend == Backend.KSERVE and "kserve" in installed_pieces(s.platform, s.serving.backend)
+    pools, gpu_operator, prerequisites = _platform(plan, provider, mig_config=mig_config_name(plan.catalog),
+                                                   pp_preset=preset)  # fmt: skip
+    return PlatformLayer(plan, provider, pools, gpu_operator, prerequisites)
+
+
+def build_fleet(plan: FleetPlan, *, api_keys: ApiKeys | None, stack: str, layer: Layer = Layer.ALL) -> Fleet:
+    """Register the whole stack from the plan (a fleet stack: all but the platform); returns handles for the outputs.
+
+    `stack` names the provider: the environment's name in a split environment.
+    """
     s = plan.catalog.settings
     provider = make_provider(s.cluster, stack)
-    k8s_opts = pulumi.ResourceOptions(providers=[provider])
 
     namespace = k8s.core.v1.Namespace(
         "namespace-serving",
@@ -126,31 +186,21 @@ def build_fleet(plan: FleetPlan, *, api_keys: ApiKeys | None, stack: str) -> Fle
                                     retain_on_delete=not s.serving.prune_weight_cache),
     )
 
-    pools = {name: GpuNodePool(name, GpuNodePoolArgs(facts), opts=k8s_opts) for name, facts in plan.pools.items()}
     mig = has_mig(plan.layouts)
-    gpu_operator = GpuOperator(
-        "gpu-operator",
-        GpuOperatorArgs(settings=s.platform.gpu_operator, namespace=s.namespaces.gpu_operator,
-                        mig_config=MIG_CONFIG_NAME if mig else None,
-                        source=s.chart_source, skip_await=s.cluster.skip_await),
-        opts=pulumi.ResourceOptions(providers=[provider], depends_on=list(pools.values())),
-    )  # fmt: skip
+    kserve = s.serving.backend == Backend.KSERVE
+    pools: dict[str, GpuNodePool] = {}
+    gpu_operator: GpuOperator | None = None
+    prerequisites: ServingPrerequisites | None = None
+    if layer == Layer.ALL:
+        pools, gpu_operator, prerequisites = _platform(
+            plan, provider, mig_config=MIG_CONFIG_NAME if mig else None,
+            pp_preset=kserve and any(m.entry.is_multi_node for m in plan.models))  # fmt: skip
+    platform: list[pulumi.Resource] = [*([gpu_operator] if gpu_operator else []), *pools.values()]
     # MIG pools only: the geometries and node labels mig-manager applies (nothing otherwise).
     sharing = GpuSharing(
         "gpu-sharing", GpuSharingArgs(plan.layouts, s.namespaces.gpu_operator),
-        opts=pulumi.ResourceOptions(providers=[provider], depends_on=[gpu_operator, *pools.values()]),
+        opts=pulumi.ResourceOptions(providers=[provider], depends_on=platform),
     ) if mig else None  # fmt: skip
-    kserve = s.serving.backend == Backend.KSERVE
-    prerequisites = ServingPrerequisites(
-        "serving-prerequisites",
-        ServingPrerequisitesArgs(
-            platform=s.platform, namespaces=s.namespaces, backend=s.serving.backend,
-            pipeline_parallel_preset=kserve and any(m.entry.is_multi_node for m in plan.models),
-            vllm_image=s.serving.vllm_image, source=s.chart_source, render=s.cluster.mode == "render",
-            skip_await=s.cluster.skip_await,
-        ),
-        opts=k8s_opts,
-    )  # fmt: skip
 
     api_key_secret: k8s.core.v1.Secret | None = None
     key_ref: ApiKeyRef | None = None
@@ -179,7 +229,8 @@ def build_fleet(plan: FleetPlan, *, api_keys: ApiKeys | None, stack: str) -> Fle
                    ) if plan.models else None  # fmt: skip
     models: dict[str, ModelServing] = {}
     before_cache: list[pulumi.Resource] = [fit] if fit else []
-    after_cache: list[pulumi.Resource] = [gpu_operator, *([sharing] if sharing else []), *prerequisites.dependencies,
+    after_cache: list[pulumi.Resource] = [*([gpu_operator] if gpu_operator else []), *([sharing] if sharing else []),
+                                          *(prerequisites.dependencies if prerequisites else []),
                                           *([api_key_secret] if api_key_secret is not None else [])]
     for m in plan.models:
         e = m.entry

@@ -8,7 +8,7 @@ cd "$root"
 source scripts/env.sh
 stack="${1:?usage: scripts/pulumi.sh <stack> <pulumi args...>}"; shift
 # The dev stack's secrets use a DOCUMENTED, DEV-ONLY passphrase; every other stack needs yours.
-if [ "$stack" = dev ] && [ -z "${PULUMI_CONFIG_PASSPHRASE:-}" ] && [ -z "${PULUMI_CONFIG_PASSPHRASE_FILE:-}" ]; then
+if { [ "$stack" = dev ] || [ "$stack" = dev-platform ]; } && [ -z "${PULUMI_CONFIG_PASSPHRASE:-}" ] && [ -z "${PULUMI_CONFIG_PASSPHRASE_FILE:-}" ]; then
   export PULUMI_CONFIG_PASSPHRASE="tkf-dev-only"
 fi
 pulumi stack select "$stack" --non-interactive >/dev/null 2>&1 \

@@ -32,6 +32,7 @@ def pack_config(stack: str) -> dict[str, dict[str, Any]]:
 def stack_settings(stack: str, backend: str | None = None) -> dict[str, Any]:
     """A committed stack's settings, rendered instead of applied and without a live Prometheus."""
     doc = read_stack_file(ROOT / f"Pulumi.{stack}.yaml")
+    doc.pop("layer", None)  # one stack holding both layers (tests/test_layers.py splits one)
     doc["cluster"] = {"mode": "render", "renderDir": f"rendered/{stack}"}
     doc.pop("prometheusUrl", None)
     if backend:

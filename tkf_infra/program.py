@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,8 @@ from tkf_infra.config import Catalog, SettingsError, read_pulumi_config, validat
 from tkf_infra.config.api_keys import ApiKeys, missing_key_problem
 from tkf_infra.config.reader import read_api_keys
 from tkf_infra.hub.lock import Lock, load_lock
+from tkf_infra.layer_edge import LayerRun
+from tkf_infra.layers import Layer
 from tkf_infra.outputs import DEPLOYED_OUTPUT
 from tkf_infra.plan import FleetPlan, LiveFindings, plan_fleet
 from tkf_infra.plan.admission import ClusterState, Footprints
@@ -40,6 +43,10 @@ class Edge:
     read_api_key: bool = True
     cluster: ClusterState | None = None
     """What the cluster says (Nodes, storage, APIs); None reads it in cluster mode (`tkf_infra.live.cluster`)."""
+    stack_outputs: Callable[[str], dict[str, Any] | None] | None = None
+    """Another stack's outputs (a split environment's other layer); None reads them through the engine."""
+    env_file: Callable[[str], dict[str, Any] | None] | None = None
+    """Environment → the settings of its stack file (a platform stack's); None reads `Pulumi.<env>.yaml`."""
 
 
 def load_catalog(raw: dict[str, Any] | None = None) -> Catalog:
@@ -142,16 +149,33 @@ def cluster_facts(catalog: Catalog) -> ClusterState | None:
     return cluster_state(target.kubeconfig, target.context, catalog.settings.namespaces.serving)
 
 
-def plan(edge: Edge | None = None) -> FleetPlan:
+def layer_run(edge: Edge) -> LayerRun:
+    """Which layer this stack is and the settings it plans with (`tkf_infra.layers`, docs/stacks.md)."""
+    from tkf_infra.layer_edge import engine_outputs, prepare, read_env_file
+
+    try:
+        raw = edge.settings if edge.settings is not None else read_pulumi_config()
+        return prepare(pulumi.get_stack(), raw, dry_run=pulumi.runtime.is_dry_run(),
+                       read_outputs=edge.stack_outputs or engine_outputs,
+                       env_file=edge.env_file or read_env_file)  # fmt: skip
+    except SettingsError as err:
+        raise pulumi.RunError(err.render()) from None
+
+
+def plan(edge: Edge | None = None, run: LayerRun | None = None) -> FleetPlan:
     """Settings and the edge's data → the fleet plan (no resources registered)."""
+    from tkf_infra.layer_edge import refused
+
     edge = edge or Edge()
-    catalog = load_catalog(edge.settings)
+    run = run or layer_run(edge)
+    catalog = load_catalog(run.settings)
     found, errors = ec2_facts(catalog, edge.ec2_client, edge.region)
     lock = edge.lock if edge.lock is not None else load_lock()
     cluster = edge.cluster if edge.cluster is not None else cluster_facts(catalog)
     return plan_fleet(catalog, lock=lock, ec2=found, ec2_errors=errors, live=live_findings(catalog),
-                      refused_by_policy=policy_refusals(), previous=previous_deployment(), cluster=cluster,
-                      footprints=footprints(catalog))
+                      refused_by_policy=policy_refusals(),
+                      previous=previous_deployment() if run.layer != Layer.PLATFORM else {}, cluster=cluster,
+                      footprints=footprints(catalog), refused_by_platform=refused(run, catalog))
 
 
 def report(plan: FleetPlan) -> None:
@@ -204,6 +228,9 @@ def deploy(edge: Edge | None = None) -> Any:
     from tkf_infra.sdk_trace import record_creation_frame_only
 
     edge = edge or Edge()
+    run = layer_run(edge)
+    if run.layer == Layer.PLATFORM:
+        return deploy_platform(edge, run)
     api_keys = edge.api_keys
     if api_keys is None and edge.read_api_key:
         try:
@@ -212,13 +239,37 @@ def deploy(edge: Edge | None = None) -> Any:
             raise pulumi.RunError(err.render()) from None
     if api_keys is None and (problem := missing_key_problem(pulumi.get_stack())) is not None:
         raise pulumi.RunError(SettingsError([problem], headline="the runtime API key is missing").render())
-    fleet_plan = plan(edge)
+    fleet_plan = plan(edge, run)
+    for warning in run.warnings:
+        pulumi.log.warn(warning)
     report(fleet_plan)
     record_creation_frame_only()
     collect_cycles_rarely()
-    fleet = build_fleet(fleet_plan, api_keys=api_keys, stack=pulumi.get_stack())
+    fleet = build_fleet(fleet_plan, api_keys=api_keys, stack=run.environment, layer=run.layer)
     export_outputs(fleet_plan, api_keys)
+    if run.layer == Layer.FLEET:
+        from tkf_infra.platform_contract import LAYER_OUTPUT, PLATFORM_USE_OUTPUT, platform_use
+
+        pulumi.export(LAYER_OUTPUT, Layer.FLEET.value)
+        pulumi.export(PLATFORM_USE_OUTPUT, platform_use(fleet_plan))
     return fleet
+
+
+def deploy_platform(edge: Edge, run: LayerRun) -> Any:
+    """A platform stack: its pools, GPU operator and prerequisites, and the contract its fleet reads."""
+    from components.fleet import build_platform
+    from tkf_infra.outputs import PROBLEMS_OUTPUT
+    from tkf_infra.platform_contract import LAYER_OUTPUT, PLATFORM_CONTRACT_OUTPUT
+    from tkf_infra.sdk_trace import record_creation_frame_only
+
+    platform_plan = plan(edge, run)
+    report(platform_plan)
+    record_creation_frame_only()
+    built = build_platform(platform_plan, environment=run.environment)
+    pulumi.export(LAYER_OUTPUT, Layer.PLATFORM.value)
+    pulumi.export(PLATFORM_CONTRACT_OUTPUT, run.contract)
+    pulumi.export(PROBLEMS_OUTPUT, list(platform_plan.errors))
+    return built
 
 
 def run(edge: Edge | None = None) -> Any:

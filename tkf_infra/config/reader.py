@@ -63,7 +63,7 @@ def read_pulumi_config() -> dict[str, Any]:
     for key in CONFIG_KEYS:
         try:
             value: Any
-            if key == "prometheusUrl":
+            if key in ("prometheusUrl", "layer"):  # plain strings
                 value = config.get(key) or None
             elif key == "strict":
                 value = config.get_bool(key)

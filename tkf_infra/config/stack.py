@@ -386,6 +386,10 @@ class StackSettings(SettingsModel):
     strict: bool = Field(False, description="True: any bad catalog entry stops the run before anything is registered.")
     model_defaults: dict[str, Any] = Field(default_factory=dict, description="Merged under every models[] entry.")
     models: list[Any] = Field(default_factory=list, description="The model catalog.")
+    layer: Literal["all", "fleet"] = Field(
+        "all", description="all: this stack holds the platform and the fleet (one stack). fleet: the environment is "
+        "split (docs/stacks.md): this stack holds the models and reads the platform from stack <this stack>-platform, "
+        "which is applied from the platform keys of this same file.")
 
     @field_validator("prometheus_url")
     @classmethod

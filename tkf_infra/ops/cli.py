@@ -23,6 +23,7 @@ from rich.table import Table
 
 from tkf_infra.names import PROJECT_ROOT
 from tkf_infra.ops.exit_codes import ExitCode, describe
+from tkf_infra.ops.layer_runs import Only, layer_stacks
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="tkf-infra: preview, deploy and inspect the LLM inference fleet.",
@@ -148,16 +149,69 @@ def _print_summary(summary: dict[str, Any]) -> None:
         err_console.print(f"[bold red]failed, rejected or interrupted:[/] {escape(', '.join(summary['failedModels']))}")
 
 
-@app.command()
-def preview(stack: StackOpt = "dev", as_json: JsonOpt = False) -> None:
-    """Preview the stack: every fit check runs; bad models are named."""
-    _operation(stack, "preview", as_json, create=True)
+OnlyOpt = Annotated[Only, typer.Option(
+    "--only", help="A split environment (docs/stacks.md): both stacks, platform first (the default), or one.")]
+
+
+def _operations(stack: str, operation: str, as_json: bool, only: Only) -> None:
+    """Each stack in turn; the fleet does not run when its platform's run failed. With --json, one document
+    on stdout as before: the last stack's summary, with the platform's under `platform`."""
+    import io
+
+    names = layer_stacks(stack, only)
+    earlier: dict[str, Any] = {}
+    for name in names[:-1]:
+        out = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out):
+                _operation(name, operation, as_json, create=True)
+        except typer.Exit as done:
+            if done.exit_code != ExitCode.OK:
+                sys.stdout.write(out.getvalue())
+                err_console.print(f"[bold red]{escape(operation)} of {escape(name)} failed: {escape(names[-1])} "
+                                  "not run[/]", highlight=False)
+                raise
+        if as_json:
+            earlier[name] = json.loads(out.getvalue())
+    if not earlier:
+        _operation(names[-1], operation, as_json, create=True)
+        return
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            _operation(names[-1], operation, as_json, create=True)
+    finally:
+        text = out.getvalue()
+        if text.strip():
+            print(json.dumps({**json.loads(text), "platform": next(iter(earlier.values()))}, indent=2))
 
 
 @app.command()
-def up(stack: StackOpt = "dev", as_json: JsonOpt = False) -> None:
-    """Preview, then deploy; a failed model does not stop the others (continue-on-error)."""
-    _operation(stack, "up", as_json, create=True)
+def preview(stack: StackOpt = "dev", as_json: JsonOpt = False, only: OnlyOpt = Only.both) -> None:
+    """Preview the stack (a split environment: its platform, then its fleet): every fit check runs; bad models are
+    named."""
+    _operations(stack, "preview", as_json, only)
+
+
+@app.command()
+def up(stack: StackOpt = "dev", as_json: JsonOpt = False, only: OnlyOpt = Only.both) -> None:
+    """Preview, then deploy (a split environment: its platform, then its fleet); a failed model does not stop the
+    others (continue-on-error)."""
+    _operations(stack, "up", as_json, only)
+
+
+@app.command("split")
+def split_command(stack: StackOpt = "dev") -> None:
+    """Move a one-stack environment's platform resources into stack <stack>-platform; nothing is deleted or
+    recreated (docs/stacks.md)."""
+    from tkf_infra.ops import split
+
+    with _operator_errors(stack):
+        done = split.split(stack)
+    err_console.print(f"moved {len(done.moved)} resources from {done.source} to {done.dest}. Next: set "
+                      f"`tkf-infra:layer: fleet` in Pulumi.{done.source}.yaml, then `python -m tkf_infra up --stack "
+                      f"{done.source}` (platform first; both report no change to the cluster)",
+                      highlight=False, soft_wrap=True)  # fmt: skip
 
 
 @app.command()

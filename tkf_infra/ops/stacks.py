@@ -19,6 +19,7 @@ from pulumi import automation as auto
 
 from tkf_infra.config import Catalog, SettingsError, validate_catalog
 from tkf_infra.config.api_keys import DEV_STACK
+from tkf_infra.layers import environment, is_platform_stack, platform_stack
 from tkf_infra.names import PROJECT_ROOT
 from tkf_infra.ops import engine_home, locks
 from tkf_infra.ops.engine import EngineCommand
@@ -77,7 +78,7 @@ def engine_env(stack: str, project_dir: Path = PROJECT_DIR, backend_url: str | N
     if env["PULUMI_BACKEND_URL"].startswith("file://"):
         Path(env["PULUMI_BACKEND_URL"].removeprefix("file://")).mkdir(parents=True, exist_ok=True)
     has_passphrase = os.environ.get("PULUMI_CONFIG_PASSPHRASE") or os.environ.get("PULUMI_CONFIG_PASSPHRASE_FILE")
-    if stack == DEV_STACK and not has_passphrase:
+    if stack in (DEV_STACK, platform_stack(DEV_STACK)) and not has_passphrase:
         env["PULUMI_CONFIG_PASSPHRASE"] = DEV_PASSPHRASE
     return env
 
@@ -105,7 +106,10 @@ def open_stack(stack: str, *, create: bool = False, project_dir: Path = PROJECT_
         if stack_file.exists() and "encryptionsalt" in stack_file.read_text():
             raise UsageError(f"stack {stack!r} uses a passphrase secrets provider: set PULUMI_CONFIG_PASSPHRASE "
                              "(or PULUMI_CONFIG_PASSPHRASE_FILE) before running this command")
-    if create and not (project_dir / f"Pulumi.{stack}.yaml").exists():
+    # A split environment's platform stack takes its settings from Pulumi.<env>.yaml (tkf_infra/layers.py).
+    settings_file = project_dir / f"Pulumi.{environment(stack)}.yaml"
+    if create and not (project_dir / f"Pulumi.{stack}.yaml").exists() and not (
+            is_platform_stack(stack) and settings_file.exists()):
         files = ", ".join(sorted(p.name.split(".")[1] for p in project_dir.glob("Pulumi.*.yaml")))
         raise UsageError(f"unknown stack {stack!r}: there is no Pulumi.{stack}.yaml (stack files: {files})")
     cmd = _check_engine()

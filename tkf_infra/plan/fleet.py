@@ -298,7 +298,8 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
                ec2_errors: Mapping[str, str] | None = None, live: LiveFindings | None = None,
                refused_by_policy: Mapping[str, Sequence[str]] | None = None,
                previous: Mapping[str, Any] | None = None, cluster: adm.ClusterState | None = None,
-               footprints: adm.Footprints | None = None) -> FleetPlan:
+               footprints: adm.Footprints | None = None,
+               refused_by_platform: Mapping[str, Sequence[str]] | None = None) -> FleetPlan:
     """Decide the fleet from validated settings and the edge's data; no I/O, no resources.
 
     `refused_by_policy`: models the platform owner's policy pack refused at the preview before this
@@ -306,7 +307,8 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
     run (its `deployed` output), so a refused model keeps serving at its last good settings.
     `cluster`: what the cluster said (cluster mode; None in render mode); `footprints`: how pods and
     caches are sized — with them the node capacity, storage and topology checks run
-    (`tkf_infra.plan.admission`).
+    (`tkf_infra.plan.admission`). `refused_by_platform`: models a fleet stack's platform cannot serve
+    (model → reasons, `tkf_infra.platform_contract.unmet_needs`), left out at the topology stage.
     """
     s = catalog.settings
     errors = [str(p) for p in catalog.pool_problems]
@@ -342,6 +344,9 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
         index = positions.get(entry.name, -1)
         if entry.name in policy:
             excluded.append(Exclusion(entry.name, index, Stage.POLICY, tuple(policy[entry.name])))
+            continue
+        if refused_by_platform and entry.name in refused_by_platform:
+            excluded.append(Exclusion(entry.name, index, Stage.TOPOLOGY, tuple(refused_by_platform[entry.name])))
             continue
         result = _plan_model(entry, index, ctx)
         if isinstance(result, Exclusion):
