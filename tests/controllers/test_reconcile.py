@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -94,8 +95,19 @@ KSERVE_CRDS = ["llminferenceservices.serving.kserve.io", "llminferenceservicecon
 @pytest.fixture
 def deployed(kube_apiserver: KubeAPIServer, kube: KubeClient, webhooks: Webhooks,
              lean_engine_env: dict[str, str], make_stack: Callable[..., EngineStack],
-             tmp_path: Path) -> Iterator[Callable[[str], Deployed]]:  # fmt: skip
-    """`up` of a stack on one backend, LWS's manager (and on kserve KServe's) started during it."""
+             tmp_path: Path) -> Iterator[Callable[..., Deployed]]:  # fmt: skip
+    with reconciled_deploys(kube_apiserver, kube, webhooks, lean_engine_env, make_stack, tmp_path) as deploy:
+        yield deploy
+
+
+@contextmanager
+def reconciled_deploys(kube_apiserver: KubeAPIServer, kube: KubeClient, webhooks: Webhooks,
+                       lean_engine_env: dict[str, str], make_stack: Callable[..., EngineStack],
+                       tmp_path: Path) -> Iterator[Callable[..., Deployed]]:  # fmt: skip
+    """`up` of a stack on one backend, LWS's manager (and on kserve KServe's) started during it.
+
+    `deploy(backend, models=None)`: ``models`` is the catalog (default: this module's, whose hostile
+    template writes the returned marker if any string runs)."""
     managers = MANAGERS
     stacks: list[EngineStack] = []
     starters: list[StartWhenServed] = []
@@ -107,11 +119,11 @@ def deployed(kube_apiserver: KubeAPIServer, kube: KubeClient, webhooks: Webhooks
             return m
         return launch
 
-    def deploy(backend: str) -> Deployed:
+    def deploy(backend: str, models: list[dict[str, Any]] | None = None) -> Deployed:
         marker = tmp_path / f"ran-{backend}"
         es = make_stack(platform=True, extra_env=lean_engine_env)
         stacks.append(es)
-        serving = target_config(es, kube_apiserver, backend, catalog(marker))
+        serving = target_config(es, kube_apiserver, backend, catalog(marker) if models is None else models)
         first = len(starters)  # this deploy's
         starters.append(StartWhenServed(kube_apiserver.client, LWS_CRDS, launcher(start_lws, "lws")))
         if backend == "kserve":

@@ -37,10 +37,10 @@ import pytest
 
 from components.vllm_args import MODEL_MOUNT
 from tests.apiserver.readback import LLMISVC, LWS
-from tests.apiserver.test_up_against_apiserver import CPU_MODELS, LLAMA_405B, target_config
-from tests.controllers.harness import start_kserve
-from tests.controllers.test_reconcile import GENERATION, HOSTILE_TEMPLATE, MANAGERS, flag_value, pods_of, wait
+from tests.apiserver.test_up_against_apiserver import CPU_MODELS, LLAMA_405B
+from tests.controllers.test_reconcile import GENERATION, HOSTILE_TEMPLATE, flag_value, pods_of, reconciled_deploys, wait
 from tests.controllers.test_reconcile import catalog as reconcile_catalog
+from tests.controllers.webhooks import Webhooks
 from tests.engine_fixtures import EngineStack
 from tests.kube.apiserver import KubeAPIServer
 from tests.kube.client import KubeClient
@@ -82,30 +82,12 @@ def chat_model(marker: Path) -> dict[str, Any]:
 
 
 @pytest.fixture
-def deployed(kube_apiserver: KubeAPIServer, lean_engine_env: dict[str, str],
-             make_stack: Callable[..., EngineStack], tmp_path: Path) -> Iterator[Deploy]:
-    """`up` of the catalog ``models`` on one backend (the platform from its charts), then (kserve) KServe's manager."""
-    stacks: list[EngineStack] = []
-
-    def deploy(backend: str, models: list[dict[str, Any]]) -> str:
-        es = make_stack(platform=True, extra_env=lean_engine_env)
-        stacks.append(es)
-        serving = target_config(es, kube_apiserver, backend, models)
-        t = time.monotonic()
-        es.stack.up(color="never", on_output=lambda _: None)
-        TIMINGS[f"up {backend}"] = round(time.monotonic() - t, 1)
-        if backend == "kserve":
-            m = start_kserve(kube_apiserver.kubeconfig, tmp_path / "kserve")
-            MANAGERS.append(m)
-            TIMINGS[f"{m.name} ready"] = round(m.wait_ready(), 1)
-        return serving
-
-    yield deploy
-    for m in MANAGERS:
-        m.stop()
-    MANAGERS.clear()
-    for es in stacks:  # the server goes with the test: no `destroy` (see test_reconcile.py's `deployed`)
-        es.stack.workspace.remove_stack(es.stack.name, force=True)
+def deployed(kube_apiserver: KubeAPIServer, kube: KubeClient, webhooks: Webhooks, lean_engine_env: dict[str, str],
+             make_stack: Callable[..., EngineStack], tmp_path: Path) -> Iterator[Deploy]:  # fmt: skip
+    """`up` of the catalog ``models`` on one backend (the platform from its charts, every chart's webhooks
+    served), LWS's manager and (kserve) KServe's started as their CRDs appear, as test_reconcile.py does."""
+    with reconciled_deploys(kube_apiserver, kube, webhooks, lean_engine_env, make_stack, tmp_path) as deploy:
+        yield lambda backend, models: deploy(backend, models)[0]
 
 
 def owners(kube: KubeClient, namespace: str, obj: dict[str, Any]) -> list[tuple[str, str]]:
