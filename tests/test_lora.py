@@ -12,6 +12,7 @@ from components.vllm_args import serve_command
 from tests.mocks import CPU, QWEN3_8B, SINGLE_GPU, stack_doc
 from tkf_infra.config import ModelEntry, validate_catalog
 from tkf_infra.config.flags import extra_args_problems
+from tkf_infra.config.lora import lora_argv
 from tkf_infra.hub.lock import Lock, load_lock
 from tkf_infra.plan.fleet import Stage, plan_fleet
 from tkf_infra.sizing.adapter_facts import AdapterFacts
@@ -237,33 +238,49 @@ def test_a_good_adapter_deploys_with_its_base_sized_with_the_slots() -> None:
     ({"bias": "all"}, "bias 'all'"),
     ({"target_modules": ".*proj"}, "is the pattern '.*proj'"),
 ])
-def test_a_bad_adapter_is_refused_by_name_and_the_other_models_deploy(config: dict[str, Any], expected: str) -> None:
+def test_a_bad_adapter_is_refused_by_name_and_its_base_deploys_with_the_others(config: dict[str, Any],
+                                                                              expected: str) -> None:  # fmt: skip
     lock = lock_with(adapter_facts("org/qwen-sql", QWEN3, **config),
                      adapter_facts("org/qwen-chat", QWEN3, revision="2" * 40))
-    good = with_lora({**SINGLE_GPU, "name": "other", "servedName": "other"},
-                     adapter("chat", repo="org/qwen-chat", revision="2" * 40))
-    deployed, out = plan(lock, with_lora(SINGLE_GPU, adapter("sql")), good)
-    assert deployed == {"other"}
-    stage, reasons = out["qwen3-8b"]
-    assert stage is Stage.CATALOG
-    assert f"model qwen3-8b: lora.adapters sql (org/qwen-sql@{SHA}): " in reasons and expected in reasons
+    chat = adapter("chat", repo="org/qwen-chat", revision="2" * 40)
+    other = with_lora({**SINGLE_GPU, "name": "other", "servedName": "other"}, {**chat, "servedName": "other-chat"})
+    fleet = plan_fleet(validate_catalog(stack_doc(with_lora(SINGLE_GPU, adapter("sql"), chat), other)), lock=lock)
+    assert fleet.deployed == {"qwen3-8b", "other"} and not fleet.excluded
+    base = fleet.model("qwen3-8b").entry
+    assert base.lora is not None and [a.name for a in base.lora.adapters] == ["chat"]
+    argv = lora_argv(base.lora)
+    assert not any("sql" in w for w in argv) and any(w.startswith(f"{chat['servedName']}=") for w in argv)
+    # The run still ends non-zero, naming the adapter, the field and the fix.
+    (error,) = [e for e in fleet.errors if "lora.adapters sql" in e]
+    assert error.startswith(f"model qwen3-8b: lora.adapters sql (org/qwen-sql@{SHA}): ") and expected in error
+    assert error.endswith("deployed without that adapter") and fleet.verdict() is not None
+
+
+def test_a_base_whose_every_adapter_is_bad_deploys_with_lora_on_and_no_lora_modules() -> None:
+    lock = lock_with(adapter_facts("org/qwen-sql", QWEN3, r=64))
+    fleet = plan_fleet(validate_catalog(stack_doc(with_lora(SINGLE_GPU, adapter("sql")))), lock=lock)
+    base = fleet.model("qwen3-8b").entry
+    assert base.lora is not None and base.lora.adapters == []
+    argv = lora_argv(base.lora)
+    assert "--enable-lora" in argv and "--lora-modules" not in argv  # vLLM's nargs='+' refuses it empty
+    assert any("rank 64 is above lora.maxRank 16" in e for e in fleet.errors)
 
 
 def test_embedding_targets_are_refused_on_a_base_vllm_wraps_no_embedding_of() -> None:
     lock = lock_with(adapter_facts("org/qwen-sql", str(CPU["repo"]), target_modules=["q_proj", "embed_tokens"]))
-    _, out = plan(lock, with_lora(CPU, adapter("sql")))
-    assert "vLLM 0.32 serves no LoRA on embed_tokens of Qwen2ForCausalLM" in out["tiny"][1]
+    fleet = plan_fleet(validate_catalog(stack_doc(with_lora(CPU, adapter("sql")))), lock=lock)
+    assert any("vLLM 0.32 serves no LoRA on embed_tokens of Qwen2ForCausalLM" in e for e in fleet.errors)
     # Qwen3 wraps them (embedding_modules), so the same adapter there is fine.
     lock = lock_with(adapter_facts("org/qwen-sql", QWEN3, target_modules=["q_proj", "embed_tokens"]))
     deployed, _ = plan(lock, with_lora(SINGLE_GPU, adapter("sql")))
     assert deployed == {"qwen3-8b"}
 
 
-def test_an_adapter_missing_from_the_lock_is_a_lock_refusal_with_the_command_that_fixes_it() -> None:
-    deployed, out = plan(LOCK, with_lora(CPU, adapter("sql")), SINGLE_GPU)
-    assert deployed == {"qwen3-8b"}
-    stage, reasons = out["tiny"]
-    assert stage is Stage.LOCK and f"python -m tkf_infra lock --adapter org/qwen-sql@{SHA}" in reasons
+def test_an_adapter_missing_from_the_lock_is_refused_with_the_command_that_fixes_it() -> None:
+    fleet = plan_fleet(validate_catalog(stack_doc(with_lora(CPU, adapter("sql")), SINGLE_GPU)), lock=LOCK)
+    assert fleet.deployed == {"tiny", "qwen3-8b"}
+    assert any(e.startswith("model tiny: lora.adapters sql") and
+               f"python -m tkf_infra lock --adapter org/qwen-sql@{SHA}" in e for e in fleet.errors)
 
 
 def test_the_lock_keeps_adapters_beside_models_and_a_lock_without_them_is_unchanged(tmp_path: Any) -> None:

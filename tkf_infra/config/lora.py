@@ -120,7 +120,9 @@ def lora_argv(spec: LoraSpec) -> tuple[str, ...]:
     """The argv words of the `lora` row: every LoRA flag vLLM needs, adapters by their cached path.
 
     `--lora-modules name=path` (vllm/entrypoints/launchers/cli_args.py@v0.32.0:55-57, `nargs='+'`): a local
-    path, because vLLM would resolve a repo id at the Hub's head, not at the pinned commit."""
+    path, because vLLM would resolve a repo id at the Hub's head, not at the pinned commit. No
+    `--lora-modules` when every adapter was left out (tkf_infra.plan.lora): `nargs='+'` refuses it empty."""
     words = ["--enable-lora", "--max-loras", str(spec.max_adapters), "--max-lora-rank", str(spec.max_rank),
-             "--max-cpu-loras", str(spec.cpu_adapters), "--lora-modules"]
-    return (*words, *(f"{a.served_name}={a.pod_path}" for a in spec.adapters))
+             "--max-cpu-loras", str(spec.cpu_adapters)]
+    modules = [f"{a.served_name}={a.pod_path}" for a in spec.adapters]
+    return (*words, *(["--lora-modules", *modules] if modules else []))

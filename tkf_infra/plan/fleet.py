@@ -25,7 +25,7 @@ from tkf_infra.hub.lock import Lock
 from tkf_infra.plan import admission as adm
 from tkf_infra.plan.admit_fleet import admit, plan_layouts
 from tkf_infra.plan.layout import PoolLayout
-from tkf_infra.plan.lora import adapter_problems
+from tkf_infra.plan.lora import adapter_problems, without_adapters
 from tkf_infra.plan.pools import PoolFacts, PoolProblem, resolve_pool
 from tkf_infra.plan.scaling import at_maximum, scaling_checks
 from tkf_infra.plan.share import Share, ShareProblem, size_share
@@ -109,6 +109,8 @@ class ModelPlan:
     fit: FitResult
     share: Share | None = None
     """The part of a GPU each replica gets (None: whole GPUs); `entry` then carries the share's vLLM flags."""
+    refused_adapters: tuple[str, ...] = ()
+    """Why each LoRA adapter left out of `entry` was (tkf_infra.plan.lora): fleet errors, the base deploys."""
 
 
 @dataclass(frozen=True)
@@ -241,9 +243,14 @@ def _plan_model(entry: ModelEntry, index: int, ctx: _Context) -> ModelPlan | Exc
         return leave_out(stage or Stage.LOCK, why)
     if spec := _speculative_problem(entry, facts):
         return leave_out(Stage.CATALOG, spec)
+    refused_adapters: tuple[str, ...] = ()
     if bad := adapter_problems(entry, facts, ctx.lock):
-        return Exclusion(entry.name, index, Stage.LOCK if bad.missing else Stage.CATALOG,
-                         tuple(f"model {entry.name}: {r}" for r in bad.reasons))
+        if bad.base:
+            return Exclusion(entry.name, index, Stage.LOCK if bad.missing else Stage.CATALOG,
+                             tuple(f"model {entry.name}: {r}" for r in bad.reasons))
+        entry = without_adapters(entry, bad.adapters)
+        refused_adapters = tuple(f"model {entry.name}: {r}; deployed without that adapter"
+                                 for rs in bad.adapters.values() for r in rs)
     pool = ctx.pools.get(entry.node_pool or "")
     gpu = pool.gpu if pool is not None and not entry.is_cpu else None
     inputs = FitInputs(model=entry.name, repo=entry.repo, revision=entry.revision, facts=facts, gpu=gpu,
@@ -256,7 +263,7 @@ def _plan_model(entry: ModelEntry, index: int, ctx: _Context) -> ModelPlan | Exc
         return Exclusion(entry.name, index, Stage.CATALOG, (str(exc),))
     if not sized.fit.fits:
         return Exclusion(entry.name, index, Stage.FIT, (sized.fit.message or "does not fit",))
-    return ModelPlan(sized.entry, facts, weight_bytes, pool, sized.inputs, sized.fit, sized.share)
+    return ModelPlan(sized.entry, facts, weight_bytes, pool, sized.inputs, sized.fit, sized.share, refused_adapters)
 
 
 def _keep_last_good(excluded: list[Exclusion], planned: list[ModelPlan], previous: Mapping[str, Any],
@@ -380,6 +387,7 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
     sized = [m for m in planned if m.entry.name not in laid_out]
     warnings += [f"model {m.entry.name}: {w}" for m in sized for w in m.fit.warnings]
     errors += capacity_errors(sized, pools)
+    errors += [r for m in planned for r in m.refused_adapters]
     placed = [m for m in planned if m.entry.name not in refusals]
     return FleetPlan(catalog=catalog, pools=pools, models=tuple(placed),
                      excluded=tuple(sorted(excluded, key=lambda e: (e.index, e.name))),

@@ -5,12 +5,15 @@ it — at start-up for `--lora-modules`, after the pod was scheduled — and the
 (vllm/lora/peft_helper.py@v0.32.0:53-87 `_validate_features`, 188-202 `validate_legal`;
 vllm/lora/lora_model.py@v0.32.0:246-277, a target module the model does not have). Here the same
 rules are applied at preview, each problem naming the adapter, the field, the value and the fix.
-A bad adapter leaves its base model out (the model is one deployment: vLLM would not start), with
-every adapter's problems at once; the other models deploy.
+A bad adapter is left out of its base's `--lora-modules` (vLLM would refuse to start with it), with
+every adapter's problems at once; the base deploys with its other adapters, and the run ends non-zero
+naming the adapter. Only a problem of the base itself (an architecture whose slots are not sized)
+leaves the model out.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from tkf_infra.config import ModelEntry
@@ -32,10 +35,19 @@ PLAIN_INITS = ("gaussian", "eva", "orthogonal", "mica", "lora_ga")
 
 @dataclass(frozen=True)
 class AdapterProblems:
-    """Why an entry's adapters cannot be served: `missing` lacks lock facts, `reasons` all of it."""
+    """Why some of an entry's adapters cannot be served.
+
+    `base`: problems of the base's LoRA block itself (the model is left out); `adapters`: adapter name →
+    its problems (that adapter is left out, the base deploys with the others); `missing`: some lacked lock
+    facts (the stage a left-out base is reported at)."""
 
     missing: bool
-    reasons: tuple[str, ...]
+    base: tuple[str, ...]
+    adapters: Mapping[str, tuple[str, ...]]
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        return (*self.base, *(r for rs in self.adapters.values() for r in rs))
 
 
 def _fix_lock(a: AdapterEntry) -> str:
@@ -89,18 +101,19 @@ def adapter_problems(entry: ModelEntry, base: ModelFacts, lock: Lock) -> Adapter
         return None
     arch_name = architecture_of(base)
     la = LORA_ARCHITECTURES.get(arch_name)
-    reasons: list[str] = []
+    base_reasons: list[str] = []
+    per_adapter: dict[str, tuple[str, ...]] = {}
     missing = False
     if la is None:
-        reasons.append(f"lora: LoRA on {arch_name or 'this base'} is not sized by the fit check (it sizes "
+        base_reasons.append(f"lora: LoRA on {arch_name or 'this base'} is not sized by the fit check (it sizes "
                        f"{', '.join(sorted(LORA_ARCHITECTURES))}); remove `lora` or serve the adapters on one of those")
     for a in entry.lora.adapters:
         facts = lock.get_adapter(a.repo, a.revision)
         where = f"lora.adapters {a.name} ({a.ref})"
         if facts is None:
             missing = True
-            reasons.append(f"{where}: not in models.lock.json, so it cannot be checked against the base; "
-                           f"{_fix_lock(a)}")
+            per_adapter[a.name] = (f"{where}: not in models.lock.json, so it cannot be checked against the base; "
+                                   f"{_fix_lock(a)}",)
             continue
         problems: list[str] = []
         if facts.base_model != entry.repo:
@@ -118,5 +131,16 @@ def adapter_problems(entry: ModelEntry, base: ModelFacts, lock: Lock) -> Adapter
         if la is not None:
             problems += _target_problems(a, facts, arch_name, la)
         problems += _feature_problems(facts)
-        reasons += [f"{where}: {p}" for p in problems]
-    return AdapterProblems(missing, tuple(reasons)) if reasons else None
+        if problems:
+            per_adapter[a.name] = tuple(f"{where}: {p}" for p in problems)
+    if not base_reasons and not per_adapter:
+        return None
+    return AdapterProblems(missing, tuple(base_reasons), per_adapter)
+
+
+def without_adapters(entry: ModelEntry, names: Iterable[str]) -> ModelEntry:
+    """The entry with these adapters left out of its `lora` block (the limits it is sized with unchanged)."""
+    assert entry.lora is not None
+    drop = set(names)
+    kept = [a for a in entry.lora.adapters if a.name not in drop]
+    return entry.model_copy(update={"lora": entry.lora.model_copy(update={"adapters": kept})})
