@@ -167,12 +167,23 @@ def rejected(doc: dict[str, Any]) -> dict[str, str]:
     return {r.name: " | ".join(str(p) for p in r.problems) for r in catalog.rejected}
 
 
-def test_an_unpinned_adapter_revision_is_refused_by_adapter_name_and_its_sibling_models_deploy() -> None:
-    doc = stack_doc(with_lora(CPU, adapter("sql", revision="main")), SINGLE_GPU)
+def test_an_unpinned_adapter_revision_is_refused_by_adapter_name_and_its_base_deploys_with_the_others() -> None:
+    chat = adapter("chat", repo="org/qwen-chat", revision="2" * 40)
+    doc = stack_doc(with_lora(CPU, adapter("sql", revision="main"), chat), SINGLE_GPU)
     catalog = validate_catalog(doc)
-    assert [m.name for m in catalog.models] == ["qwen3-8b"]
-    text = rejected(doc)["tiny"]
-    assert "adapter 'sql'" in text and "revision 'main' is a branch" in text
+    assert [m.name for m in catalog.models] == ["tiny", "qwen3-8b"] and not catalog.rejected
+    tiny = catalog.models[0]
+    assert tiny.lora is not None and [a.name for a in tiny.lora.adapters] == ["chat"]
+    (problem,) = catalog.adapter_problems
+    assert str(problem) == ("models[0] tiny: lora.adapters sql: revision 'main' is a branch, which can move; pin the "
+                            "40-character commit SHA")
+    fleet = plan_fleet(catalog, lock=lock_with(adapter_facts("org/qwen-chat", str(CPU["repo"]), revision="2" * 40)))
+    assert fleet.deployed == {"tiny", "qwen3-8b"} and f"{problem}; deployed without that adapter" in fleet.errors
+
+
+def test_a_bad_adapter_is_reported_with_its_entry_when_the_entry_is_refused_anyway() -> None:
+    text = rejected(stack_doc(with_lora({**CPU, "revision": "main"}, adapter("sql", revision="v1"))))["tiny"]
+    assert "revision 'main' is a branch" in text and "lora.adapters sql: revision 'v1' is a tag" in text
 
 
 @pytest.mark.parametrize("lora, expected", [
@@ -184,9 +195,11 @@ def test_bad_lora_limits_are_refused_with_what_vllm_allows(lora: dict[str, Any],
     assert expected in rejected(stack_doc(with_lora(CPU, adapter("sql"), **lora)))["tiny"]
 
 
-def test_a_served_name_used_by_a_model_and_an_adapter_is_refused_on_the_later_entry() -> None:
+def test_a_served_name_used_by_a_model_and_an_adapter_is_refused_on_the_later_one() -> None:
     clash = adapter("sql", servedName=SINGLE_GPU["servedName"])
-    text = rejected(stack_doc(SINGLE_GPU, with_lora(CPU, clash)))["tiny"]
+    catalog = validate_catalog(stack_doc(SINGLE_GPU, with_lora(CPU, clash)))
+    assert [m.name for m in catalog.models] == ["qwen3-8b", "tiny"]  # the adapter is left out, not its base
+    (text,) = [str(p) for p in catalog.adapter_problems]
     assert "lora.adapters sql.servedName" in text and "'qwen3-8b' is already served by models[0] qwen3-8b" in text
     twice = rejected(stack_doc(with_lora(CPU, adapter("a"), adapter("b", servedName="a-served"))))["tiny"]
     assert "adapter 'b': servedName 'a-served' is already used by adapter 'a'" in twice

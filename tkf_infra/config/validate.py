@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from tkf_infra.config.api_keys import CONFIG_KEYS as API_KEY_CONFIG_KEYS
 from tkf_infra.config.base import Problem, SettingsError, label_name, problems_from, short
 from tkf_infra.config.catalog import ModelEntry, parallelism_problem, step_budget_problems
+from tkf_infra.config.lora import AdapterEntry
 from tkf_infra.config.stack import NodePool, StackSettings, image_version
 
 
@@ -43,6 +44,9 @@ class Catalog:
     """Problems of node pools that were left out (their models are in `rejected`)."""
     labels: Mapping[int, str] = field(default_factory=dict)
     """`models[i] name` of every raw entry, as messages name them."""
+    adapter_problems: tuple[Problem, ...] = ()
+    """LoRA adapters left out of entries that deploy without them (a bad pin, a served name taken):
+    one bad adapter must not take its base and the base's other adapters down."""
 
     @property
     def ok(self) -> bool:
@@ -112,12 +116,13 @@ def validate_catalog(raw: Mapping[str, Any]) -> Catalog:
     per_entry: dict[int, list[Problem]] = {}
     parsed: dict[int, ModelEntry] = {}
     labels: dict[int, str] = {}
+    dropped: dict[int, list[Problem]] = {}
     for i, entry in enumerate(settings.models):
         labels[i] = _entry_label(i, entry)
         if not isinstance(entry, Mapping):
             per_entry[i] = [Problem(labels[i], "", f"expected a mapping of keys, got {short(entry)}")]
             continue
-        merged = deep_merge(settings.model_defaults, entry)
+        merged, dropped[i] = _without_bad_adapters(deep_merge(settings.model_defaults, entry), labels[i])
         try:
             parsed[i] = ModelEntry.model_validate(merged)
         except ValidationError as err:
@@ -126,19 +131,48 @@ def validate_catalog(raw: Mapping[str, Any]) -> Catalog:
             # A rule that ran (every field parsed) is in `found` already; only the ones pydantic skipped are added.
             per_entry[i] = found + [p for p in raw_rules if not any(p.message in q.message for q in found)]
 
-    _cross_entry_rules(settings, pools, bad_pools, parsed, labels, per_entry)
+    _cross_entry_rules(settings, pools, bad_pools, parsed, labels, per_entry, dropped)
+    # An entry refused anyway reports its adapters' problems with its own, all at once.
+    for i in per_entry:
+        per_entry[i] += dropped.pop(i, [])
+    adapter_problems = tuple(p for i in sorted(dropped) for p in dropped[i])
 
     rejected = tuple(
         Rejected(i, str(settings.models[i].get("name", "")) if isinstance(settings.models[i], Mapping) else "",
                  tuple(per_entry[i]))
         for i in sorted(per_entry)
     )  # fmt: skip
-    if (rejected or pool_problems) and settings.strict:
-        raise SettingsError([*pool_problems, *(p for r in rejected for p in r.problems)],
+    if (rejected or pool_problems or adapter_problems) and settings.strict:
+        raise SettingsError([*pool_problems, *(p for r in rejected for p in r.problems), *adapter_problems],
                             headline="strict: true and the stack has bad entries; nothing was registered")
     good = tuple(parsed[i] for i in sorted(parsed) if i not in per_entry)
     return Catalog(settings=settings, models=good, rejected=rejected, pools=tuple(pools),
-                   pool_problems=tuple(pool_problems), labels=labels)
+                   pool_problems=tuple(pool_problems), labels=labels, adapter_problems=adapter_problems)
+
+
+def _without_bad_adapters(merged: dict[str, Any], label: str) -> tuple[dict[str, Any], list[Problem]]:
+    """The entry without the LoRA adapters that fail their own rules, and those adapters' problems.
+
+    A malformed `lora` block (not a mapping, adapters not a list, an adapter not a mapping) stays for
+    the entry's validation to refuse: only a well-formed adapter with bad values is left out alone."""
+    lora = merged.get("lora")
+    adapters = lora.get("adapters") if isinstance(lora, Mapping) else None
+    if not isinstance(lora, Mapping) or not isinstance(adapters, list) or not all(isinstance(a, Mapping)
+                                                                                  for a in adapters):
+        return merged, []
+    kept, problems = [], []
+    for raw in adapters:
+        try:
+            AdapterEntry.model_validate(raw)
+            kept.append(raw)
+        except ValidationError as err:
+            name = raw.get("name") or adapters.index(raw)
+            said = f"adapter {name!r}: "  # AdapterEntry's own prefix, which the field names already
+            problems += [Problem(label, f"lora.adapters {name}", p.message.removeprefix(said))
+                         for p in problems_from(err, label, model=AdapterEntry)]
+    if not problems:
+        return merged, []
+    return {**merged, "lora": {**lora, "adapters": kept}}, problems
 
 
 def _raw_parallelism_problems(raw: Mapping[str, Any], label: str) -> list[Problem]:
@@ -168,9 +202,11 @@ def _raw_step_budget_problems(raw: Mapping[str, Any], label: str) -> list[Proble
 
 
 def _cross_entry_rules(settings: StackSettings, pools: list[NodePool], bad_pools: Mapping[str, str],
-                       parsed: Mapping[int, ModelEntry], labels: Mapping[int, str],
-                       per_entry: dict[int, list[Problem]]) -> None:  # fmt: skip
-    """Rules that need more than one entry, or the node pools: uniqueness, placement, CPU policy."""
+                       parsed: dict[int, ModelEntry], labels: Mapping[int, str],
+                       per_entry: dict[int, list[Problem]], dropped: dict[int, list[Problem]]) -> None:  # fmt: skip
+    """Rules that need more than one entry, or the node pools: uniqueness, placement, CPU policy.
+
+    An adapter whose served name is taken is left out of its entry (into `dropped`), not the entry."""
     by_name = {p.name: p for p in pools}
     # The CPU profile runs the CPU image, sized as the release vllmImage's tag names (vllmVersion agrees with it).
     cpu_release = image_version(settings.serving.vllm_cpu_image)
@@ -186,14 +222,23 @@ def _cross_entry_rules(settings: StackSettings, pools: list[NodePool], bad_pools
             names[m.name] = i
         # Every name a client can send: the model's and each LoRA adapter's (they share vLLM's and the gateway's
         # model list), unique across the whole catalog.
+        taken: list[str] = []
         for key, name, what in [("servedName", m.served_name, labels[i]),
                                 *((f"lora.adapters {a.name}.servedName", a.served_name, f"{labels[i]} adapter {a.name}")
                                   for a in (m.lora.adapters if m.lora else ()))]:
             if name in served:
-                problems.append(Problem(labels[i], key, f"{name!r} is already served by {served[name]}; servedName "
-                                        "must be unique across the catalog, its models and their LoRA adapters"))
+                problem = Problem(labels[i], key, f"{name!r} is already served by {served[name]}; servedName must be "
+                                  "unique across the catalog, its models and their LoRA adapters")
+                if key == "servedName":
+                    problems.append(problem)
+                else:
+                    dropped.setdefault(i, []).append(problem)
+                    taken.append(name)
             else:
                 served[name] = what
+        if taken and m.lora is not None:
+            kept = [a for a in m.lora.adapters if a.served_name not in taken]
+            m = parsed[i] = m.model_copy(update={"lora": m.lora.model_copy(update={"adapters": kept})})
         pool = by_name.get(m.node_pool or "")
         if m.node_pool is not None and m.node_pool in bad_pools:
             problems.append(Problem(labels[i], "nodePool", f"{m.node_pool!r} is not usable: {bad_pools[m.node_pool]} "

@@ -319,6 +319,7 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
     """
     s = catalog.settings
     errors = [str(p) for p in catalog.pool_problems]
+    errors += [f"{p}; deployed without that adapter" for p in catalog.adapter_problems]
     warnings = list(live.warnings) if live else []
     shared = s.platform.gpu_operator.time_slicing_replicas > 1
     pools: dict[str, PoolFacts] = {}
