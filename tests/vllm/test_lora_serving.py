@@ -15,16 +15,21 @@ import hashlib
 import json
 import shutil
 import subprocess
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from tests.vllm.conftest import TOOL_MODEL, PodServers, RunningPod, Stacks
 from tests.vllm.gateway import run_gateway
+from tests.vllm.scrape import start_prometheus
 from tests.vllm.stacks import PRICES, RenderedStack, priced_catalog, render_stack
 from tkf_infra import names
+from tkf_infra.ops.exit_codes import ExitCode
 from tkf_infra.sizing.adapter_facts import AdapterFacts
 
 HERE = Path(__file__).parent
@@ -114,3 +119,60 @@ def test_the_adapter_answers_by_its_name_through_the_gateway_and_differs_from_th
             cost = (usage["prompt_tokens"] * price["inputPerToken"]
                     + usage["completion_tokens"] * price["outputPerToken"])
             assert float(r.headers["x-litellm-response-cost"]) == pytest.approx(cost, rel=1e-9)
+
+
+def _lora_report(pod: RunningPod, prom_url: str) -> dict[str, Any]:
+    """`status --json` as a user runs it, this model's `lora` block."""
+    proc = pod.stack.cli("status", "--stack", "dev", "--json", "--prometheus-url", prom_url, timeout=120)
+    # NO_DATA: the stack's other models have no series here (only this pod is scraped).
+    assert proc.returncode in (ExitCode.OK, ExitCode.NO_DATA), proc.stderr
+    (model,) = [m for m in json.loads(proc.stdout)["models"] if m["name"] == TOOL_MODEL]
+    lora: dict[str, Any] = model["lora"]
+    return lora
+
+
+def test_status_reports_the_adapter_in_flight_then_idle(lora_pod: RunningPod, tier_dir: Path) -> None:
+    """While requests for the adapter run, `status` shows it in flight on the one replica, from vLLM's own
+    `vllm:lora_requests_info` as Prometheus scraped it; once they end, idle — and the base's `max_lora`."""
+    key = lora_pod.command.env["VLLM_API_KEY"]
+    prom = start_prometheus(lora_pod, {"namespace": lora_pod.endpoint["namespace"]},
+                            tier_dir / f"prometheus-{lora_pod.backend}-lora")
+    stop = threading.Event()
+
+    def load() -> None:  # two clients back to back: the adapter always has a request in flight
+        body = {"model": ADAPTER_SERVED, "prompt": "The quick brown fox", "max_tokens": 64, "ignore_eos": True}
+        with httpx.Client(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
+            while not stop.is_set():
+                client.post(f"{lora_pod.server.url}/v1/completions", json=body)
+
+    threads = [threading.Thread(target=load, daemon=True) for _ in range(2)]
+    try:
+        for t in threads:
+            t.start()
+        def report() -> dict[str, Any]:
+            return _lora_report(lora_pod, prom.url)
+
+        busy = _wait_for(report, lambda r: r["adapters"][0]["inFlightReplicas"] == 1)
+        assert busy == {"adapters": [{"name": "sql", "servedName": ADAPTER_SERVED, "inFlightReplicas": 1}],
+                          "replicasReporting": 1, "maxLoras": 1, "unknownInFlight": []}
+        stop.set()
+        for t in threads:
+            t.join(timeout=180)
+        idle = _wait_for(report, lambda r: r["adapters"][0]["inFlightReplicas"] == 0)
+        assert idle["replicasReporting"] == 1 and idle["maxLoras"] == 1
+        table = lora_pod.stack.cli("status", "--stack", "dev", "--prometheus-url", prom.url, timeout=120).stdout
+        assert f"adapters: {TOOL_MODEL}: {ADAPTER_SERVED} idle" in table
+    finally:
+        stop.set()
+        prom.stop()
+
+
+def _wait_for(read: Callable[[], dict[str, Any]], ok: Callable[[dict[str, Any]], bool],
+              timeout: float = 180) -> dict[str, Any]:  # fmt: skip
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        last = read()
+        if ok(last):
+            return last
+        time.sleep(1)
+    raise AssertionError(f"status never showed it; last: {last}")

@@ -18,12 +18,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.prom.conftest import _prometheus_binary, _wait_ready
 from tests.vllm.conftest import TOOL_MODEL, PodServers, RunningPod
 from tests.vllm.metrics import parse_metrics, sample
-from tests.vllm.server import Service, free_port, start_service
+from tests.vllm.scrape import start_prometheus
+from tests.vllm.server import Service
 
-SCRAPE_INTERVAL_S = 1
 #: One client for every request the test makes: an ``httpx.get``/``post`` builds a new client and so
 #: a new TLS context (the CA bundle parsed by OpenSSL 3.0) per call, even for plain http. Measured
 #: here: 24 load threads doing that at once kept both cores busy in ``ssl.create_default_context``
@@ -49,30 +48,10 @@ def _target_labels(pod: RunningPod) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def prometheus(pods: PodServers, tier_dir: Path) -> Iterator[Service]:
-    """Prometheus scraping the vllm backend's pod of the tool-calling model, labelled as in a cluster,
-    through the pod's metrics sidecar (the only port the monitoring namespace may reach)."""
+    """Prometheus scraping the vllm backend's pod of the tool-calling model, labelled as in a cluster."""
     vllm_pod = pods.get("vllm", TOOL_MODEL)
-    workdir = tier_dir / "prometheus"
-    target = vllm_pod.metrics.url.removeprefix("http://")
-    labels = "".join(f"\n          {k}: {json.dumps(v)}" for k, v in _target_labels(vllm_pod).items())
-    workdir.mkdir()
-    (workdir / "prometheus.yml").write_text(f"""
-global: {{scrape_interval: {SCRAPE_INTERVAL_S}s, scrape_timeout: {SCRAPE_INTERVAL_S}s,
-          query_log_file: {workdir / "queries.log"}}}
-scrape_configs:
-  - job_name: vllm
-    metrics_path: /metrics
-    static_configs:
-      - targets: ['{target}']
-        labels:{labels}
-""")
-    port = free_port()
-    service = start_service("prometheus", [_prometheus_binary(), f"--config.file={workdir / 'prometheus.yml'}",
-                                           f"--storage.tsdb.path={workdir / 'data'}",
-                                           f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                            {}, port=port, health_path="/-/ready", workdir=workdir)  # fmt: skip
+    service = start_prometheus(vllm_pod, _target_labels(vllm_pod), tier_dir / "prometheus")
     try:
-        _wait_ready(service.process, service.url, service.log)
         yield service
     finally:
         service.stop()

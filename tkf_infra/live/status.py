@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tkf_infra.live import vllm_metrics as vm
+from tkf_infra.live.lora_status import LoraStatus, lora_status, lora_warnings, read_lora_samples
 from tkf_infra.live.prometheus import PrometheusClient, PrometheusQueryError, Sample
 from tkf_infra.names import INSTANCE_LABEL
 from tkf_infra.ops.exit_codes import ExitCode
@@ -149,6 +150,8 @@ class ModelStatus:
     kv_check: KvCheck = field(default_factory=lambda: KvCheck(predicted=None))
     footprint: Mapping[str, Any] | None = None
     """What the model asks of nodes and storage (`endpoints[...].footprint`, docs/admission.md), when published."""
+    lora: LoraStatus | None = None
+    """Its LoRA adapters as the replicas report them (None: the endpoint publishes none)."""
 
     def footprint_text(self) -> str | None:
         """One line: pod requests, pods per replica and the weight cache (None without a published footprint)."""
@@ -165,6 +168,8 @@ class ModelStatus:
     def to_json(self) -> dict[str, Any]:
         """camelCase like the stack outputs; ratios and seconds rounded past what anyone acts on."""
         extra = {"footprint": dict(self.footprint)} if self.footprint else {}
+        if self.lora is not None:
+            extra["lora"] = self.lora.to_json()
         return {**extra,
             "name": self.name,
             "servedName": self.served_name,
@@ -287,6 +292,11 @@ def read_model_status(
         except PrometheusQueryError as exc:
             result.warnings.append(f"Prometheus at {prometheus_url}: the query for the KV-cache check failed: {exc}.")
         try:
+            lora_samples = read_lora_samples(client)
+        except PrometheusQueryError as exc:
+            lora_samples = []
+            result.warnings.append(f"Prometheus at {prometheus_url}: the query for LoRA adapters failed: {exc}.")
+        try:
             up = client.vector(f"count by ({target_label}, namespace) (up)")
             up_ok = client.vector(f"sum by ({target_label}, namespace) (up)")
             targets, targets_up = _index(up, target_label), _index(up_ok, target_label)
@@ -329,9 +339,11 @@ def read_model_status(
             scrape_targets_down=down,
             kv_check=check,
             footprint=ep.get("footprint") if isinstance(ep.get("footprint"), Mapping) else None,
+            lora=lora_status(ep, lora_samples),
         )
         result.models.append(status)
         where = f"namespace {namespace}" if namespace else "no namespace"
+        result.warnings += lora_warnings(status, where)
         kubectl = f"kubectl -n {namespace or '<namespace>'} get pods -l {INSTANCE_LABEL}={name}"
         if not found_any:
             result.warnings.append(

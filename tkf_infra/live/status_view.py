@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from tkf_infra.live.lora_status import lora_text
 from tkf_infra.live.status import ModelStatus, StatusResult, read_model_status
 from tkf_infra.ops.exit_codes import ExitCode
 
@@ -88,6 +89,7 @@ def render_table(result: StatusResult, width: int = 180) -> str:
     Console(file=buffer, width=width, color_system=None, force_terminal=False).print(table)
     lines = [line.rstrip() for line in buffer.getvalue().rstrip("\n").splitlines()]
     lines += [f"footprint: {m.name}: {text}" for m in result.models if (text := m.footprint_text())]
+    lines += [f"adapters: {m.name}: {text}" for m in result.models if (text := lora_text(m))]
     lines += [f"warning: {w}" for w in result.warnings]
     return "\n".join(lines)
 

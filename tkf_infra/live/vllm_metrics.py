@@ -56,6 +56,14 @@ TTFT_BUCKET = "vllm:time_to_first_token_seconds_bucket"
 PROMPT_TOKENS = "vllm:prompt_tokens_total"
 GENERATION_TOKENS = "vllm:generation_tokens_total"
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
+# LoRA: a gauge set to the current time under the label set of the moment (v0.32.0 loggers.py l. 1092-1112,
+# 1224-1236), so the replica's newest series is its present. `running_lora_adapters` and
+# `waiting_lora_adapters` list the same names, comma-joined: every adapter with a request waiting or running
+# (v1/metrics/stats.py l. 694-700 fills both dicts from one loop; the counts are not exported), by the name
+# of `--lora-modules NAME=PATH`. No `model_name` label: joined to the target as `vllm:cache_config_info` is.
+LORA_INFO = "vllm:lora_requests_info"
+LORA_IN_FLIGHT = "running_lora_adapters"
+MAX_LORA = "max_lora"
 
 # The labels every vLLM series carries (v0.32.0 loggers.py: labelnames = ["model_name", "engine"]),
 # plus `namespace` that the usual Kubernetes scrape relabelling adds.
