@@ -96,6 +96,9 @@ REPO_ANNOTATION = "tkf.io/repo"
 CACHE_MODELS_ANNOTATION = "tkf.io/models"
 #: The GPU share a workload runs on (`mig:<profile>` / `slice:<k>`); absent for whole GPUs.
 GPU_SHARE_ANNOTATION = "tkf.io/gpu-share"
+#: The node pool a node belongs to, on the nodes of the pools tkf-infra manages (EKS node groups, and the
+#: nodes it labels itself); those pools' nodeSelector is this label (tkf_infra/plan/pools.py).
+POOL_LABEL = "tkf.io/node-pool"
 #: The most replicas an autoscaled workload may run (`scaling.maxReplicas`); absent for a fixed count.
 MAX_REPLICAS_ANNOTATION = "tkf.io/max-replicas"
 NAME_LABEL = "app.kubernetes.io/name"
