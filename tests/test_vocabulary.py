@@ -193,7 +193,7 @@ def test_vllm_pod_labels_are_the_shared_keys() -> None:
 def test_the_guardrails_read_the_labels_the_components_write(fleet: tuple[Harness[Any], ComponentOutputs]) -> None:
     h, _ = fleet
     objs = [K8sObject(type=r.type, props=r.manifest() if r.type.startswith("kubernetes:") else r.inputs, urn=r.urn)
-            for r in h.resources if r.custom]  # fmt: skip
+            for r in h.resources if r.custom]
     models = {SINGLE_GPU["name"], MULTI_NODE["name"], TP4["name"], CPU["name"]}
     servers = {o.model for o in objs if o.is_model_server}
     assert servers == models, "policy/guardrails/objects.py finds every model's pods by names.MODEL_LABEL"
@@ -213,7 +213,7 @@ SPELLED_ELSEWHERE = {
     "examples/gateway/__main__.py": "copied into the gateway's own project: imports nothing of ours",
 }
 SHARED = re.compile(r"[\"'](?:tkf\.io/|app\.kubernetes\.io/|tkf:(?:serving|platform):|"
-                    r"kserve-config-llm-worker-pipeline-parallel[\"'])")  # fmt: skip
+                    r"kserve-config-llm-worker-pipeline-parallel[\"'])")
 
 
 def test_no_other_file_spells_a_shared_name() -> None:
@@ -224,7 +224,7 @@ def test_no_other_file_spells_a_shared_name() -> None:
             if ".venv" in path.parts or rel in SPELLED_ELSEWHERE:
                 continue
             offenders += [f"{rel}:{n}: {line.strip()}" for n, line in enumerate(path.read_text().splitlines(), 1)
-                          if SHARED.search(line)]  # fmt: skip
+                          if SHARED.search(line)]
     assert not offenders, "spell these through tkf_infra/names.py:\n" + "\n".join(offenders)
 
 
@@ -284,7 +284,7 @@ def test_the_project_root_is_computed_once() -> None:
     assert (ROOT / "Pulumi.yaml").is_file() and (ROOT / "models.lock.json").is_file()
     climbs = re.compile(r"Path\(__file__\)\.resolve\(\)\.parents\[2\]")
     offenders = [p.relative_to(ROOT).as_posix() for p in sorted((ROOT / "tkf_infra").rglob("*.py"))
-                 if climbs.search(p.read_text())]  # fmt: skip
+                 if climbs.search(p.read_text())]
     assert not offenders, f"use tkf_infra.names.PROJECT_ROOT in {offenders}"
 
 
