@@ -280,12 +280,21 @@ def test_the_policy_subject_is_written_and_read_by_one_definition() -> None:
     assert names.subject_models("model Not-A-Name: x") is None
 
 
+#: Modules that must find the checkout before they can import tkf_infra (the policy pack's entry point).
+CLIMBS_BEFORE_IMPORT = {"policy/__main__.py"}
+
+
 def test_the_project_root_is_computed_once() -> None:
+    """Only names.PROJECT_ROOT climbs from a module's own path to the checkout: `parents[n]` or
+    `.parent.parent` anywhere else in the program would break silently when that module moves."""
     assert (ROOT / "Pulumi.yaml").is_file() and (ROOT / "models.lock.json").is_file()
-    climbs = re.compile(r"Path\(__file__\)\.resolve\(\)\.parents\[2\]")
-    offenders = [p.relative_to(ROOT).as_posix() for p in sorted((ROOT / "tkf_infra").rglob("*.py"))
-                 if climbs.search(p.read_text())]
+    climbs = re.compile(r"Path\(__file__\)(?:\.resolve\(\))?\.(?:parents\[\d\]|parent\.parent)")
+    offenders = [rel for folder in ("tkf_infra", "components", "providers", "policy")
+                 for p in sorted((ROOT / folder).rglob("*.py"))
+                 if (rel := p.relative_to(ROOT).as_posix()) not in {"tkf_infra/names.py", *CLIMBS_BEFORE_IMPORT}
+                 and climbs.search(p.read_text())]
     assert not offenders, f"use tkf_infra.names.PROJECT_ROOT in {offenders}"
+    assert climbs.search((ROOT / "tkf_infra" / "names.py").read_text()), "the pattern still finds the one definition"
 
 
 def test_the_weight_cache_models_output_is_the_shared_key(fleet: tuple[Harness[Any], ComponentOutputs]) -> None:
