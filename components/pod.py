@@ -79,13 +79,13 @@ def container_security() -> core.SecurityContextArgs:
         allow_privilege_escalation=False, run_as_non_root=True, run_as_user=va.RUN_AS_USER,
         capabilities=core.CapabilitiesArgs(drop=["ALL"]),
         seccomp_profile=core.SeccompProfileArgs(type="RuntimeDefault"),
-    )
+    )  # fmt: skip
 
 
 def pod_security() -> core.PodSecurityContextArgs:
     """fsGroup lets the non-root download Job write to a fresh PVC and serving pods read it."""
     return core.PodSecurityContextArgs(run_as_non_root=True, run_as_user=va.RUN_AS_USER, run_as_group=va.RUN_AS_USER,
-                                       fs_group=va.RUN_AS_USER)
+                                       fs_group=va.RUN_AS_USER)  # fmt: skip
 
 
 def secret_env(name: str, secret: str, key: str) -> core.EnvVarArgs:
@@ -161,7 +161,7 @@ def wait_for_weights(cache: CacheRef, image_ref: str, entry: ModelEntry | None =
         volume_mounts=[core.VolumeMountArgs(name="weight-cache", mount_path=va.CACHE_MOUNT, read_only=True)],
         resources=core.ResourceRequirementsArgs(requests={"cpu": "10m", "memory": "16Mi"}, limits={"memory": "64Mi"}),
         security_context=container_security(),
-    )
+    )  # fmt: skip
 
 
 def container(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.ContainerArgs:
@@ -169,7 +169,7 @@ def container(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.Contai
     e = p.entry
     mounts = [core.VolumeMountArgs(name="dshm", mount_path="/dev/shm"),
               core.VolumeMountArgs(name="home", mount_path="/home"),
-              core.VolumeMountArgs(name="tmp-dir", mount_path="/tmp")]
+              core.VolumeMountArgs(name="tmp-dir", mount_path="/tmp")]  # fmt: skip
     command: list[str] | None = None
     args: list[str] | None = None
     two_keys = p.two_keys and leader  # only the leader serves the API
@@ -187,7 +187,7 @@ def container(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.Contai
             path, rev = e.repo, e.revision
         command = (encode(va.lws_command(e, path, leader=leader, revision=rev, two_keys=two_keys), ArgvPath.EXEC)
                    if e.is_multi_node else encode(va.serve_command(e, path, rev), ArgvPath.EXEC)
-                   + (va.two_key_args(ArgvPath.EXEC) if two_keys else []))
+                   + (va.two_key_args(ArgvPath.EXEC) if two_keys else []))  # fmt: skip
     return core.ContainerArgs(
         name="main", image=va.image(e, p.serving), command=command, args=args,
         env=env(p, offline=kserve or p.cache is not None), resources=resources(e, p.weight_bytes, p.gpu_resource),
@@ -198,7 +198,7 @@ def container(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.Contai
         if leader else None,
         liveness_probe=_health(10, 10, 3) if leader else None,
         readiness_probe=_health(5, 5, 3) if leader else None,
-    )
+    )  # fmt: skip
 
 
 def metrics_container(p: PodInputs, *, kserve: bool) -> core.ContainerArgs:
@@ -211,7 +211,7 @@ def metrics_container(p: PodInputs, *, kserve: bool) -> core.ContainerArgs:
                                                           "memory": f"{va.SIDECAR_MEMORY_MIB}Mi"},
                                                 limits={"memory": "64Mi"}),
         security_context=container_security(),
-    )
+    )  # fmt: skip
 
 
 def pod_spec(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.PodSpecArgs:

@@ -82,7 +82,7 @@ def vllm_slot_shapes(cfg: dict[str, Any], n: int, r: int, tp: int, embedding: bo
                                                  ((CPU["repo"], CPU["revision"]), False)])
 @pytest.mark.parametrize("n, r, tp", [(1, 8, 1), (4, 16, 1), (8, 64, 2), (3, 32, 4)])
 def test_slots_are_vllms_tensors_at_max_loras_and_max_rank(repo_rev: tuple[str, str], embedding: bool,
-                                                           n: int, r: int, tp: int) -> None:
+                                                           n: int, r: int, tp: int) -> None:  # fmt: skip
     facts = LOCK.get(*repo_rev)
     assert facts is not None
     cfg = facts.text_config()

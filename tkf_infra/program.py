@@ -58,7 +58,7 @@ def load_catalog(raw: dict[str, Any] | None = None) -> Catalog:
 
 
 def ec2_facts(catalog: Catalog, client: Any = None, region: str | None = None) -> tuple[
-        dict[str, InstanceGpus], dict[str, str]]:
+        dict[str, InstanceGpus], dict[str, str]]:  # fmt: skip
     """GPU facts of every EKS pool's instance type (one call per type, so one bad type fails alone)."""
     from tkf_infra.sizing.ec2 import describe_gpu_instances
 
@@ -157,7 +157,7 @@ def layer_run(edge: Edge) -> LayerRun:
         raw = edge.settings if edge.settings is not None else read_pulumi_config()
         return prepare(pulumi.get_stack(), raw, dry_run=pulumi.runtime.is_dry_run(),
                        read_outputs=edge.stack_outputs or engine_outputs,
-                       env_file=edge.env_file or read_env_file)
+                       env_file=edge.env_file or read_env_file)  # fmt: skip
     except SettingsError as err:
         raise pulumi.RunError(err.render()) from None
 

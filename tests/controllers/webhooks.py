@@ -44,7 +44,7 @@ WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration
 #: What Helm renders for cert-manager's CRD labels with release name `cert-manager` (templates/crds.yaml
 #: has no other template directive outside YAML comments; `cert_manager_crds` checks that).
 CERT_MANAGER_LABELS = {"app": "cert-manager", "app.kubernetes.io/name": "cert-manager",
-                       "app.kubernetes.io/instance": "cert-manager"}
+                       "app.kubernetes.io/instance": "cert-manager"}  # fmt: skip
 
 
 def _chart(key: str) -> Path:
@@ -87,7 +87,7 @@ def chart_webhook_services() -> dict[str, set[tuple[str, str]]]:
 def chart_webhook_names() -> dict[str, set[str]]:
     """Per piece, the names of the admission webhooks (not conversion) its vendored chart registers."""
     return {piece: {w["name"] for d in docs if isinstance(d, dict) and d.get("kind") in WEBHOOK_KINDS
-                    for w in d.get("webhooks", [])} for piece, docs in _chart_docs().items()}
+                    for w in d.get("webhooks", [])} for piece, docs in _chart_docs().items()}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ class Webhooks:
         """tkf-kube-apiserver's flags: admission webhooks on, each Service resolved, the CA trusted."""
         return ["--admission-webhooks", f"--webhook-ca-file={self.ca_file}",
                 *(f"--webhook-service={s.namespace}/{s.service}=127.0.0.1:{s.port}"
-                  for s in self.servers.values())]
+                  for s in self.servers.values())]  # fmt: skip
 
 
 def _name(cn: str) -> x509.Name:
@@ -137,7 +137,7 @@ def webhook_servers(workdir: Path) -> Webhooks:
           .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
           .not_valid_before(validity[0]).not_valid_after(validity[1])
           .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .sign(ca_key, hashes.SHA256()))
+          .sign(ca_key, hashes.SHA256()))  # fmt: skip
     hooks = Webhooks(workdir / "ca.crt")
     hooks.ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     for piece, services in chart_webhook_services().items():
@@ -154,7 +154,7 @@ def webhook_servers(workdir: Path) -> Webhooks:
                 .add_extension(x509.SubjectAlternativeName([x509.DNSName(server.dns_name),
                                                             x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
                                critical=False)
-                .sign(ca_key, hashes.SHA256()))
+                .sign(ca_key, hashes.SHA256()))  # fmt: skip
         server.cert_dir.mkdir(parents=True, exist_ok=True)
         (server.cert_dir / "tls.crt").write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
         (server.cert_dir / "tls.key").write_bytes(key.private_bytes(
@@ -192,7 +192,7 @@ class StartWhenServed:
     """
 
     def __init__(self, client: Callable[[], KubeClient], crds: list[str], start: Callable[[], Any],
-                 timeout: float = 600.0) -> None:
+                 timeout: float = 600.0) -> None:  # fmt: skip
         self.result: Any = None
         self.error: BaseException | None = None
         self._cancelled = threading.Event()

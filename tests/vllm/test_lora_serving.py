@@ -92,7 +92,7 @@ def test_the_stack_publishes_the_adapter_under_its_base_and_to_the_gateway(lora_
 
 
 def test_the_adapter_answers_by_its_name_through_the_gateway_and_differs_from_the_base(
-        lora_pod: RunningPod, tier_dir: Path) -> None:
+        lora_pod: RunningPod, tier_dir: Path) -> None:  # fmt: skip
     key = lora_pod.command.env["VLLM_API_KEY"]
     served = lora_pod.endpoint["servedName"]
     listed = httpx.get(f"{lora_pod.server.url}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=30)

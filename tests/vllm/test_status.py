@@ -31,7 +31,7 @@ SCRAPE_INTERVAL_S = 1
 #: No keep-alive: uvicorn closes an idle connection after 5 s, and a pooled one it has just closed
 #: fails the next request with "Server disconnected" (it failed a load run here).
 HTTP = httpx.Client(timeout=httpx.Timeout(30, read=900),
-                    limits=httpx.Limits(max_connections=64, max_keepalive_connections=0))
+                    limits=httpx.Limits(max_connections=64, max_keepalive_connections=0))  # fmt: skip
 #: How long to keep vLLM loaded while waiting for a `status` call that caught a steady queue.
 STATUS_PATIENCE_S = 300
 
@@ -43,7 +43,7 @@ def _target_labels(pod: RunningPod) -> dict[str, str]:
 
     deployment = load_manifests(pod.stack.render_dir)[("Deployment", pod.model)]
     labels = {k.replace(".", "_").replace("/", "_").replace("-", "_"): v
-              for k, v in deployment["spec"]["template"]["metadata"]["labels"].items()}
+              for k, v in deployment["spec"]["template"]["metadata"]["labels"].items()}  # fmt: skip
     return {"namespace": deployment["metadata"]["namespace"], **labels}
 
 
@@ -70,7 +70,7 @@ scrape_configs:
     service = start_service("prometheus", [_prometheus_binary(), f"--config.file={workdir / 'prometheus.yml'}",
                                            f"--storage.tsdb.path={workdir / 'data'}",
                                            f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                            {}, port=port, health_path="/-/ready", workdir=workdir)
+                            {}, port=port, health_path="/-/ready", workdir=workdir)  # fmt: skip
     try:
         _wait_ready(service.process, service.url, service.log)
         yield service
@@ -160,7 +160,7 @@ def test_status_reports_the_real_vllms_load(vllm_pod: RunningPod, prometheus: Se
             proc = vllm_pod.stack.cli("status", "--stack", "dev", "--json", "--prometheus-url", prometheus.url)
             instants = _queried_at(query_log, skip)
             seen = {(_value(prometheus, f"sum(vllm:num_requests_running{sel})", t),
-                     _value(prometheus, f"sum(vllm:num_requests_waiting{sel})", t)) for t in instants}
+                     _value(prometheus, f"sum(vllm:num_requests_waiting{sel})", t)) for t in instants}  # fmt: skip
             attempts.append(f"{len(instants)} queries at {sorted(instants)[:1]}: (running, waiting) {seen}")
             if len(seen) == 1 and (only := seen.pop())[0] == max_num_seqs and (only[1] or 0) > 0:
                 expected = {"requestsRunning": only[0], "requestsWaiting": only[1],
@@ -179,7 +179,7 @@ def test_status_reports_the_real_vllms_load(vllm_pod: RunningPod, prometheus: Se
     assert record is not None, f"no `status` call caught vLLM with a steady queue: {attempts}"
     assert record["servedName"] == served and record["hasData"] is True, (record, proc.stderr)
     assert {k: record[k] for k in ("requestsRunning", "requestsWaiting")} == {
-        k: expected[k] for k in ("requestsRunning", "requestsWaiting")}, (record, expected)
+        k: expected[k] for k in ("requestsRunning", "requestsWaiting")}, (record, expected)  # fmt: skip
     assert record["kvCacheUsage"] == pytest.approx(expected["kvCacheUsage"], abs=1e-4) and record["kvCacheUsage"] > 0
     assert record["readyReplicas"] == 1 and record["scrapeTargets"] == 1, record
     # `status` reports the token counters too: the count Prometheus held while `status` asked.

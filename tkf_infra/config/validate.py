@@ -132,7 +132,7 @@ def validate_catalog(raw: Mapping[str, Any]) -> Catalog:
         Rejected(i, str(settings.models[i].get("name", "")) if isinstance(settings.models[i], Mapping) else "",
                  tuple(per_entry[i]))
         for i in sorted(per_entry)
-    )
+    )  # fmt: skip
     if (rejected or pool_problems) and settings.strict:
         raise SettingsError([*pool_problems, *(p for r in rejected for p in r.problems)],
                             headline="strict: true and the stack has bad entries; nothing was registered")
@@ -160,7 +160,7 @@ def _raw_step_budget_problems(raw: Mapping[str, Any], label: str) -> list[Proble
     mnbt, seqs, mml = raw.get("maxNumBatchedTokens"), raw.get("maxNumSeqs", 256), raw.get("maxModelLen")
     args = raw.get("extraArgs", [])
     if not (isinstance(mnbt, int) and isinstance(seqs, int) and isinstance(mml, int)) or any(
-            isinstance(v, bool) for v in (mnbt, seqs, mml)):
+            isinstance(v, bool) for v in (mnbt, seqs, mml)):  # fmt: skip
         return []
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         return []
@@ -169,7 +169,7 @@ def _raw_step_budget_problems(raw: Mapping[str, Any], label: str) -> list[Proble
 
 def _cross_entry_rules(settings: StackSettings, pools: list[NodePool], bad_pools: Mapping[str, str],
                        parsed: Mapping[int, ModelEntry], labels: Mapping[int, str],
-                       per_entry: dict[int, list[Problem]]) -> None:
+                       per_entry: dict[int, list[Problem]]) -> None:  # fmt: skip
     """Rules that need more than one entry, or the node pools: uniqueness, placement, CPU policy."""
     by_name = {p.name: p for p in pools}
     # The CPU profile runs the CPU image, sized as the release vllmImage's tag names (vllmVersion agrees with it).

@@ -74,7 +74,7 @@ class FitInputs(_Wire):
             **({"interconnect": self.gpu.interconnect, "sharedGpu": self.gpu.shared} if self.gpu else {}),
             **({"prefixCaching": self.prefix_caching} if self.prefix_caching is not None else {}),
             "params": self.params.model_dump(by_alias=False, exclude_none=True),
-        }
+        }  # fmt: skip
 
 
 class FitFigures(_Wire):
@@ -176,7 +176,7 @@ def result_of(est: Estimate, message: str | None = None) -> FitResult:
         lora_gib=round(est.lora_gib, 2),
         activation_gib=round(est.activation_gib, 2), problems=tuple(est.problems), doubts=tuple(est.doubts),
         message=message,
-    )
+    )  # fmt: skip
 
 
 def fit_record(inputs: FitInputs, result: FitResult) -> dict[str, object]:

@@ -57,7 +57,7 @@ def _host(item: dict[str, Any]) -> tuple[int, int, int, int]:
 
 def describe_gpu_instances(instance_types: list[str], client: Any = None, region: str | None = None) -> dict[
     str, InstanceGpus
-]:
+]:  # fmt: skip
     """GPU facts per instance type; instance types without GPUs are reported with count 0.
 
     Raises ``ValueError`` with the whole reason and its fix: an unknown instance type (AWS answers
@@ -87,7 +87,7 @@ def describe_gpu_instances(instance_types: list[str], client: Any = None, region
                 out[itype] = InstanceGpus(
                     itype, str(g.get("Name")), str(g.get("Manufacturer")), int(g.get("Count") or 0), mem,
                     _match(str(g.get("Name")), mem), *host,
-                )
+                )  # fmt: skip
     except NoRegionError:
         raise ValueError(f"instance type {asked} cannot be looked up: no AWS region is configured on this machine; "
                          "set AWS_REGION (e.g. export AWS_REGION=us-east-1) or `region` in ~/.aws/config, "
