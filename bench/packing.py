@@ -43,8 +43,7 @@ sys.path.insert(0, str(ROOT))
 from tkf_infra.config import validate_catalog  # noqa: E402
 from tkf_infra.config.quantity import mebibytes, millicores  # noqa: E402
 from tkf_infra.hub.lock import load_lock  # noqa: E402
-from tkf_infra.plan import plan_fleet  # noqa: E402
-from tkf_infra.plan.fleet import FleetPlan, Stage  # noqa: E402
+from tkf_infra.plan import FleetPlan, Stage, plan_fleet  # noqa: E402
 from tkf_infra.plan.layout import placement  # noqa: E402
 from tkf_infra.program import footprints  # noqa: E402
 from tkf_infra.sizing.mig import MigProfile  # noqa: E402

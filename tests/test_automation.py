@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pulumi
+import pytest
+
+from tests.mocks import SINGLE_GPU, TP4, program, stack_doc
 from tkf_infra.ops.summary import RunTracker, changed_paths, summarize
 from tkf_infra.plan import Exclusion, Stage
 
@@ -35,14 +41,38 @@ def test_resources_are_attributed_to_their_model_through_parents() -> None:
 
 def test_left_out_models_come_from_the_rejected_output_with_their_stage() -> None:
     tracker = RunTracker("up")
-    gated = Exclusion("llama", 1, Stage.ACCESS, ("model llama: meta-llama/x is gated but hfTokenSecret is not set",))
-    tracker.outputs = {"rejected": [gated.as_output()], "problems": ["nodePool h100: models need 9 GPUs"]}
+    gated = Exclusion.of("llama", 1, Stage.ACCESS, ("model llama: meta-llama/x is gated but hfTokenSecret is not set",))
+    tracker.outputs = {"rejected": [gated.as_output()], "problems": ["nodePool h100: models need 9 GPUs"],
+                       "deployed": {"qwen": {}}}
     # What the program logged for it and the run's final verdict are the same facts: not repeated as stack errors.
     tracker.diagnostics += [gated.log_line(), "nodePool h100: models need 9 GPUs",
                             "1 catalog entry was refused (llama); the other 1 were deployed. Fix the errors above "
                             "and run again.", "a crash nobody explains"]
     summary = summarize("dev", "up", tracker, ok=False)
     assert summary["models"]["llama"] == {"status": "rejected", "changes": {}, "stage": "access",
-                                          "reasons": list(gated.reasons)}
+                                          "reasons": list(gated.reasons),
+                                          "refusals": [{"field": "hfTokenSecret", "reason": gated.reasons[0]}]}
     assert summary["errors"] == ["nodePool h100: models need 9 GPUs", "a crash nobody explains"]
     assert summary["failedModels"] == ["llama"]
+
+
+@pytest.mark.parametrize("preview", [True, False], ids=["preview", "up"])
+def test_what_the_program_says_of_a_left_out_model_reaches_the_summary_as_data(
+        preview: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plan → program log and outputs → `--json` summary, under mocks: the refused entry arrives with
+    its stage and the field to change, and none of the program's own lines about it (its log line,
+    the run's verdict) is repeated as a stack error — the summary rebuilds them from the outputs."""
+    exported: dict[str, Any] = {}
+    monkeypatch.setattr(pulumi, "export", lambda name, value: exported.__setitem__(name, value))
+    h = program(stack_doc(SINGLE_GPU, {**TP4, "revision": "main"}), preview=preview)
+    said = h.errors() + ([str(h.error)] if h.error else [])
+    assert any("catalog entry was refused" in s for s in said), said
+    tracker = RunTracker("preview" if preview else "up")
+    tracker.diagnostics += said
+    summary = summarize("test", tracker.operation, tracker, ok=False, outputs=exported)
+    refused = summary["models"][TP4["name"]]
+    assert refused["status"] == "rejected" and refused["stage"] == "catalog"
+    assert [r["field"] for r in refused["refusals"]] == ["revision"]
+    assert [r["reason"] for r in refused["refusals"]] == refused["reasons"]
+    assert summary["errors"] == [], "the program's own lines about a left-out model are not stack errors"
+    assert summary["failedModels"] == [TP4["name"]]

@@ -21,8 +21,7 @@ from tests.mocks import SINGLE_GPU, TP4, Harness, Registered, program, stack_doc
 from tests.sharing_fixtures import NODE, POOL, QWEN05, QWEN3_8B, TEN_SMALL, WHOLE_TP2, mig_settings
 from tkf_infra.config import validate_catalog
 from tkf_infra.hub.lock import load_lock
-from tkf_infra.plan import plan_fleet
-from tkf_infra.plan.fleet import Stage
+from tkf_infra.plan import Stage, plan_fleet
 
 LOCK = load_lock()
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "outputs.md"

@@ -14,7 +14,7 @@ from tkf_infra.config import ModelEntry, validate_catalog
 from tkf_infra.config.flags import extra_args_problems
 from tkf_infra.config.lora import lora_argv
 from tkf_infra.hub.lock import Lock, load_lock
-from tkf_infra.plan.fleet import Stage, plan_fleet
+from tkf_infra.plan import Stage, plan_fleet
 from tkf_infra.sizing.adapter_facts import AdapterFacts
 from tkf_infra.sizing.arch import parse_arch
 from tkf_infra.sizing.contract import FitInputs, evaluate

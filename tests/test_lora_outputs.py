@@ -11,7 +11,7 @@ import pytest
 from tests.mocks import CPU, stack_doc
 from tests.test_lora import SHA, adapter, adapter_facts, lock_with, with_lora
 from tkf_infra.config import ModelEntry, validate_catalog
-from tkf_infra.plan.fleet import Stage, plan_fleet
+from tkf_infra.plan import Stage, plan_fleet
 
 # --------------------------------------------------------------------------------------------
 # Serving: the weight cache downloads adapters beside the base, never the base again

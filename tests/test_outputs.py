@@ -28,8 +28,7 @@ from tkf_infra import outputs
 from tkf_infra.config import Catalog, Mode, validate_catalog
 from tkf_infra.hub.lock import Lock, load_lock
 from tkf_infra.outputs import CONTRACT_VERSION, endpoint, gateway_model_list
-from tkf_infra.plan import plan_fleet
-from tkf_infra.plan.fleet import Exclusion, Stage
+from tkf_infra.plan import Exclusion, Stage, plan_fleet
 from tkf_infra.sizing.contract import FitFigures, wire_name
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "outputs.md"
@@ -54,7 +53,7 @@ GATEWAY_KEYS = {"model_name", "litellm_params", "model_info"}
 PARAMS_KEYS = {"model", "api_base", "api_key"}
 INFO_KEYS = {"id", "mode", "input_cost_per_token", "output_cost_per_token", "max_input_tokens",
              "supports_function_calling"}  # fmt: skip
-REJECTED_KEYS = {"index", "name", "stage", "reasons", "kept"}
+REJECTED_KEYS = {"index", "name", "stage", "reasons", "refusals", "kept"}
 EXPORTED = {"contractVersion", "endpoints", "gatewayModelList", "rejected", "problems", "deployed", "apiKeyEnv",
             "gpuLayout", "runtimeApiKey", "apiKeyRotation"}
 ROTATION_KEYS = {"step", "acceptedKeys", "acceptedKeysDigest", "gatewayKeyDigest"}
@@ -165,6 +164,9 @@ def test_rejected_lists_every_left_out_model_with_its_index_stage_and_reasons() 
     assert "is a branch, which can move" in out[0]["reasons"][0]
     assert "is not in models.lock.json" in out[1]["reasons"][0] and "python -m tkf_infra lock" in out[1]["reasons"][0]
     assert "longer than the model's" in out[2]["reasons"][0]
+    # Each reason with the field to change, as data (the summary and the gateway's CI read it, not the words).
+    assert [[f["field"] for f in r["refusals"]] for r in out] == [["revision"], ["revision"], [None]]
+    assert all([f["reason"] for f in r["refusals"]] == r["reasons"] for r in out)
     assert [Exclusion.from_output(r).as_output() for r in out] == out
 
 

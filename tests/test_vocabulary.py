@@ -193,7 +193,7 @@ def test_vllm_pod_labels_are_the_shared_keys() -> None:
 def test_the_guardrails_read_the_labels_the_components_write(fleet: tuple[Harness[Any], ComponentOutputs]) -> None:
     h, _ = fleet
     objs = [K8sObject(type=r.type, props=r.manifest() if r.type.startswith("kubernetes:") else r.inputs, urn=r.urn)
-            for r in h.resources if r.custom]  # fmt: skip
+            for r in h.resources if r.custom]
     models = {SINGLE_GPU["name"], MULTI_NODE["name"], TP4["name"], CPU["name"]}
     servers = {o.model for o in objs if o.is_model_server}
     assert servers == models, "policy/guardrails/objects.py finds every model's pods by names.MODEL_LABEL"
@@ -210,11 +210,10 @@ SPELLED_ELSEWHERE = {
     "tkf_infra/names.py": "the one place",
     "components/vllm_args.py": "labels(), PART_OF and API_KEYS_ANNOTATION: owned by another change right now",
     "tkf_infra/sizing/contract.py": "`tkf.io/fit-*`: sizing imports nothing outside sizing",
-    "tkf_infra/plan/pools.py": "`tkf.io/node-pool`: owned by another change",
     "examples/gateway/__main__.py": "copied into the gateway's own project: imports nothing of ours",
 }
 SHARED = re.compile(r"[\"'](?:tkf\.io/|app\.kubernetes\.io/|tkf:(?:serving|platform):|"
-                    r"kserve-config-llm-worker-pipeline-parallel[\"'])")  # fmt: skip
+                    r"kserve-config-llm-worker-pipeline-parallel[\"'])")
 
 
 def test_no_other_file_spells_a_shared_name() -> None:
@@ -225,16 +224,77 @@ def test_no_other_file_spells_a_shared_name() -> None:
             if ".venv" in path.parts or rel in SPELLED_ELSEWHERE:
                 continue
             offenders += [f"{rel}:{n}: {line.strip()}" for n, line in enumerate(path.read_text().splitlines(), 1)
-                          if SHARED.search(line)]  # fmt: skip
+                          if SHARED.search(line)]
     assert not offenders, "spell these through tkf_infra/names.py:\n" + "\n".join(offenders)
 
 
+#: Where output keys may be spelled: their definitions, and the gateway example (copied into another project).
+OUTPUT_KEYS_DEFINED = {"tkf_infra/outputs.py", "tkf_infra/platform_contract.py", "examples/gateway/__main__.py"}
+#: Calls whose first argument names an output: reading it back, exporting it.
+_KEYED_CALLS = {"get", "pop", "setdefault", "export", "require_output", "get_output"}
+
+
+def keys_used(path: Any) -> list[tuple[int, str]]:
+    """String literals used as a key: `x["k"]`, `x.get("k")`, `pulumi.export("k", …)`, `"k" in x`
+    (a model status such as `"rejected"` elsewhere in a set or a return is not a key)."""
+    found: list[tuple[int, str]] = []
+    for n in ast.walk(ast.parse(path.read_text())):
+        if isinstance(n, ast.Subscript):
+            key: Any = n.slice
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _KEYED_CALLS and n.args:
+            key = n.args[0]
+        elif isinstance(n, ast.Compare) and isinstance(n.ops[0], ast.In | ast.NotIn):
+            key = n.left
+        else:
+            continue
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            found.append((key.lineno, key.value))
+    return found
+
+
+def test_no_other_module_spells_an_output_key() -> None:
+    """The CLI, the program and the layers read the stack outputs through the constants: a key spelled as
+    a literal would keep reading the old name after a rename in tkf_infra/outputs.py."""
+    from tkf_infra import platform_contract as pc
+
+    keys = {*outputs.OUTPUT_KEYS, pc.PLATFORM_CONTRACT_OUTPUT, pc.LAYER_OUTPUT, pc.PLATFORM_USE_OUTPUT}
+    offenders = []
+    for folder in ("components", "tkf_infra", "providers", "policy", "bench"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel not in OUTPUT_KEYS_DEFINED:
+                offenders += [f"{rel}:{n}: {v!r}" for n, v in keys_used(path) if v in keys]
+    assert not offenders, "read these through tkf_infra/outputs.py (or platform_contract.py):\n" + "\n".join(offenders)
+
+
+def test_the_policy_subject_is_written_and_read_by_one_definition() -> None:
+    """The pack writes `model a: …` / `models a, b: …` with names.subject; the CLI reads it back with
+    names.subject_models — a guardrail that wrote its own prefix would no longer be attributed."""
+    from policy.guardrails import base
+
+    assert "from tkf_infra.names import subject" in (ROOT / "policy" / "guardrails" / "base.py").read_text()
+    for models in (["qwen-0-5b"], ["b-model", "a-model", "b-model"], ["m1", "m-2", "m3"]):
+        line = base.violation(models, "Deployment llm-serving/x", "runs on pool 'h100'", "use cpu").message
+        assert names.subject_models(line) == tuple(sorted(set(models))), line
+    assert names.subject_models(base.violation([], "fleet", "needs 9 GPUs", "lower replicas").message) is None
+    assert names.subject_models("model Not-A-Name: x") is None
+
+
+#: Modules that must find the checkout before they can import tkf_infra (the policy pack's entry point).
+CLIMBS_BEFORE_IMPORT = {"policy/__main__.py"}
+
+
 def test_the_project_root_is_computed_once() -> None:
+    """Only names.PROJECT_ROOT climbs from a module's own path to the checkout: `parents[n]` or
+    `.parent.parent` anywhere else in the program would break silently when that module moves."""
     assert (ROOT / "Pulumi.yaml").is_file() and (ROOT / "models.lock.json").is_file()
-    climbs = re.compile(r"Path\(__file__\)\.resolve\(\)\.parents\[2\]")
-    offenders = [p.relative_to(ROOT).as_posix() for p in sorted((ROOT / "tkf_infra").rglob("*.py"))
-                 if climbs.search(p.read_text())]  # fmt: skip
+    climbs = re.compile(r"Path\(__file__\)(?:\.resolve\(\))?\.(?:parents\[\d\]|parent\.parent)")
+    offenders = [rel for folder in ("tkf_infra", "components", "providers", "policy")
+                 for p in sorted((ROOT / folder).rglob("*.py"))
+                 if (rel := p.relative_to(ROOT).as_posix()) not in {"tkf_infra/names.py", *CLIMBS_BEFORE_IMPORT}
+                 and climbs.search(p.read_text())]
     assert not offenders, f"use tkf_infra.names.PROJECT_ROOT in {offenders}"
+    assert climbs.search((ROOT / "tkf_infra" / "names.py").read_text()), "the pattern still finds the one definition"
 
 
 def test_the_weight_cache_models_output_is_the_shared_key(fleet: tuple[Harness[Any], ComponentOutputs]) -> None:

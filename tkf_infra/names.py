@@ -1,6 +1,7 @@
 """The names that cross a seam, once: Kubernetes object names derived from catalog names (so length
 limits live in one place), the label and annotation keys several packages write or read, our
-components' Pulumi type tokens, the pipeline-parallel preset's name and the project root.
+components' Pulumi type tokens, the pipeline-parallel preset's name, the project root, and the
+subject that names the models of a policy violation.
 
 It imports nothing of ours (and nothing but the standard library), so every layer may import it:
 components/ write these names, tkf_infra/ops/ and policy/guardrails/ read them back, and
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 #: The checkout: stack files, `models.lock.json`, `policy/`, vendored charts are found from here.
@@ -94,6 +96,9 @@ REPO_ANNOTATION = "tkf.io/repo"
 CACHE_MODELS_ANNOTATION = "tkf.io/models"
 #: The GPU share a workload runs on (`mig:<profile>` / `slice:<k>`); absent for whole GPUs.
 GPU_SHARE_ANNOTATION = "tkf.io/gpu-share"
+#: The node pool a node belongs to, on the nodes of the pools tkf-infra manages (EKS node groups, and the
+#: nodes it labels itself); those pools' nodeSelector is this label (tkf_infra/plan/pools.py).
+POOL_LABEL = "tkf.io/node-pool"
 #: The most replicas an autoscaled workload may run (`scaling.maxReplicas`); absent for a fixed count.
 MAX_REPLICAS_ANNOTATION = "tkf.io/max-replicas"
 NAME_LABEL = "app.kubernetes.io/name"
@@ -111,6 +116,32 @@ WEIGHT_CACHE_COMPONENT = "weight-cache"
 #: not ship, ``config-llm-worker-pipeline-parallel``; its well-known prefix is ``kserve-``). The
 #: document itself is components/data/pipeline-parallel-preset.yaml (a test pins its name to this).
 PIPELINE_PARALLEL_PRESET = "kserve-config-llm-worker-pipeline-parallel"
+
+# ---------------------------------------------------------------------------------------------
+# The models a policy violation is about (policy/guardrails write it, tkf_infra/ops/policy_report.py
+# reads it): the engine hands a violation back as text plus one URN, and a weight-cache volume or a
+# fleet total is under no single ModelServing, so every message starts with its models.
+# ---------------------------------------------------------------------------------------------
+
+_DNS_LABEL = r"[a-z](?:[-a-z0-9]*[a-z0-9])?"
+_SUBJECT = re.compile(rf"^(?:model (?P<one>{_DNS_LABEL})|models (?P<many>{_DNS_LABEL}(?:, {_DNS_LABEL})+)): ")
+
+
+def subject(models: Sequence[str]) -> str:
+    """``model a`` / ``models a, b`` (sorted, once each), or ``stack`` when the violation is about none."""
+    found = sorted(dict.fromkeys(m for m in models if m))
+    if not found:
+        return "stack"
+    return f"model {found[0]}" if len(found) == 1 else "models " + ", ".join(found)
+
+
+def subject_models(message: str) -> tuple[str, ...] | None:
+    """The models a message written as ``f"{subject(models)}: …"`` names; None when it has no model subject."""
+    match = _SUBJECT.match(message)
+    if match is None:
+        return None
+    return (match["one"],) if match["one"] else tuple(match["many"].split(", "))
+
 
 #: Pulumi name of the stack's one FitCheck (not a Kubernetes object; it belongs to no single model).
 FIT_CHECK = "fit-checks"

@@ -3,8 +3,9 @@
 Why a message format: the engine hands a violation back to tkf-infra as text plus the URN of the
 resource. ``python -m tkf_infra`` attributes each violation to catalog entries; a weight-cache PVC or a
 fleet total is not under any one model, so every message starts with the models it is about
-(``model qwen-0-5b: …`` or ``models a, b: …``). ``tkf_infra/ops/policy_report.py`` parses exactly this
-prefix; tests pin that both sides agree.
+(``model qwen-0-5b: …`` or ``models a, b: …``): ``tkf_infra.names.subject`` writes that prefix and
+``tkf_infra.names.subject_models`` reads it back (``tkf_infra/ops/policy_report.py``), one definition for
+both sides.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from tkf_infra.names import subject
 
 
 @dataclass(frozen=True)
@@ -39,14 +42,6 @@ class Guardrail:
     """JSON Schema ``properties`` of the policy's configuration; the engine validates the stack's
     config file against it before anything runs."""
     required: tuple[str, ...] = ()
-
-
-def subject(models: Sequence[str]) -> str:
-    """``model a`` / ``models a, b``: the prefix tkf-infra attributes violations by."""
-    names = sorted(dict.fromkeys(m for m in models if m))
-    if not names:
-        return "stack"
-    return f"model {names[0]}" if len(names) == 1 else "models " + ", ".join(names)
 
 
 def violation(models: Sequence[str], what: str, problem: str, fix: str, urn: str | None = None) -> Violation:

@@ -18,7 +18,7 @@ DNS1123_LABEL_RE = re.compile(_DNS1123_LABEL)
 DNS1123_SUBDOMAIN_RE = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
 _LABEL_NAME_RE = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 C_IDENTIFIER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-DNS1123_LABEL_MAX, DNS1123_SUBDOMAIN_MAX, LABEL_NAME_MAX = 63, 253, 63
+DNS1123_SUBDOMAIN_MAX, LABEL_NAME_MAX = 253, 63
 
 
 def _suggest(value: str) -> str:

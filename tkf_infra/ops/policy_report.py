@@ -7,9 +7,9 @@ models as a refused fit check does (and its resources are excluded from the `up`
 preview, so the siblings still deploy); an advisory one is a warning under the model. A violation
 without a resource (a fleet total) is a stack-level error or warning.
 
-Attribution reads the guardrails' message prefix (``model a: …`` / ``models a, b: …``, defined in
-policy/guardrails/base.py): a weight-cache volume or a fleet total is under no single ModelServing,
-so the URN alone cannot say whose it is.
+Attribution reads the guardrails' message subject (``model a: …`` / ``models a, b: …``), written and
+read by ``tkf_infra.names.subject`` / ``subject_models``: a weight-cache volume or a fleet total is under
+no single ModelServing, so the URN alone cannot say whose it is.
 """
 
 from __future__ import annotations
@@ -22,15 +22,13 @@ from typing import Any, Protocol
 
 from pulumi.automation import events
 
-from tkf_infra.names import MODEL_SERVING_TYPE, PROJECT_ROOT, STACK_TYPE
+from tkf_infra.names import MODEL_SERVING_TYPE, PROJECT_ROOT, STACK_TYPE, subject_models
 
 #: The pack, started by the engine as a binary analyzer (policy/analyzer explains why not the directory).
 PACK_DIR = PROJECT_ROOT / "policy"
 PACK = PACK_DIR / "analyzer"
 
 _COLOR = re.compile(r"<\{%[^%]*%\}>")
-_NAME = r"[a-z](?:[-a-z0-9]*[a-z0-9])?"
-_SUBJECT = re.compile(rf"^(?:model (?P<one>{_NAME})|models (?P<many>{_NAME}(?:, {_NAME})+)): ")
 
 
 def config_for(stack: str, pack_dir: Path = PACK_DIR) -> Path | None:
@@ -82,11 +80,8 @@ def from_event(event: events.PolicyEvent) -> PolicyViolation:
     """One engine policy event as a violation; the models come from the guardrail's message prefix."""
     lines = [ln.strip() for ln in _COLOR.sub("", event.message).splitlines() if ln.strip()]
     # pulumi-policy sends "<policy description>\n<message>": keep the message.
-    text = next((ln for ln in lines if _SUBJECT.match(ln)), lines[-1] if lines else "")
-    match = _SUBJECT.match(text)
-    models: tuple[str, ...] = ()
-    if match:
-        models = (match["one"],) if match["one"] else tuple(match["many"].split(", "))
+    text = next((ln for ln in lines if subject_models(ln) is not None), lines[-1] if lines else "")
+    models = subject_models(text) or ()
     level = str(getattr(event.enforcement_level, "value", event.enforcement_level)).lower()
     urn = event.resource_urn or None
     if urn and urn.split("::")[-2:-1] == [STACK_TYPE]:

@@ -32,8 +32,8 @@ from tkf_infra.names import (
     WEIGHT_CACHE_MODELS_OUTPUT,
     WEIGHT_CACHE_TYPE,
 )
-from tkf_infra.outputs import PROBLEMS_OUTPUT, REJECTED_OUTPUT
-from tkf_infra.plan import Exclusion
+from tkf_infra.outputs import DEPLOYED_OUTPUT, PROBLEMS_OUTPUT, REJECTED_OUTPUT
+from tkf_infra.plan import Exclusion, verdict
 
 #: The Kubernetes provider's message for an await cut short by a cancel (SIGINT/SIGTERM to the engine).
 CANCELLED_MARKER = "Resource operation was cancelled"
@@ -71,6 +71,7 @@ class ModelReport:
         out: dict[str, Any] = {"status": self.status, "changes": dict(sorted(self.ops.items()))}
         if self.excluded is not None:
             out["stage"] = self.excluded.stage.value
+            out["refusals"] = [r.as_output() for r in self.excluded.refusals]
             if self.excluded.kept:
                 out["kept"] = True
         reasons = (list(self.excluded.reasons) if self.excluded else []) + self.errors
@@ -273,10 +274,12 @@ def summarize(stack_name: str, operation: str, tracker: RunTracker, ok: bool,
     excluded = [Exclusion.from_output(x) for x in outs.get(REJECTED_OUTPUT) or [] if isinstance(x, Mapping)]
     for x in excluded:
         tracker.report(x.label).excluded = x
-    explained = {x.log_line() for x in excluded} | set(outs.get(PROBLEMS_OUTPUT) or [])
-    stack_errors = [d for d in tracker.diagnostics
-                    if d not in explained and not d.endswith("Fix the errors above and run again.")
-                    and "fleet problem(s), reported above" not in d]
+    problems = [str(p) for p in outs.get(PROBLEMS_OUTPUT) or []]
+    # The program's own lines for these facts (each left-out model's, then its verdict), rebuilt from the
+    # exported data: the per-model rows and `problems` already say them.
+    explained = {x.log_line() for x in excluded} | set(problems)
+    said = verdict(excluded, problems, len(outs.get(DEPLOYED_OUTPUT) or {}))
+    stack_errors = [d for d in tracker.diagnostics if d not in explained and not (said and d.endswith(said))]
     if any(m.errors or m.interrupted for m in tracker.models.values()):
         # The SDK's note that a resource depending on a failed one could not register (continue-on-error
         # skips the dependents): the failed resource's own error, attributed above, is the reason.

@@ -13,17 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from typing import Any
 
 from pydantic import ValidationError
 
 from tkf_infra.config import Catalog, ModelEntry
-from tkf_infra.config.base import label_name
 from tkf_infra.config.flags import extra_args_dests, row, sized_fields
 from tkf_infra.hub.lock import Lock
 from tkf_infra.plan import admission as adm
 from tkf_infra.plan.admit_fleet import admit, plan_layouts
+from tkf_infra.plan.exclusion import Exclusion, Refusal, Stage, verdict
 from tkf_infra.plan.layout import PoolLayout
 from tkf_infra.plan.lora import adapter_problems, without_adapters
 from tkf_infra.plan.pools import PoolFacts, PoolProblem, resolve_pool
@@ -35,66 +34,6 @@ from tkf_infra.sizing.ec2 import InstanceGpus
 from tkf_infra.sizing.facts import ModelFacts
 from tkf_infra.sizing.params import SizingError, SizingParams
 from tkf_infra.sizing.weights import checkpoint_bytes
-
-
-class Stage(StrEnum):
-    """Which check left a model out (the `stage` of a `rejected` output entry)."""
-
-    CATALOG = "catalog"
-    """The catalog rules: a field value, uniqueness, placement on a pool."""
-    POOL = "pool"
-    """Its node pool's settings do not hold together (EC2 facts, product labels)."""
-    LIVE = "live"
-    """What the GPUs report (DCGM) contradicts its pool, or a shared GPU lacks the free memory."""
-    LOCK = "lock"
-    """No usable facts in models.lock.json."""
-    ACCESS = "access"
-    """A gated repo without hfTokenSecret."""
-    FIT = "fit"
-    """It does not fit its GPUs (or no MIG profile / time-sliced share of them)."""
-    PLACEMENT = "placement"
-    """Its pool's layout cannot hold it: MIG slices that do not pack, or time-sliced shares that could overrun a GPU."""
-    POLICY = "policy"
-    """The platform owner's policy pack refused it (reported by the CLI, which runs the pack)."""
-    TOPOLOGY = "topology"
-    """The configured platform cannot render it: an API it needs (LeaderWorkerSet, KServe) is not served."""
-    CAPACITY = "capacity"
-    """A replica's CPU, memory and GPU requests fit on no node of its pool (`tkf_infra.plan.admission`)."""
-    STORAGE = "storage"
-    """Its weight cache does not fit in what its storage class (quota, capacity, budget) has left."""
-
-
-@dataclass(frozen=True)
-class Exclusion:
-    """A model left out of the deployment, with every reason at once."""
-
-    name: str
-    index: int
-    stage: Stage
-    reasons: tuple[str, ...]
-    kept: bool = False
-    """Deployed before and still serving at its last deployed settings (nothing of it changes)."""
-
-    def as_output(self) -> dict[str, Any]:
-        return {"index": self.index, "name": self.name, "stage": self.stage.value, "reasons": list(self.reasons),
-                "kept": self.kept}
-
-    @classmethod
-    def from_output(cls, data: Mapping[str, Any]) -> Exclusion:
-        return cls(str(data.get("name") or ""), int(data.get("index", -1)), Stage(str(data.get("stage", "catalog"))),
-                   tuple(str(r) for r in data.get("reasons") or ()), bool(data.get("kept", False)))
-
-    @property
-    def label(self) -> str:
-        return label_name(self.name) if self.name else f"models[{self.index}]"
-
-    def log_line(self) -> str:
-        """How the program reports it (the CLI recognises the line and attributes it to the model)."""
-        reasons = "\n".join(f"  - {r}" for r in self.reasons)
-        if self.kept:
-            return (f"{self.label}: the new settings were refused ({self.stage.value}); it keeps serving at its last "
-                    f"deployed settings:\n{reasons}")
-        return f"{self.label} was left out of this deployment ({self.stage.value}):\n{reasons}"
 
 
 @dataclass(frozen=True)
@@ -142,17 +81,7 @@ class FleetPlan:
 
     def verdict(self) -> str | None:
         """Why the run must end non-zero (None when everything went through)."""
-        if self.excluded:
-            names = ", ".join(x.label + (" (kept at its last deployed settings)" if x.kept else "")
-                              for x in self.excluded)
-            n = len(self.excluded)
-            fresh = len(self.models) - sum(x.kept for x in self.excluded)
-            return (f"{n} catalog entr{'y was' if n == 1 else 'ies were'} refused ({names}); the other "
-                    f"{fresh} were deployed. Fix the errors above and run again.")
-        if self.errors:
-            return (f"{len(self.errors)} fleet problem(s), reported above; the models were deployed but the fleet "
-                    "needs fixing")
-        return None
+        return verdict(self.excluded, self.errors, len(self.models))
 
     def model(self, name: str) -> ModelPlan:
         return next(m for m in self.models if m.entry.name == name)
@@ -230,24 +159,24 @@ class _Context:
 def _plan_model(entry: ModelEntry, index: int, ctx: _Context) -> ModelPlan | Exclusion:
     """One model: planned, or left out with the stage and reason."""
 
-    def leave_out(stage: Stage, reason: str) -> Exclusion:
-        return Exclusion(entry.name, index, stage, (f"model {entry.name}: {reason}",))
+    def leave_out(stage: Stage, reason: str, field: str | None = "") -> Exclusion:
+        return Exclusion.of(entry.name, index, stage, (f"model {entry.name}: {reason}",), field)
 
     if entry.node_pool is not None and entry.node_pool in ctx.pool_problems:
         return leave_out(Stage.POOL, "not deployed because its node pool is wrong: "
                          f"{ctx.pool_problems[entry.node_pool]}")
     if ctx.live and entry.name in ctx.live.model_problems:
-        return Exclusion(entry.name, index, Stage.LIVE, (ctx.live.model_problems[entry.name],))
+        return Exclusion.of(entry.name, index, Stage.LIVE, (ctx.live.model_problems[entry.name],))
     facts, weight_bytes, stage, why = _facts_problem(entry, ctx.lock)
     if stage is not None or facts is None:
         return leave_out(stage or Stage.LOCK, why)
     if spec := _speculative_problem(entry, facts):
-        return leave_out(Stage.CATALOG, spec)
+        return leave_out(Stage.CATALOG, spec, "speculativeConfig")
     refused_adapters: tuple[str, ...] = ()
     if bad := adapter_problems(entry, facts, ctx.lock):
         if bad.base:
-            return Exclusion(entry.name, index, Stage.LOCK if bad.missing else Stage.CATALOG,
-                             tuple(f"model {entry.name}: {r}" for r in bad.reasons))
+            return Exclusion.of(entry.name, index, Stage.LOCK if bad.missing else Stage.CATALOG,
+                                tuple(f"model {entry.name}: {r}" for r in bad.reasons), "lora")
         entry = without_adapters(entry, bad.adapters)
         refused_adapters = tuple(f"model {entry.name}: {r}; deployed without that adapter"
                                  for rs in bad.adapters.values() for r in rs)
@@ -260,9 +189,9 @@ def _plan_model(entry: ModelEntry, index: int, ctx: _Context) -> ModelPlan | Exc
     try:
         sized = size_share(entry, pool, inputs)
     except ShareProblem as exc:
-        return Exclusion(entry.name, index, Stage.CATALOG, (str(exc),))
+        return Exclusion.of(entry.name, index, Stage.CATALOG, (str(exc),), "gpuShare")
     if not sized.fit.fits:
-        return Exclusion(entry.name, index, Stage.FIT, (sized.fit.message or "does not fit",))
+        return Exclusion.of(entry.name, index, Stage.FIT, (sized.fit.message or "does not fit",))
     return ModelPlan(sized.entry, facts, weight_bytes, pool, sized.inputs, sized.fit, sized.share, refused_adapters)
 
 
@@ -339,8 +268,8 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
         errors += [m for msgs in live.pool_errors.values() for m in msgs]
     ctx = _Context(lock, s.serving.version, pools, pool_problems, live)
 
-    excluded = [Exclusion(r.name or f"models[{r.index}]", r.index, Stage.CATALOG, tuple(str(p) for p in r.problems))
-                for r in catalog.rejected]  # fmt: skip
+    excluded = [Exclusion(r.name or f"models[{r.index}]", r.index, Stage.CATALOG,
+                          tuple(Refusal(p.field or None, str(p)) for p in r.problems)) for r in catalog.rejected]
     planned: list[ModelPlan] = []
     policy = refused_by_policy or {}
     # Positions in the stack file, found once (a search per model grew with the catalog's square).
@@ -351,10 +280,10 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
     for entry in catalog.models:
         index = positions.get(entry.name, -1)
         if entry.name in policy:
-            excluded.append(Exclusion(entry.name, index, Stage.POLICY, tuple(policy[entry.name])))
+            excluded.append(Exclusion.of(entry.name, index, Stage.POLICY, policy[entry.name]))
             continue
         if refused_by_platform and entry.name in refused_by_platform:
-            excluded.append(Exclusion(entry.name, index, Stage.TOPOLOGY, tuple(refused_by_platform[entry.name])))
+            excluded.append(Exclusion.of(entry.name, index, Stage.TOPOLOGY, refused_by_platform[entry.name]))
             continue
         result = _plan_model(entry, index, ctx)
         if isinstance(result, Exclusion):
@@ -366,7 +295,8 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
 
     # An autoscaler the cluster cannot run refuses its models before they take any room.
     scale_refused, scale_warnings = scaling_checks([m.entry for m in planned], s, cluster)
-    excluded += [Exclusion(n, positions.get(n, -1), Stage.TOPOLOGY, (r,)) for n, r in scale_refused.items()]
+    excluded += [Exclusion.of(n, positions.get(n, -1), Stage.TOPOLOGY, (r,), "scaling")
+                 for n, r in scale_refused.items()]
     warnings += scale_warnings
     planned = [m for m in planned if m.entry.name not in scale_refused]
     prints: dict[str, dict[str, Any]] = {}
@@ -382,8 +312,8 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
         refusals = {name: ("placement", reason) for lay in layouts.values() for name, reason in lay.refused.items()}
         laid_out = frozenset(refusals)
     entries = {m.entry.name: m.entry for m in planned}
-    excluded += [Exclusion(name, positions.get(name, -1), Stage(stage),
-                           (at_maximum(entries[name], reason) if name in entries else reason,))
+    excluded += [Exclusion.of(name, positions.get(name, -1), Stage(stage),
+                              (at_maximum(entries[name], reason) if name in entries else reason,))
                  for name, (stage, reason) in refusals.items()]
     sized = [m for m in planned if m.entry.name not in laid_out]
     warnings += [f"model {m.entry.name}: {w}" for m in sized for w in m.fit.warnings]

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tkf_infra.config import NodePool
+from tkf_infra.names import POOL_LABEL
 from tkf_infra.sizing.ec2 import InstanceGpus
 from tkf_infra.sizing.gpus import GPUS, GpuSpec, find_gpu, lookup_gpu, product_label, same_gpu
 from tkf_infra.sizing.mig import MigBoard, mig_board
 
 GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-POOL_LABEL = "tkf.io/node-pool"
 #: GPU feature discovery appends this to the product label when time-slicing shares the GPUs.
 SHARED_SUFFIX = "-SHARED"
 

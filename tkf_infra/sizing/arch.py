@@ -114,10 +114,6 @@ class Arch:
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
-    @property
-    def attention_layers(self) -> int:
-        return sum(1 for k in self.layer_kinds if k.attention)
-
 
 def derive_max_len(cfg: dict[str, Any]) -> int | None:
     """vLLM's default max_model_len: the smallest length key, scaled by the rope factor."""

@@ -13,7 +13,7 @@ field as the user finds it in the file.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -184,7 +184,3 @@ class Fields:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise self.fail(key, value, "a list of strings")
         return list(value)
-
-
-def uniform_or_none(values: Sequence[int]) -> int | None:
-    return values[0] if values and len(set(values)) == 1 else None

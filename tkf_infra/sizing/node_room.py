@@ -25,7 +25,6 @@ from dataclasses import dataclass
 EKS_AMI_TAG = "v20260724"
 DEFAULT_MAX_PODS = 110
 EVICTION_MEMORY_MIB = 100
-KUBE_RESERVED_EPHEMERAL_MIB = 1024
 
 
 @dataclass(frozen=True)
