@@ -50,8 +50,8 @@ build() {  # build NAME MODULE VERSION PACKAGE
   rm -rf "$copy" && mkdir -p "$src_root" "$bin_dir"
   cp -r "$dir" "$copy" && chmod -R u+w "$copy"
   (cd "$copy" && GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0 nice go build -trimpath -ldflags "-s -w" \
-    -o "$out.tmp" "$pkg")
-  mv "$out.tmp" "$out"
+    -o "$out.tmp.$$" "$pkg")
+  mv "$out.tmp.$$" "$out"  # a per-process name: two checkouts may build at once
   echo "$want" >"$stamp"
   log "built $out ($(du -h "$out" | cut -f1)) in $(( $(date +%s) - t0 ))s"
 }

@@ -38,7 +38,7 @@ mkdir -p "$bin_dir"
 pkg=k8s.io/component-base/version
 (cd "$src" && GOFLAGS="${GOFLAGS:--buildvcs=false}" CGO_ENABLED=0 nice go build -trimpath \
   -ldflags "-s -w -X $pkg.gitVersion=$kube_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean" \
-  -o "$out.tmp" .)
-mv "$out.tmp" "$out"
+  -o "$out.tmp.$$" .)
+mv "$out.tmp.$$" "$out"  # a per-process name: two checkouts may build at once
 echo "$want" >"$stamp"
 log "built $out ($(du -h "$out" | cut -f1), Kubernetes $kube_version) in $(( $(date +%s) - t0 ))s"
