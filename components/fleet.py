@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import vllm_args as va
+from components import pod_meta
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
 from components.gpu_sharing import MIG_CONFIG_NAME, GpuSharing, GpuSharingArgs, has_mig
 from components.model_serving import ModelServing, ModelServingArgs
@@ -99,7 +99,7 @@ def _weight_caches(plan: FleetPlan, provider: k8s.Provider, namespace: pulumi.Re
             names.weight_cache(first.repo, first.revision),
             WeightCacheArgs(
                 repo=first.repo, revision=first.revision, weight_bytes=users[0].weight_bytes,
-                namespace=s.namespaces.serving, image=va.image(any_gpu or first, s.serving),
+                namespace=s.namespaces.serving, image=pod_meta.image(any_gpu or first, s.serving),
                 headroom=s.serving.weight_cache_headroom, storage_class=s.serving.storage_class,
                 hf_token_secret=next((m.entry.hf_token_secret for m in users if m.entry.hf_token_secret), None),
                 read_write_many=len(users) > 1 or any(m.entry.reserved_replicas > 1 or m.entry.is_multi_node

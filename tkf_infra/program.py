@@ -158,7 +158,7 @@ def previous_deployment() -> dict[str, Any]:
 
 def pod_requests(entry: Any, weight_bytes: int) -> tuple[int, int]:
     """(CPU millicores, memory MiB) one serving pod requests: the main container and the metrics sidecar."""
-    from components.vllm_args import SIDECAR_CPU_MILLIS, SIDECAR_MEMORY_MIB, cpu_cores, memory_gib
+    from components.pod_sizes import SIDECAR_CPU_MILLIS, SIDECAR_MEMORY_MIB, cpu_cores, memory_gib
 
     return (cpu_cores(entry) * 1000 + SIDECAR_CPU_MILLIS, memory_gib(entry, weight_bytes) * 1024 + SIDECAR_MEMORY_MIB)
 

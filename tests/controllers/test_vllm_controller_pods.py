@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 import pytest
 
-from components.vllm_args import MODEL_MOUNT
+from components.pod_meta import MODEL_MOUNT
 from tests.apiserver.readback import LLMISVC, LWS
 from tests.apiserver.test_up_against_apiserver import CPU_MODELS, LLAMA_405B, target_config
 from tests.controllers.harness import start_kserve
