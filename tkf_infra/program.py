@@ -1,9 +1,11 @@
 """The Pulumi program, start to end: settings → edge data → plan → resources → outputs → verdict.
 
 Why one entry: `__main__.py`, the mock tests and `bench/program_eval.py` must run exactly the same
-steps. Network access happens only here, at the edge — the lock file, EC2's instance facts, DCGM's
-inventory through Prometheus — and is handed on as plain data, so the plan (`tkf_infra.plan`) and
-the resource wiring (`components.fleet`) can be tested apart with no network and no SDK internals.
+steps. Reads from outside happen only here, at the edge (`Edge`) — the lock file, EC2's instance facts,
+the cluster and its kubeconfig, DCGM's inventory through Prometheus, the last deployment — and are handed
+on as plain data, so the plan (`tkf_infra.plan`) and the resource wiring (`components.fleet`) can be
+tested apart with no network and no SDK internals (docs/architecture.md, "The edge"). The process-wide
+state the run changes is set in one place, `set_process_state`.
 """
 
 from __future__ import annotations
