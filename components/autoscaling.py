@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from components import vllm_args as va
+from components import pod_sizes
 from tkf_infra import names
 from tkf_infra.config import ModelEntry
 from tkf_infra.config.scaling import Scaling, ScalingMetric
@@ -69,7 +69,7 @@ def llmisvc_scaling(entry: ModelEntry, weight_bytes: int) -> dict[str, Any]:
         "maxReplicas": s.max_replicas,
         "wva": {"keda": {
             "pollingInterval": s.polling_seconds,
-            "initialCooldownPeriod": va.ready_timeout_seconds(entry, weight_bytes),
+            "initialCooldownPeriod": pod_sizes.ready_timeout_seconds(entry, weight_bytes),
         }},
     }  # fmt: skip
 
@@ -82,7 +82,7 @@ def scaled_object(entry: ModelEntry, namespace: str, prometheus_url: str, weight
         "minReplicaCount": s.min_replicas,
         "maxReplicaCount": s.max_replicas,
         "pollingInterval": s.polling_seconds,
-        "initialCooldownPeriod": va.ready_timeout_seconds(entry, weight_bytes),
+        "initialCooldownPeriod": pod_sizes.ready_timeout_seconds(entry, weight_bytes),
         "advanced": {"horizontalPodAutoscalerConfig": {"behavior": _behavior(s)}},
         "triggers": [{
             "type": "prometheus",

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from pathlib import Path
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import vllm_args as va
+from components import pod_meta
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
 from components.gpu_sharing import MIG_CONFIG_NAME, GpuSharing, GpuSharingArgs, has_mig
 from components.model_serving import ModelServing, ModelServingArgs
@@ -66,21 +65,20 @@ class Fleet:
     """MIG pools' mig-parted ConfigMap and node labels (None without MIG pools)."""
 
 
-def make_provider(cluster: ClusterTarget, stack: str) -> k8s.Provider:
+def make_provider(cluster: ClusterTarget, stack: str, kubeconfig: str | None = None) -> k8s.Provider:
     """One explicit provider per stack. Render mode rejects any explicit kubeconfig/context, so it
-    gets the directory and nothing else (its YAML holds Secrets in plaintext: export stacks only)."""
+    gets the directory and nothing else (its YAML holds Secrets in plaintext: export stacks only).
+
+    `kubeconfig` is the file's text, read at the program's edge (`tkf_infra.program.kubeconfig_text`):
+    components read no files of the operator's."""
     if cluster.mode == "render":
         return k8s.Provider(f"k8s-{stack}", render_yaml_to_directory=cluster.render_dir)
-    kubeconfig = Path(str(cluster.kubeconfig))
-    try:
-        kubeconfig = kubeconfig.expanduser()  # RuntimeError for ~user of an unknown user
-        text = kubeconfig.read_text()
-    except (OSError, RuntimeError) as exc:
-        raise pulumi.RunError(f"cluster.kubeconfig {str(kubeconfig)!r} cannot be read ({exc}); fix the path "
-                              "in the stack file (tkf-infra:cluster.kubeconfig)") from None
+    if kubeconfig is None:
+        raise pulumi.RunError(f"cluster.mode is kubeconfig but no kubeconfig text reached the provider of {stack}; "
+                              "build the fleet through tkf_infra.program, which reads cluster.kubeconfig")
     return k8s.Provider(
         f"k8s-{stack}",
-        kubeconfig=pulumi.Output.secret(text),
+        kubeconfig=pulumi.Output.secret(kubeconfig),
         context=cluster.context,
         # Rotating credentials then never replaces every workload.
         cluster_identifier=cluster.cluster_identifier,
@@ -101,7 +99,7 @@ def _weight_caches(plan: FleetPlan, provider: k8s.Provider, namespace: pulumi.Re
             names.weight_cache(first.repo, first.revision),
             WeightCacheArgs(
                 repo=first.repo, revision=first.revision, weight_bytes=users[0].weight_bytes,
-                namespace=s.namespaces.serving, image=va.image(any_gpu or first, s.serving),
+                namespace=s.namespaces.serving, image=pod_meta.image(any_gpu or first, s.serving),
                 headroom=s.serving.weight_cache_headroom, storage_class=s.serving.storage_class,
                 hf_token_secret=next((m.entry.hf_token_secret for m in users if m.entry.hf_token_secret), None),
                 read_write_many=len(users) > 1 or any(m.entry.reserved_replicas > 1 or m.entry.is_multi_node
@@ -153,7 +151,7 @@ def _platform(plan: FleetPlan, provider: k8s.Provider, *, mig_config: str | None
     return pools, gpu_operator, prerequisites
 
 
-def build_platform(plan: FleetPlan, *, environment: str) -> PlatformLayer:
+def build_platform(plan: FleetPlan, *, environment: str, kubeconfig: str | None = None) -> PlatformLayer:
     """A platform stack: the provider (named for the environment, as its one-stack form names it), the node
     pools, the GPU operator (reading the MIG config when a pool is MIG) and every prerequisite, the
     pipeline-parallel preset included whenever it installs KServe (the fleet's multi-node models need it)."""
@@ -161,20 +159,22 @@ def build_platform(plan: FleetPlan, *, environment: str) -> PlatformLayer:
     from tkf_infra.platform_contract import mig_config_name
 
     s = plan.catalog.settings
-    provider = make_provider(s.cluster, environment)
+    provider = make_provider(s.cluster, environment, kubeconfig)
     preset = s.serving.backend == Backend.KSERVE and "kserve" in installed_pieces(s.platform, s.serving.backend)
     pools, gpu_operator, prerequisites = _platform(plan, provider, mig_config=mig_config_name(plan.catalog),
                                                    pp_preset=preset)  # fmt: skip
     return PlatformLayer(plan, provider, pools, gpu_operator, prerequisites)
 
 
-def build_fleet(plan: FleetPlan, *, api_keys: ApiKeys | None, stack: str, layer: Layer = Layer.ALL) -> Fleet:
+def build_fleet(plan: FleetPlan, *, api_keys: ApiKeys | None, stack: str, layer: Layer = Layer.ALL,
+                kubeconfig: str | None = None) -> Fleet:
     """Register the whole stack from the plan (a fleet stack: all but the platform); returns handles for the outputs.
 
-    `stack` names the provider: the environment's name in a split environment.
+    `stack` names the provider: the environment's name in a split environment; `kubeconfig` is the text
+    of `cluster.kubeconfig` in cluster mode (read by the program's edge).
     """
     s = plan.catalog.settings
-    provider = make_provider(s.cluster, stack)
+    provider = make_provider(s.cluster, stack, kubeconfig)
 
     namespace = k8s.core.v1.Namespace(
         "namespace-serving",

@@ -7,7 +7,7 @@ What it creates, and why:
   ``template`` is strategically merged over the preset by container name ``main``. Backend
   ``vllm``: the same pods without KServe, a Deployment (one node) or a LeaderWorkerSet (several
   nodes, vLLM's multiprocessing multi-node mode). Both backends take every flag, GPU count and
-  probe from ``components.pod`` / ``components.vllm_args``, so switching backend does not change
+  probe from ``components.pod`` (``vllm_args``, ``pod_sizes``, ``pod_meta``), so switching backend does not change
   what runs;
 - a stable alias Service ``<name>-openai`` on port 8000: the gateway's address for the model,
   whatever the backend names its own Services;
@@ -35,8 +35,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import autoscaling
-from components import vllm_args as va
+from components import autoscaling, pod_meta, pod_sizes
 from components.pod import ApiKeyRef, CacheRef, Placement, PodInputs, pod_spec
 from tkf_infra import names
 from tkf_infra.config import Backend, ModelEntry, Namespaces, Serving
@@ -104,13 +103,13 @@ class ModelServingArgs:
     @property
     def pod_annotations(self) -> dict[str, str]:
         """Pod-template annotations: the accepted key set's digest (pods roll when it changes)."""
-        return {va.API_KEYS_ANNOTATION: self.api_key.digest} if self.api_key else {}
+        return {pod_meta.API_KEYS_ANNOTATION: self.api_key.digest} if self.api_key else {}
 
 
 def kserve_pod_labels(entry: ModelEntry) -> dict[str, str]:
     """Our labels for the pods KServe writes, less the keys KServe owns (``KSERVE_OWNED_LABELS``):
     ``tkf.io/model`` stays, which the alias Service and the NetworkPolicy select on."""
-    return {k: v for k, v in va.labels(entry).items() if k not in KSERVE_OWNED_LABELS}
+    return {k: v for k, v in pod_meta.labels(entry).items() if k not in KSERVE_OWNED_LABELS}
 
 
 def rollout(entry: ModelEntry) -> k8s.apps.v1.DeploymentStrategyArgs:
@@ -154,7 +153,7 @@ class ModelServing(pulumi.ComponentResource):
             sa_name = names.service_account(e.name)
             self.resources.append(core.ServiceAccount(
                 f"{name}-sa",
-                metadata=meta.ObjectMetaArgs(name=sa_name, namespace=ns, labels=va.labels(e)),
+                metadata=meta.ObjectMetaArgs(name=sa_name, namespace=ns, labels=pod_meta.labels(e)),
                 secrets=[core.ObjectReferenceArgs(name=e.hf_token_secret)],
                 automount_service_account_token=False,
                 opts=child,
@@ -179,7 +178,7 @@ class ModelServing(pulumi.ComponentResource):
         self.resources.append(core.Service(
             f"{name}-openai",
             metadata=meta.ObjectMetaArgs(name=names.alias_service(e.name), namespace=ns,
-                                         labels=va.labels(e, "endpoint"), annotations=_await_annotations(args)),
+                                         labels=pod_meta.labels(e, "endpoint"), annotations=_await_annotations(args)),
             spec=core.ServiceSpecArgs(type="ClusterIP", selector=selector, ports=[core.ServicePortArgs(
                 name="http", port=names.SERVING_PORT, target_port=names.SERVING_PORT, protocol="TCP")]),
             opts=child,
@@ -227,7 +226,7 @@ class ModelServing(pulumi.ComponentResource):
             # kserve#6043: multi-node services can stay Ready=False although serving; the timeout
             # bounds the wait instead of hanging `pulumi up`.
             metadata=meta.ObjectMetaArgs(name=names.workload(e.name), namespace=args.namespaces.serving,
-                                         labels=va.labels(e),
+                                         labels=pod_meta.labels(e),
                                          annotations=_annotations(args, ready_condition="condition=Ready")),
             spec=spec,
             opts=pulumi.ResourceOptions(
@@ -239,7 +238,7 @@ class ModelServing(pulumi.ComponentResource):
 
     def _deployment(self, name: str, args: ModelServingArgs, deps: list[pulumi.Resource]) -> pulumi.CustomResource:
         e = args.entry
-        lbl = va.labels(e)
+        lbl = pod_meta.labels(e)
         return k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata=meta.ObjectMetaArgs(name=names.workload(e.name), namespace=args.namespaces.serving, labels=lbl,
@@ -259,7 +258,7 @@ class ModelServing(pulumi.ComponentResource):
     def _leader_worker_set(self, name: str, args: ModelServingArgs,
                            deps: list[pulumi.Resource]) -> pulumi.CustomResource:  # fmt: skip
         e = args.entry
-        lbl = va.labels(e)
+        lbl = pod_meta.labels(e)
         tmpl_meta = meta.ObjectMetaArgs(labels=lbl, annotations=args.pod_annotations or None)
         return k8s.apiextensions.CustomResource(
             f"{name}-lws",
@@ -295,7 +294,7 @@ class ModelServing(pulumi.ComponentResource):
             api_version=autoscaling.KEDA_API_VERSION,
             kind=autoscaling.SCALED_OBJECT_KIND,
             metadata=meta.ObjectMetaArgs(name=names.workload(e.name), namespace=args.namespaces.serving,
-                                         labels=va.labels(e), annotations=_await_annotations(args) or None),
+                                         labels=pod_meta.labels(e), annotations=_await_annotations(args) or None),
             spec=autoscaling.scaled_object(e, args.namespaces.serving, args.prometheus_url, args.weight_bytes),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.workload]),
         )  # fmt: skip
@@ -321,7 +320,8 @@ class ModelServing(pulumi.ComponentResource):
                 pod_selector=meta.LabelSelectorArgs(match_labels={names.MODEL_LABEL: e.name}))]))
         return net.NetworkPolicy(
             f"{name}-netpol",
-            metadata=meta.ObjectMetaArgs(name=names.network_policy(e.name), namespace=ns.serving, labels=va.labels(e)),
+            metadata=meta.ObjectMetaArgs(name=names.network_policy(e.name), namespace=ns.serving,
+                                         labels=pod_meta.labels(e)),
             spec=net.NetworkPolicySpecArgs(
                 pod_selector=meta.LabelSelectorArgs(match_labels={names.MODEL_LABEL: e.name}),
                 policy_types=["Ingress"], ingress=ingress),
@@ -345,7 +345,7 @@ def _annotations(args: ModelServingArgs, *, ready_condition: str | None) -> dict
         ann.update(_await_annotations(args))
     elif ready_condition:
         ann["pulumi.com/waitFor"] = ready_condition
-        ann["pulumi.com/timeoutSeconds"] = str(va.ready_timeout_seconds(args.entry, args.weight_bytes))
+        ann["pulumi.com/timeoutSeconds"] = str(pod_sizes.ready_timeout_seconds(args.entry, args.weight_bytes))
     return ann
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pulumi_kubernetes as k8s
 
+from components import pod_meta, pod_sizes
 from components import vllm_args as va
 from components.argv_layers import ArgvPath, encode
 from tkf_infra import names
@@ -76,7 +77,7 @@ class PodInputs:
 
 def container_security() -> core.SecurityContextArgs:
     return core.SecurityContextArgs(
-        allow_privilege_escalation=False, run_as_non_root=True, run_as_user=va.RUN_AS_USER,
+        allow_privilege_escalation=False, run_as_non_root=True, run_as_user=pod_meta.RUN_AS_USER,
         capabilities=core.CapabilitiesArgs(drop=["ALL"]),
         seccomp_profile=core.SeccompProfileArgs(type="RuntimeDefault"),
     )  # fmt: skip
@@ -84,8 +85,8 @@ def container_security() -> core.SecurityContextArgs:
 
 def pod_security() -> core.PodSecurityContextArgs:
     """fsGroup lets the non-root download Job write to a fresh PVC and serving pods read it."""
-    return core.PodSecurityContextArgs(run_as_non_root=True, run_as_user=va.RUN_AS_USER, run_as_group=va.RUN_AS_USER,
-                                       fs_group=va.RUN_AS_USER)  # fmt: skip
+    user = pod_meta.RUN_AS_USER
+    return core.PodSecurityContextArgs(run_as_non_root=True, run_as_user=user, run_as_group=user, fs_group=user)
 
 
 def secret_env(name: str, secret: str, key: str) -> core.EnvVarArgs:
@@ -119,8 +120,8 @@ def env(p: PodInputs, *, offline: bool = True) -> list[core.EnvVarArgs]:
 def resources(e: ModelEntry, weight_bytes: int, gpu_resource: str = GPU_RESOURCE) -> core.ResourceRequirementsArgs:
     """Requests/limits; GPUs equal in both (extended resources cannot be overcommitted, and KServe
     never sets ``nvidia.com/gpu`` itself). A MIG share asks for its slice (`nvidia.com/mig-<profile>`)."""
-    mem = f"{va.memory_gib(e, weight_bytes)}Gi"
-    requests: dict[str, str] = {"cpu": str(va.cpu_cores(e)), "memory": mem}
+    mem = f"{pod_sizes.memory_gib(e, weight_bytes)}Gi"
+    requests: dict[str, str] = {"cpu": str(pod_sizes.cpu_cores(e)), "memory": mem}
     limits: dict[str, str] = {"memory": mem}
     if e.gpus_per_pod:
         requests[gpu_resource] = limits[gpu_resource] = str(e.gpus_per_pod)
@@ -136,7 +137,7 @@ def volumes(e: ModelEntry, cache_pvc: str | None) -> list[core.VolumeArgs]:
     """``dshm``, ``home`` and ``tmp-dir`` share KServe's preset volume names, so the strategic merge resizes them."""
     vols = [
         core.VolumeArgs(name="dshm", empty_dir=core.EmptyDirVolumeSourceArgs(medium="Memory",
-                                                                            size_limit=f"{va.shm_gib(e)}Gi")),
+                                                                            size_limit=f"{pod_sizes.shm_gib(e)}Gi")),
         core.VolumeArgs(name="home", empty_dir=core.EmptyDirVolumeSourceArgs()),
         core.VolumeArgs(name="tmp-dir", empty_dir=core.EmptyDirVolumeSourceArgs()),
     ]
@@ -149,16 +150,16 @@ def volumes(e: ModelEntry, cache_pvc: str | None) -> list[core.VolumeArgs]:
 def wait_for_weights(cache: CacheRef, image_ref: str, entry: ModelEntry | None = None) -> core.ContainerArgs:
     """Init container: block until the download Job has written the revision's marker (and each of the
     entry's LoRA adapters' markers: vLLM loads `--lora-modules` at start-up and fails on a missing one)."""
-    marker = f"{va.CACHE_MOUNT}/{cache.subpath}/{va.MARKER_FILE}"
+    marker = f"{pod_meta.CACHE_MOUNT}/{cache.subpath}/{pod_meta.MARKER_FILE}"
     waits = [f'until [ -f "{marker}" ]; do echo "waiting for {marker} (Job fills PVC {cache.pvc_name})"; sleep 10; '
              "done"]
     for a in entry.lora.adapters if entry is not None and entry.lora else ():
-        am = f"{va.CACHE_MOUNT}/{cache.subpath}/{names.adapter_dir(a.repo, a.revision)}/{va.MARKER_FILE}"
+        am = f"{pod_meta.CACHE_MOUNT}/{cache.subpath}/{names.adapter_dir(a.repo, a.revision)}/{pod_meta.MARKER_FILE}"
         waits.append(f'until [ -f "{am}" ]; do echo "waiting for adapter {a.name}: {am}"; sleep 10; done')
     return core.ContainerArgs(
         name="wait-for-weights", image=image_ref,
         command=["/bin/sh", "-c", "; ".join(waits)],
-        volume_mounts=[core.VolumeMountArgs(name="weight-cache", mount_path=va.CACHE_MOUNT, read_only=True)],
+        volume_mounts=[core.VolumeMountArgs(name="weight-cache", mount_path=pod_meta.CACHE_MOUNT, read_only=True)],
         resources=core.ResourceRequirementsArgs(requests={"cpu": "10m", "memory": "16Mi"}, limits={"memory": "64Mi"}),
         security_context=container_security(),
     )  # fmt: skip
@@ -180,21 +181,21 @@ def container(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.Contai
         args = encode(va.kserve_args(e), argv) + (va.two_key_args(argv) if two_keys else [])
     else:
         if p.cache:
-            mounts.append(core.VolumeMountArgs(name="weight-cache", mount_path=va.MODEL_MOUNT,
+            mounts.append(core.VolumeMountArgs(name="weight-cache", mount_path=pod_meta.MODEL_MOUNT,
                                                sub_path=p.cache.subpath, read_only=True))
-            path, rev = va.MODEL_MOUNT, None
+            path, rev = pod_meta.MODEL_MOUNT, None
         else:
             path, rev = e.repo, e.revision
         command = (encode(va.lws_command(e, path, leader=leader, revision=rev, two_keys=two_keys), ArgvPath.EXEC)
                    if e.is_multi_node else encode(va.serve_command(e, path, rev), ArgvPath.EXEC)
                    + (va.two_key_args(ArgvPath.EXEC) if two_keys else []))  # fmt: skip
     return core.ContainerArgs(
-        name="main", image=va.image(e, p.serving), command=command, args=args,
+        name="main", image=pod_meta.image(e, p.serving), command=command, args=args,
         env=env(p, offline=kserve or p.cache is not None), resources=resources(e, p.weight_bytes, p.gpu_resource),
         security_context=container_security(), volume_mounts=mounts,
         ports=[core.ContainerPortArgs(name="http", container_port=SERVING_PORT, protocol="TCP")] if leader else None,
         # /health needs no API key. Start-up patience grows with the weights a pod loads.
-        startup_probe=_health(va.PROBE_PERIOD_SECONDS, 5, va.startup_failure_threshold(e, p.weight_bytes))
+        startup_probe=_health(pod_sizes.PROBE_PERIOD_SECONDS, 5, pod_sizes.startup_failure_threshold(e, p.weight_bytes))
         if leader else None,
         liveness_probe=_health(10, 10, 3) if leader else None,
         readiness_probe=_health(5, 5, 3) if leader else None,
@@ -204,11 +205,11 @@ def container(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.Contai
 def metrics_container(p: PodInputs, *, kserve: bool) -> core.ContainerArgs:
     """The metrics sidecar (components/metrics_proxy.py): GET /metrics on its own port, from the vLLM image."""
     return core.ContainerArgs(
-        name=METRICS_CONTAINER, image=va.image(p.entry, p.serving),
+        name=METRICS_CONTAINER, image=pod_meta.image(p.entry, p.serving),
         command=encode(va.metrics_proxy_command(), ArgvPath.KSERVE_ARGS if kserve else ArgvPath.EXEC),
         ports=[core.ContainerPortArgs(name="metrics", container_port=METRICS_PORT, protocol="TCP")],
-        resources=core.ResourceRequirementsArgs(requests={"cpu": f"{va.SIDECAR_CPU_MILLIS}m",
-                                                          "memory": f"{va.SIDECAR_MEMORY_MIB}Mi"},
+        resources=core.ResourceRequirementsArgs(requests={"cpu": f"{pod_sizes.SIDECAR_CPU_MILLIS}m",
+                                                          "memory": f"{pod_sizes.SIDECAR_MEMORY_MIB}Mi"},
                                                 limits={"memory": "64Mi"}),
         security_context=container_security(),
     )  # fmt: skip
@@ -220,7 +221,7 @@ def pod_spec(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.PodSpec
     return core.PodSpecArgs(
         containers=[container(p, kserve=kserve, leader=leader),
                     *([metrics_container(p, kserve=kserve)] if leader else [])],
-        init_containers=[wait_for_weights(p.cache, va.image(e, p.serving), e)] if p.cache else None,
+        init_containers=[wait_for_weights(p.cache, pod_meta.image(e, p.serving), e)] if p.cache else None,
         volumes=volumes(e, p.cache.pvc_name if p.cache else None),
         security_context=pod_security(),
         automount_service_account_token=False,

@@ -1,42 +1,20 @@
-"""Pure rules for a vLLM pod: its command line (rendered from the serving-flag table), its sizes, its labels.
+"""The vLLM command line both backends run, rendered from the serving-flag table (no Pulumi, no I/O).
 
-Why pure functions: the same model runs under two backends (a KServe ``LLMInferenceService`` or a
-plain Deployment / LeaderWorkerSet), and both must agree on every flag, every GPU request and every
-probe. Keeping the arithmetic here (no Pulumi, no I/O) lets tests check it directly; `components.pod`
-turns it into typed Kubernetes objects.
-
-Sizing rules derived from the model size (weights bytes, from the lock) instead of hand-tuned
-numbers, so a 0.5B dev model and a 405B model both get sane pods:
-
-- host memory: vLLM streams safetensors through the page cache and keeps a CPU copy of nothing
-  except buffers, so a base of 16 GiB plus a quarter of the pod's weight share is enough (the CPU
-  profile instead holds all weights and the KV cache in RAM);
-- ``/dev/shm``: tensor parallelism exchanges activations through shared memory (NCCL, vLLM's
-  message queues); 2 GiB per GPU of the pod, at least 1 GiB, at most 16 GiB. It counts against the
-  memory limit, so it is added to it;
-- start-up patience: reading the pod's weights at a conservative 200 MiB/s from network storage,
-  plus 5 minutes for CUDA graphs / torch.compile.
+Why one module: the same model runs under two backends (a KServe ``LLMInferenceService`` or a plain
+Deployment / LeaderWorkerSet), and both must agree on every flag. The pod's sizes are
+`components/pod_sizes.py`, its paths, labels and image `components/pod_meta.py`; `components/pod.py`
+turns all three into typed Kubernetes objects.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from pathlib import Path
 
 from components.argv_layers import ArgvPath, env_reference, shell_line
-from tkf_infra.config import ModelEntry, Serving
+from tkf_infra.config import ModelEntry
 from tkf_infra.config.flags import KServe, rows
 from tkf_infra.names import METRICS_PORT, SERVING_PORT
-from tkf_infra.names import MODEL_MOUNT as MODEL_MOUNT  # where KServe mounts the model; the vllm backend too
-from tkf_infra.sizing.params import GIB, MIB
-
-#: Where the wait-for-weights init container sees the whole weight-cache PVC.
-CACHE_MOUNT = "/weight-cache"
-#: Written by the download Job after a complete download of one revision; serving pods wait for it.
-MARKER_FILE = ".tkf-download-complete"
-#: A non-root user every vLLM image we use can run as (HOME and /tmp are emptyDirs).
-RUN_AS_USER = 1000
 
 #: Env vars holding the runtime keys, each from the API-key Secret (``secretKeyRef``). vLLM reads
 #: ``VLLM_API_KEY`` itself, but only one key (``vllm/envs.py``); the second key of a rotation reaches
@@ -44,56 +22,6 @@ RUN_AS_USER = 1000
 #: ``vllm/entrypoints/serve/middleware/register.py``), by reference, never by value.
 API_KEY_ENV = "VLLM_API_KEY"
 API_KEY_EXTRA_ENV = "TKF_API_KEY_EXTRA"
-#: Pod-template annotation: digest of the accepted key set (``ApiKeys.accepted_digest``), so pods roll
-#: when the set changes and only then. Never the key: a slow salted hash (tkf_infra/config/api_keys.py).
-API_KEYS_ANNOTATION = "tkf.io/api-keys-scrypt"
-
-PART_OF = "tkf-infra"
-LOAD_BYTES_PER_SECOND = 200 * MIB
-#: Assumed throughput of one download from the Hub, for the time bounds of `up`'s waits.
-HUB_DOWNLOAD_BYTES_PER_SECOND = 100 * MIB
-#: The metrics sidecar's requests (components/pod.py), counted on every serving pod by the node-capacity check.
-SIDECAR_CPU_MILLIS, SIDECAR_MEMORY_MIB = 10, 32
-STARTUP_BASE_SECONDS = 300
-PROBE_PERIOD_SECONDS = 10
-
-
-# --------------------------------------------------------------------------------------------
-# Topology arithmetic
-# --------------------------------------------------------------------------------------------
-
-
-def shm_gib(entry: ModelEntry) -> int:
-    return min(16, max(1, 2 * entry.gpus_per_pod))
-
-
-def weights_per_pod_bytes(entry: ModelEntry, weight_bytes: int) -> int:
-    return math.ceil(weight_bytes / entry.node_count)
-
-
-def memory_gib(entry: ModelEntry, weight_bytes: int) -> int:
-    """Host memory request (= limit) of one serving pod, /dev/shm included."""
-    if entry.is_cpu:
-        body = weight_bytes / GIB + entry.cpu_kv_cache_gib + 2
-    else:
-        body = 16 + weights_per_pod_bytes(entry, weight_bytes) / GIB / 4
-    return math.ceil(body) + shm_gib(entry)
-
-
-def cpu_cores(entry: ModelEntry) -> int:
-    """CPU request: vLLM runs one busy process per GPU plus the API server and tokenizers."""
-    return 4 if entry.is_cpu else 2 + 2 * entry.gpus_per_pod
-
-
-def startup_failure_threshold(entry: ModelEntry, weight_bytes: int) -> int:
-    seconds = STARTUP_BASE_SECONDS + weights_per_pod_bytes(entry, weight_bytes) / LOAD_BYTES_PER_SECOND
-    return math.ceil(seconds / PROBE_PERIOD_SECONDS)
-
-
-def ready_timeout_seconds(entry: ModelEntry, weight_bytes: int) -> int:
-    """How long ``pulumi up`` waits for Ready: download (100 MiB/s from the Hub) + start-up + 10 min."""
-    download = weight_bytes / HUB_DOWNLOAD_BYTES_PER_SECOND
-    return int(download + startup_failure_threshold(entry, weight_bytes) * PROBE_PERIOD_SECONDS + 600)
 
 
 # --------------------------------------------------------------------------------------------
@@ -176,24 +104,6 @@ def lws_command(entry: ModelEntry, model_path: str, *, leader: bool, revision: s
     return ["/bin/sh", "-c", f"exec {shell_line(base)} {' '.join(dist)}"]
 
 
-# --------------------------------------------------------------------------------------------
-# Pod pieces
-# --------------------------------------------------------------------------------------------
-
-
-def labels(entry: ModelEntry, component: str = "model-server") -> dict[str, str]:
-    """Recommended labels plus ours: dashboards and the NetworkPolicy select on ``tkf.io/model``."""
-    return {
-        "app.kubernetes.io/name": "vllm",
-        "app.kubernetes.io/instance": entry.name,
-        "app.kubernetes.io/component": component,
-        "app.kubernetes.io/part-of": PART_OF,
-        "app.kubernetes.io/managed-by": "pulumi",
-        "tkf.io/model": entry.name,
-        "tkf.io/revision": entry.revision[:12],
-    }
-
-
 def metrics_proxy_command() -> list[str]:
     """The metrics sidecar: components/metrics_proxy.py's source run by the vLLM image's ``python3``."""
     from components import metrics_proxy
@@ -204,10 +114,6 @@ def metrics_proxy_command() -> list[str]:
 
 @functools.cache
 def _source_of(path: str) -> str:
-    """Read once per run: every model's pod carries the same sidecar source."""
+    """Read once per run: every model's pod carries the same sidecar source (this repository's own file,
+    not the operator's: docs/architecture.md, "The edge")."""
     return Path(path).read_text()
-
-
-def image(entry: ModelEntry, serving: Serving) -> str:
-    """The image the fit check sized for (its tag is the vLLM version), or the CPU build."""
-    return serving.vllm_cpu_image if entry.is_cpu else serving.vllm_image

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import vllm_args as va
+from components import pod_meta, pod_sizes
 from components.pod import container_security, pod_security, secret_env
 from tkf_infra import names
 from tkf_infra.sizing.params import GIB
@@ -87,13 +87,14 @@ def download_timeout_seconds(weight_bytes: int) -> int:
     """How long ``up`` waits for a download: the checkpoint at half the assumed Hub throughput, the
     job controller's back-off between all retries, and the time to start the first pod."""
     backoff = sum(min(_POD_FAILURE_BACKOFF_S * 2**i, _MAX_POD_FAILURE_BACKOFF_S) for i in range(BACKOFF_LIMIT))
-    download = math.ceil(2 * weight_bytes / int(va.HUB_DOWNLOAD_BYTES_PER_SECOND))
+    download = math.ceil(2 * weight_bytes / int(pod_sizes.HUB_DOWNLOAD_BYTES_PER_SECOND))
     return int(download + backoff + DOWNLOAD_START_SECONDS)
 
 
 def adapter_marker(revision: str, adapter_repo: str, adapter_revision: str) -> str:
     """The marker of one LoRA adapter's complete download, inside its base's revision directory."""
-    return f"{va.CACHE_MOUNT}/{revision}/{names.adapter_dir(adapter_repo, adapter_revision)}/{va.MARKER_FILE}"
+    adapter = names.adapter_dir(adapter_repo, adapter_revision)
+    return f"{pod_meta.CACHE_MOUNT}/{revision}/{adapter}/{pod_meta.MARKER_FILE}"
 
 
 def download_script(repo: str, revision: str, adapters: tuple[tuple[str, str], ...] = ()) -> str:
@@ -104,8 +105,8 @@ def download_script(repo: str, revision: str, adapters: tuple[tuple[str, str], .
     so the Job runs again, finds the base's marker and the kept adapters' markers, and downloads only
     the new adapter — never the base again. Without adapters the script is the one it always was, so
     stacks without LoRA see no change to their Jobs."""
-    dest = f"{va.CACHE_MOUNT}/{revision}"
-    marker = f"{dest}/{va.MARKER_FILE}"
+    dest = f"{pod_meta.CACHE_MOUNT}/{revision}"
+    marker = f"{dest}/{pod_meta.MARKER_FILE}"
     q = shlex.quote
     if adapters:
         lines = ["set -eu",
@@ -202,7 +203,7 @@ class WeightCache(pulumi.ComponentResource):
                             resources=core.ResourceRequirementsArgs(requests={"cpu": "1", "memory": "2Gi"},
                                                                     limits={"memory": "4Gi"}),
                             security_context=container_security(),
-                            volume_mounts=[core.VolumeMountArgs(name="weight-cache", mount_path=va.CACHE_MOUNT),
+                            volume_mounts=[core.VolumeMountArgs(name="weight-cache", mount_path=pod_meta.CACHE_MOUNT),
                                            core.VolumeMountArgs(name="tmp", mount_path="/tmp")],
                         )],
                         volumes=[core.VolumeArgs(name="weight-cache", persistent_volume_claim=(

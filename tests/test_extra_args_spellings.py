@@ -21,7 +21,7 @@ def entries(*extra: list[str]) -> dict[str, Any]:
     models = [{"name": f"m{i}", "repo": "Qwen/Qwen3-8B", "revision": SHA, "servedName": f"m{i}", "extraArgs": args}
               for i, args in enumerate(extra)]  # fmt: skip
     models.append({"name": "good", "repo": "Qwen/Qwen3-8B", "revision": SHA, "servedName": "good",
-                   "extraArgs": ["--enable-prefix-caching", "--disable-log-stats"]})
+                   "extraArgs": ["--enable-chunked-prefill", "--disable-log-stats"]})
     return {"nodePools": [dict(POOL)], "modelDefaults": {"nodePool": "h100", "maxModelLen": 8192}, "models": models}
 
 
@@ -78,8 +78,8 @@ def test_the_brief_spellings_are_each_named() -> None:
 
 
 @pytest.mark.parametrize("args", [
-    ["--enable-prefix-caching"], ["--no-enable-prefix-caching"], ["--disable-log-stats"],
-    ["--enable_prefix_caching"], ["--override-generation-config", '{"temperature": 0.5}'],
+    ["--enable-chunked-prefill"], ["--disable-log-stats"],
+    ["--override-generation-config", '{"temperature": 0.5}'],
     ["--trust-remote-code"], ["--reasoning-parser", "qwen3"], ["--chat-template=/x.jinja"],
 ])  # fmt: skip
 def test_flags_the_platform_does_not_own_pass(args: list[str]) -> None:
@@ -106,3 +106,11 @@ def test_every_spelling_of_an_owned_dest_is_owned() -> None:
     owned_dests = {options[o] for o in owned if o in options}
     assert {o for o, d in options.items() if d in owned_dests} <= set(owned)
     assert {"-q", "-tp", "-pp", "-dp", "-ep", "-sc", "-cc", "-n", "-r"} <= set(owned)
+
+
+@pytest.mark.parametrize("args", [["--enable-prefix-caching"], ["--no-enable-prefix-caching"],
+                                  ["--enable_prefix_caching"]])
+def test_prefix_caching_is_a_catalog_field_the_fit_check_sizes_not_an_extra_arg(args: list[str]) -> None:
+    """Prefix caching changes a hybrid model's recurrent state blocks, so it is a sized row of the table."""
+    (problem,) = flags.extra_args_problems(args)
+    assert repr(args[0]) in problem and "enablePrefixCaching" in problem, problem

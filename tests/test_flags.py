@@ -71,7 +71,8 @@ def test_kserve_passes_in_args_exactly_the_rows_its_preset_does_not_render() -> 
 
 
 def test_both_backends_pass_the_same_table_flags() -> None:
-    e = entry(TP4, maxNumBatchedTokens=4096, enforceEager=True, extraArgs=["--enable-prefix-caching"])
+    e = entry(TP4, maxNumBatchedTokens=4096, enforceEager=True, enablePrefixCaching=False,
+              extraArgs=["--disable-log-stats"])
     vllm_backend = flags(va.serve_command(e, "/mnt/models"))
     kserve = flags(va.kserve_args(e))
     # What the KServe preset renders from the LLMInferenceService spec instead of args.
@@ -95,3 +96,14 @@ def test_every_flag_a_row_emits_is_owned() -> None:
         for name in (r.flag.flag, *r.flag.aliases):
             if name:
                 assert name in owned, name
+
+
+@pytest.mark.parametrize(("said", "words"), [(True, ["--enable-prefix-caching"]),
+                                             (False, ["--no-enable-prefix-caching"]), (None, [])])
+def test_prefix_caching_said_either_way_reaches_vllm_and_the_fit_check(said: bool | None, words: list[str]) -> None:
+    """Both backends pass what the catalog says (off included: vLLM's default is on for hybrid models from
+    0.26), and the fit check sizes the recurrent state with the same value; unset passes nothing."""
+    e = entry(SINGLE_GPU, enablePrefixCaching=said)
+    for argv in (va.serve_command(e, "/mnt/models"), va.kserve_args(e)):
+        assert [w for w in argv if "prefix-caching" in w] == words
+    assert sizing_params(e, "0.32.0").enable_prefix_caching is said

@@ -23,10 +23,10 @@ def run_download(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, adapters: tupl
     import os
     import subprocess
 
-    from components import vllm_args as va
+    from components import pod_meta
     from components.weight_cache import download_script
 
-    monkeypatch.setattr(va, "CACHE_MOUNT", str(tmp_path / "cache"))
+    monkeypatch.setattr(pod_meta, "CACHE_MOUNT", str(tmp_path / "cache"))
     bin_dir, log = tmp_path / "bin", tmp_path / "downloads.log"
     bin_dir.mkdir(exist_ok=True)
     hf = bin_dir / "hf"

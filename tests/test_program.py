@@ -142,3 +142,25 @@ def test_malformed_stack_value_is_a_clear_error(config: dict[str, Any]) -> None:
     h = program(cfg, config)
     assert "tkf-infra:models: cannot be read as structured config" in str(h.error)
     assert h.resources == []
+
+
+#: Calls that change state for the whole process (the CLI's signal handlers, in tkf_infra/ops/, are the CLI's own).
+PROCESS_WIDE = re.compile(r"gc\.(?:set_threshold|disable|freeze)\(|sys\.setrecursionlimit\(|sys\.setswitchinterval\(|"
+                          r"os\.environ\[[^]]+\]\s*=|os\.environ\.(?:setdefault|update)\(|"
+                          r"record_creation_frame_only\(\)|signal\.signal\(")
+
+
+def test_the_program_changes_process_wide_state_in_set_process_state_only() -> None:
+    """docs/architecture.md, "The edge": one visible place, so nothing else leaves the process changed."""
+    import inspect
+
+    from tkf_infra import program
+
+    own = inspect.getsource(program.set_process_state)
+    found = [f"{p.relative_to(ROOT)}:{n}" for folder in ("tkf_infra", "components", "providers")
+             for p in sorted((ROOT / folder).rglob("*.py")) if "ops" not in p.relative_to(ROOT).parts
+             for n, line in enumerate(p.read_text().splitlines(), 1)
+             if PROCESS_WIDE.search(line) and not line.lstrip().startswith(("def ", "#"))
+             and not (p == ROOT / "tkf_infra" / "program.py" and line.strip() in own)]
+    assert not found, f"process-wide state changed outside tkf_infra/program.py set_process_state: {found}"
+    assert PROCESS_WIDE.search(own), "set_process_state no longer sets anything: update this guard"

@@ -196,3 +196,25 @@ def test_policy_pack_finds_pulumi_policys_unknown_sentinels() -> None:
         f"pulumi-policy {installed} (checked against {POLICY_CHECKED_AGAINST}): pulumi_policy.proxy's UNKNOWN_*_VALUE "
         f"sentinels are now {sentinels}; policy/pack.py unwrap() turns them into UNKNOWN for the guardrails")
 
+
+
+#: How a reach past the SDK's public surface is spelled: its runtime modules, `pulumi.output`, the Automation
+#: API's submodules, pulumi-policy's proxy, or any underscore name of a pulumi module.
+PRIVATE = re.compile(r"from pulumi\.runtime(?:\.[a-z_]+)* import|pulumi\.runtime\.[a-z_]+\.[A-Za-z_]|"
+                     r"from pulumi\.output import|from pulumi\.automation\.[a-z_]+ import|"
+                     r"from pulumi_policy import proxy|\bpulumi[a-z_]*(?:\.[a-z_]+)*\._[a-z]")
+
+
+def test_every_private_sdk_reach_is_a_row_of_the_table() -> None:
+    """A new touch point cannot slip in unlisted: each file that reaches past the public surface is a row."""
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    table = doc[doc.index("## Private SDK touch points"):]
+    table = table[:table.index("\n## ", 1)]
+    found = sorted({p.relative_to(ROOT).as_posix() for folder in ("tkf_infra", "components", "providers", "policy")
+                    for p in (ROOT / folder).rglob("*.py") if ".venv" not in p.parts
+                    and any(PRIVATE.search(line) for line in p.read_text().splitlines()
+                            if not line.lstrip().startswith("#"))})  # fmt: skip
+    assert found, "the pattern finds nothing: it no longer matches how the touch points are spelled"
+    unlisted = [f for f in found if f"`{f}" not in table]
+    assert not unlisted, (f"{', '.join(unlisted)} reach past the Pulumi SDK's public surface but are not rows of "
+                          "docs/architecture.md's 'Private SDK touch points' table; add a row and a guard here")

@@ -97,7 +97,7 @@ def test_topology_must_match_counts() -> None:
 
 
 def test_platform_owned_flags_refused() -> None:
-    msg = only_problem(with_model(extraArgs=["--enable-prefix-caching", "--tensor-parallel-size=2"]))
+    msg = only_problem(with_model(extraArgs=["--disable-log-stats", "--tensor-parallel-size=2"]))
     assert ("'--tensor-parallel-size=2', a flag the platform owns: set `tensorParallelSize` instead (the fit check "
             "sizes the model with it); remove it") in msg
 
@@ -114,9 +114,9 @@ def test_platform_owned_flags_refused() -> None:
     ("--kv-cache-memory-bytes=1e9", "kvCacheMemoryBytes"),  # a sized row of the table now
 ])
 def test_extra_args_cannot_override_what_the_fit_check_sized(arg: str, owner: str) -> None:
-    msg = only_problem(with_model(extraArgs=["--enable-prefix-caching", arg]))
+    msg = only_problem(with_model(extraArgs=["--disable-log-stats", arg]))
     assert f"extraArgs contains {arg!r}, a flag the platform owns" in msg and owner in msg
-    assert "--enable-prefix-caching" not in msg
+    assert "--disable-log-stats" not in msg
 
 
 def test_every_owned_flag_problem_is_reported_at_once() -> None:
@@ -256,9 +256,9 @@ def test_schema_describes_entries() -> None:
 
 def test_defaults_never_mutated_between_entries() -> None:
     doc = base_doc()
-    doc["modelDefaults"]["extraArgs"] = ["--enable-prefix-caching"]
+    doc["modelDefaults"]["extraArgs"] = ["--disable-log-stats"]
     doc["models"].append({"name": "b", "repo": "Qwen/Qwen3-8B", "revision": SHA, "servedName": "b"})
     before = copy.deepcopy(doc)
     cat: Catalog = validate_catalog(doc)
     assert doc == before
-    assert cat.models[0].extra_args == cat.models[1].extra_args == ["--enable-prefix-caching"]
+    assert cat.models[0].extra_args == cat.models[1].extra_args == ["--disable-log-stats"]

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components import vllm_args as va
+from components import pod_meta
 from policy.guardrails.objects import K8sObject
 from tests.mocks import CPU, MULTI_NODE, SINGLE_GPU, TP4, Harness, Registered, program, stack_doc
 from tests.sharing_fixtures import QWEN05, mig_settings
@@ -180,14 +180,14 @@ def test_the_summary_reads_left_out_models_from_the_rejected_output() -> None:
 
 
 def test_vllm_pod_labels_are_the_shared_keys() -> None:
-    """components/vllm_args.labels still spells its keys (another change owns that file): same strings."""
+    """components/pod_meta.labels still spells its keys (another change owns that file): same strings."""
     entry = ModelEntry.model_validate(SINGLE_GPU)
-    assert va.labels(entry) == {
+    assert pod_meta.labels(entry) == {
         names.NAME_LABEL: "vllm", names.INSTANCE_LABEL: entry.name, names.COMPONENT_LABEL: names.MODEL_SERVER,
         names.PART_OF_LABEL: names.PART_OF, names.MANAGED_BY_LABEL: "pulumi",
         names.MODEL_LABEL: entry.name, names.REVISION_KEY: entry.revision[:12],
     }
-    assert va.PART_OF == names.PART_OF
+    assert pod_meta.PART_OF == names.PART_OF
 
 
 def test_the_guardrails_read_the_labels_the_components_write(fleet: tuple[Harness[Any], ComponentOutputs]) -> None:
@@ -208,7 +208,7 @@ def test_the_guardrails_read_the_labels_the_components_write(fleet: tuple[Harnes
 #: Files that still spell a shared name, and why (each should move to tkf_infra/names.py when free).
 SPELLED_ELSEWHERE = {
     "tkf_infra/names.py": "the one place",
-    "components/vllm_args.py": "labels(), PART_OF and API_KEYS_ANNOTATION: owned by another change right now",
+    "components/pod_meta.py": "labels(), PART_OF and API_KEYS_ANNOTATION: owned by another change right now",
     "tkf_infra/sizing/contract.py": "`tkf.io/fit-*`: sizing imports nothing outside sizing",
     "examples/gateway/__main__.py": "copied into the gateway's own project: imports nothing of ours",
 }

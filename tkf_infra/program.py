@@ -1,9 +1,11 @@
 """The Pulumi program, start to end: settings → edge data → plan → resources → outputs → verdict.
 
 Why one entry: `__main__.py`, the mock tests and `bench/program_eval.py` must run exactly the same
-steps. Network access happens only here, at the edge — the lock file, EC2's instance facts, DCGM's
-inventory through Prometheus — and is handed on as plain data, so the plan (`tkf_infra.plan`) and
-the resource wiring (`components.fleet`) can be tested apart with no network and no SDK internals.
+steps. Reads from outside happen only here, at the edge (`Edge`) — the lock file, EC2's instance facts,
+the cluster and its kubeconfig, DCGM's inventory through Prometheus, the last deployment — and are handed
+on as plain data, so the plan (`tkf_infra.plan`) and the resource wiring (`components.fleet`) can be
+tested apart with no network and no SDK internals (docs/architecture.md, "The edge"). The process-wide
+state the run changes is set in one place, `set_process_state`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -57,16 +60,54 @@ def load_catalog(raw: dict[str, Any] | None = None) -> Catalog:
         raise pulumi.RunError(err.render()) from None
 
 
+def describe_instance_types(instance_types: list[str], client: Any = None,
+                            region: str | None = None) -> list[dict[str, Any]]:
+    """EC2's DescribeInstanceTypes items for these types: the program's one AWS call (`Edge.ec2_client`).
+
+    Raises ``ValueError`` with the whole reason and its fix: an unknown instance type (AWS answers
+    InvalidInstanceType), or EC2 not reachable from this machine (no region or credentials configured,
+    no network, the call refused).
+    """
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
+
+    asked = ", ".join(instance_types)
+    try:
+        if client is None:
+            import boto3
+
+            client = boto3.client("ec2", region_name=region)
+        pages = client.get_paginator("describe_instance_types").paginate(InstanceTypes=instance_types)
+        return [item for page in pages for item in page.get("InstanceTypes", [])]
+    except NoRegionError:
+        raise ValueError(f"instance type {asked} cannot be looked up: no AWS region is configured on this machine; "
+                         "set AWS_REGION (e.g. export AWS_REGION=us-east-1) or `region` in ~/.aws/config, "
+                         "or run where the AWS CLI works") from None
+    except NoCredentialsError:
+        raise ValueError(f"instance type {asked} cannot be looked up: no AWS credentials are configured on this "
+                         "machine; set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (`aws sts "
+                         "get-caller-identity` must work)") from None
+    except BotoCoreError as exc:
+        raise ValueError(f"instance type {asked} cannot be looked up: EC2 did not answer ({exc}); check the "
+                         "network and AWS_REGION") from None
+    except ClientError as exc:
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        if code.startswith("InvalidInstanceType") or code == "InvalidParameterValue":
+            raise ValueError(f"instance type {asked} is not an EC2 instance type (EC2: {exc}); check "
+                             "nodePools[].instanceType and use one such as p5.48xlarge or g6e.xlarge") from None
+        raise ValueError(f"instance type {asked} cannot be looked up: EC2 refused DescribeInstanceTypes ({exc}); "
+                         "the credentials need ec2:DescribeInstanceTypes in the pool's region") from None
+
+
 def ec2_facts(catalog: Catalog, client: Any = None, region: str | None = None) -> tuple[
         dict[str, InstanceGpus], dict[str, str]]:  # fmt: skip
     """GPU facts of every EKS pool's instance type (one call per type, so one bad type fails alone)."""
-    from tkf_infra.sizing.ec2 import describe_gpu_instances
+    from tkf_infra.sizing.ec2 import instance_gpus
 
     found: dict[str, InstanceGpus] = {}
     errors: dict[str, str] = {}
     for itype in sorted({str(p.instance_type) for p in catalog.pools if p.kind == "eks"}):
         try:
-            found.update(describe_gpu_instances([itype], client=client, region=region))
+            found.update(instance_gpus(describe_instance_types([itype], client=client, region=region)))
         except ValueError as exc:
             errors[itype] = str(exc)
     return found, errors
@@ -119,7 +160,7 @@ def previous_deployment() -> dict[str, Any]:
 
 def pod_requests(entry: Any, weight_bytes: int) -> tuple[int, int]:
     """(CPU millicores, memory MiB) one serving pod requests: the main container and the metrics sidecar."""
-    from components.vllm_args import SIDECAR_CPU_MILLIS, SIDECAR_MEMORY_MIB, cpu_cores, memory_gib
+    from components.pod_sizes import SIDECAR_CPU_MILLIS, SIDECAR_MEMORY_MIB, cpu_cores, memory_gib
 
     return (cpu_cores(entry) * 1000 + SIDECAR_CPU_MILLIS, memory_gib(entry, weight_bytes) * 1024 + SIDECAR_MEMORY_MIB)
 
@@ -147,6 +188,23 @@ def cluster_facts(catalog: Catalog) -> ClusterState | None:
     from tkf_infra.live.cluster import cluster_state
 
     return cluster_state(target.kubeconfig, target.context, catalog.settings.namespaces.serving)
+
+
+def kubeconfig_text(catalog: Catalog) -> str | None:
+    """The text of `cluster.kubeconfig` for the Kubernetes provider (cluster mode; None in render mode).
+
+    Read here, at the edge, so `components/` reads no operator file; an unreadable path stops the run
+    naming the key to fix."""
+    target = catalog.settings.cluster
+    if target.mode == "render" or not target.kubeconfig:
+        return None
+    path = Path(str(target.kubeconfig))
+    try:
+        path = path.expanduser()  # RuntimeError for ~user of an unknown user
+        return path.read_text()
+    except (OSError, RuntimeError) as exc:
+        raise pulumi.RunError(f"cluster.kubeconfig {str(path)!r} cannot be read ({exc}); fix the path "
+                              "in the stack file (tkf-infra:cluster.kubeconfig)") from None
 
 
 def layer_run(edge: Edge) -> LayerRun:
@@ -208,44 +266,43 @@ def finish(plan: FleetPlan) -> None:
 GC_THRESHOLDS = (50_000, 20, 100)
 
 
-def collect_cycles_rarely() -> None:
-    """Let the cyclic garbage collector run rarely from the resource build on (not restored after).
+def set_process_state() -> None:
+    """Every process-wide change the program makes, in one place, called once by `deploy` before the build.
 
-    Why: every model adds a few thousand long-lived objects (resource objects, their inputs, the
-    SDK's futures) and almost no cyclic garbage, and CPython's default thresholds make the collector
-    rescan that growing heap again and again: 30 % of the program's CPU at 500 models under mocks,
-    and the program is the busiest process of a preview. Measured peak memory is unchanged (within
-    2 %, `bench/program_eval.py`); the collector still runs, so a long `up` does not grow without
-    bound.
+    Neither is restored: the program's process ends with the run.
+
+    - The SDK's per-registration stack trace is cut to its first frame (`tkf_infra.sdk_trace`, a private
+      SDK touch point: docs/architecture.md).
+    - The cyclic garbage collector runs rarely (`GC_THRESHOLDS`). Why: every model adds a few thousand
+      long-lived objects (resource objects, their inputs, the SDK's futures) and almost no cyclic
+      garbage, and CPython's default thresholds make the collector rescan that growing heap again and
+      again: 30 % of the program's CPU at 500 models under mocks, and the program is the busiest process
+      of a preview. Measured peak memory is unchanged (within 2 %, `bench/program_eval.py`); the
+      collector still runs, so a long `up` does not grow without bound.
     """
+    from tkf_infra.sdk_trace import record_creation_frame_only
+
+    record_creation_frame_only()
     gc.set_threshold(*GC_THRESHOLDS)
 
 
 def deploy(edge: Edge | None = None) -> Any:
-    """Plan, report, register every resource, export the outputs; returns the `Fleet`."""
-    from components.fleet import build_fleet
-    from tkf_infra.outputs import export_outputs
-    from tkf_infra.sdk_trace import record_creation_frame_only
-
+    """Plan, report, register every resource, export the outputs; returns the `Fleet` (or the platform layer)."""
     edge = edge or Edge()
     run = layer_run(edge)
-    if run.layer == Layer.PLATFORM:
-        return deploy_platform(edge, run)
-    api_keys = edge.api_keys
-    if api_keys is None and edge.read_api_key:
-        try:
-            api_keys = read_api_keys()
-        except SettingsError as err:
-            raise pulumi.RunError(err.render()) from None
-    if api_keys is None and (problem := missing_key_problem(pulumi.get_stack())) is not None:
-        raise pulumi.RunError(SettingsError([problem], headline="the runtime API key is missing").render())
+    api_keys = None if run.layer == Layer.PLATFORM else runtime_api_keys(edge)
     fleet_plan = plan(edge, run)
     for warning in run.warnings:
         pulumi.log.warn(warning)
     report(fleet_plan)
-    record_creation_frame_only()
-    collect_cycles_rarely()
-    fleet = build_fleet(fleet_plan, api_keys=api_keys, stack=run.environment, layer=run.layer)
+    kubeconfig = kubeconfig_text(fleet_plan.catalog)
+    set_process_state()
+    if run.layer == Layer.PLATFORM:
+        return deploy_platform(fleet_plan, run, kubeconfig)
+    from components.fleet import build_fleet
+    from tkf_infra.outputs import export_outputs
+
+    fleet = build_fleet(fleet_plan, api_keys=api_keys, stack=run.environment, layer=run.layer, kubeconfig=kubeconfig)
     export_outputs(fleet_plan, api_keys)
     if run.layer == Layer.FLEET:
         from tkf_infra.platform_contract import LAYER_OUTPUT, PLATFORM_USE_OUTPUT, platform_use
@@ -255,17 +312,26 @@ def deploy(edge: Edge | None = None) -> Any:
     return fleet
 
 
-def deploy_platform(edge: Edge, run: LayerRun) -> Any:
+def runtime_api_keys(edge: Edge) -> ApiKeys | None:
+    """The runtime API keys: the edge's, else the `apiKey*` secrets; a stack that needs one and has none stops."""
+    api_keys = edge.api_keys
+    if api_keys is None and edge.read_api_key:
+        try:
+            api_keys = read_api_keys()
+        except SettingsError as err:
+            raise pulumi.RunError(err.render()) from None
+    if api_keys is None and (problem := missing_key_problem(pulumi.get_stack())) is not None:
+        raise pulumi.RunError(SettingsError([problem], headline="the runtime API key is missing").render())
+    return api_keys
+
+
+def deploy_platform(platform_plan: FleetPlan, run: LayerRun, kubeconfig: str | None) -> Any:
     """A platform stack: its pools, GPU operator and prerequisites, and the contract its fleet reads."""
     from components.fleet import build_platform
     from tkf_infra.outputs import PROBLEMS_OUTPUT
     from tkf_infra.platform_contract import LAYER_OUTPUT, PLATFORM_CONTRACT_OUTPUT
-    from tkf_infra.sdk_trace import record_creation_frame_only
 
-    platform_plan = plan(edge, run)
-    report(platform_plan)
-    record_creation_frame_only()
-    built = build_platform(platform_plan, environment=run.environment)
+    built = build_platform(platform_plan, environment=run.environment, kubeconfig=kubeconfig)
     pulumi.export(LAYER_OUTPUT, Layer.PLATFORM.value)
     pulumi.export(PLATFORM_CONTRACT_OUTPUT, run.contract)
     pulumi.export(PROBLEMS_OUTPUT, list(platform_plan.errors))

@@ -67,7 +67,7 @@ def check_gpu_requests(obj: K8sObject, config: Mapping[str, Any]) -> list[Violat
                             f"{obj.ref} container {c.get('name')!r} ({group.role} pods)",
                             f"requests {req} {name} but limits {lim}",
                             f"set requests and limits of {name} to the same count "
-                            "(components/vllm_args.resources does)",
+                            "(components/pod.py resources does)",
                         )
                     )
         if needs_gpus and not asked:

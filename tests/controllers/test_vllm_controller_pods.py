@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 import pytest
 
-from components.vllm_args import MODEL_MOUNT
+from components.pod_meta import MODEL_MOUNT
 from tests.apiserver.readback import LLMISVC, LWS
 from tests.apiserver.test_up_against_apiserver import CPU_MODELS, LLAMA_405B
 from tests.controllers.test_reconcile import GENERATION, HOSTILE_TEMPLATE, flag_value, pods_of, reconciled_deploys, wait

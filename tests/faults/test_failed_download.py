@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from components.vllm_args import MARKER_FILE
+from components.pod_meta import MARKER_FILE
 from tests.engine_fixtures import EngineStack
 from tests.faults.harness import (
     CPU_MODELS,

@@ -36,7 +36,7 @@ from typing import Any
 import yaml
 
 # Where KServe puts the model and the vllm backend mounts the weight cache: the one path replaced.
-from components.vllm_args import MODEL_MOUNT
+from components.pod_meta import MODEL_MOUNT
 from tkf_infra.config import ModelEntry
 from tkf_infra.names import workload
 

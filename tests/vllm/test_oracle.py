@@ -26,7 +26,8 @@ import pytest
 from pydantic import ValidationError
 
 from components.argv_layers import encode
-from components.vllm_args import MODEL_MOUNT, kserve_args, kserve_path, lws_command, serve_command
+from components.pod_meta import MODEL_MOUNT
+from components.vllm_args import kserve_args, kserve_path, lws_command, serve_command
 from tests.vllm.argv import run_recorded, vllm_version
 from tests.vllm.pod import kserve_command, kserve_preset, llmisvc_doc
 from tkf_infra.config import flags

@@ -34,7 +34,8 @@ import httpx
 import pytest
 
 from components.fleet import API_KEY_SECRET
-from components.vllm_args import API_KEY_ENV, API_KEY_EXTRA_ENV, API_KEYS_ANNOTATION, MODEL_MOUNT, lws_command
+from components.pod_meta import API_KEYS_ANNOTATION, MODEL_MOUNT
+from components.vllm_args import API_KEY_ENV, API_KEY_EXTRA_ENV, lws_command
 from tests.vllm.argv import run_recorded
 from tests.vllm.conftest import TOOL_MODEL, PodServers, RunningPod, Stacks
 from tests.vllm.gateway import run_gateway

@@ -89,10 +89,12 @@ class Row:
 
     def render(self, value: Any) -> list[str]:
         """The argv words for `value`: none for None/False, the bare flag for True."""
-        if value is None or value is False or self.flag.env:
+        if value is None or self.flag.env:
             return []
-        if self.flag.words is not None:
+        if self.flag.words is not None:  # before False: a tri-state switch says "off" in words of its own
             return list(self.flag.words[str(value)])
+        if value is False:
+            return []
         if self.flag.argv is not None:
             return list(self.flag.argv(value))
         if value is True:
@@ -123,6 +125,14 @@ MODE_WORDS: dict[str, tuple[str, ...]] = {
     Mode.CHAT: (),
     Mode.EMBEDDING: ("--runner", "pooling", "--convert", "embed"),
     Mode.RERANK: ("--runner", "pooling", "--convert", "classify"),
+}
+
+
+#: Prefix caching said either way: vLLM's BooleanOptionalAction (`--enable-prefix-caching` /
+#: `--no-enable-prefix-caching`); unset leaves the release's default (vllm/config/model.py, docs/sizing.md).
+PREFIX_CACHING_WORDS: dict[str, tuple[str, ...]] = {
+    "True": ("--enable-prefix-caching",),
+    "False": ("--no-enable-prefix-caching",),
 }
 
 
@@ -200,6 +210,11 @@ class ServingSpec(SettingsModel):
         None, description="KV-cache block size in tokens (vLLM's default, 16, when unset).")
     enforce_eager: Annotated[bool, Flag("--enforce-eager", sized=True)] = Field(
         False, description="No CUDA graphs: less memory, slower decoding.")
+    enable_prefix_caching: Annotated[bool | None, Flag("--enable-prefix-caching", sized=True,
+                                                       words=PREFIX_CACHING_WORDS)] = Field(
+        None, description="Prefix caching on (true) or off (false); unset: the vLLM release's default. A hybrid "
+                          "(Mamba, GDN) model keeps more recurrent-state blocks per request with it on, which the "
+                          "fit check sizes.")
     speculative_config: Annotated[dict[str, Any] | None, Flag("--speculative-config", sized=True)] = Field(
         None, description="Speculative decoding: {method: mtp|eagle|eagle3|ngram, num_speculative_tokens: N, "
                           "model: draft repo (eagle)}. The draft layers and their KV cache are sized.")

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tkf_infra.config import Catalog, ModelEntry
-from tkf_infra.config.flags import extra_args_dests, row, sized_fields
+from tkf_infra.config.flags import row, sized_fields
 from tkf_infra.hub.lock import Lock
 from tkf_infra.plan import admission as adm
 from tkf_infra.plan.admit_fleet import admit, plan_layouts
@@ -115,14 +115,6 @@ def _facts_problem(entry: ModelEntry, lock: Lock) -> tuple[ModelFacts | None, in
     return facts, weight_bytes, None, ""
 
 
-def _prefix_caching(extra_args: list[str]) -> bool | None:
-    """What extraArgs say about prefix caching (it changes hybrid models' state blocks); None: vLLM's default.
-
-    Read as vLLM's parser reads them (`--enable_prefix_caching`, `--no-enable-prefix`: tkf_infra.config.flags)."""
-    said = extra_args_dests(extra_args).get("enable_prefix_caching")
-    return None if said is None else not said.startswith("--no-")
-
-
 def _speculative_problem(entry: ModelEntry, facts: ModelFacts) -> str | None:
     """`mtp` drafts with the checkpoint's own multi-token-prediction layers, which it must have.
 
@@ -184,8 +176,7 @@ def _plan_model(entry: ModelEntry, index: int, ctx: _Context) -> ModelPlan | Exc
     gpu = pool.gpu if pool is not None and not entry.is_cpu else None
     inputs = FitInputs(model=entry.name, repo=entry.repo, revision=entry.revision, facts=facts, gpu=gpu,
                        params=sizing_params(entry, ctx.vllm_version),
-                       max_tensor_parallel=(pool.gpus_per_node if pool else 0) or 8,
-                       prefix_caching=_prefix_caching(entry.extra_args))
+                       max_tensor_parallel=(pool.gpus_per_node if pool else 0) or 8)
     try:
         sized = size_share(entry, pool, inputs)
     except ShareProblem as exc:

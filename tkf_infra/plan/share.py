@@ -123,7 +123,7 @@ def slice_fit(inputs: FitInputs, k: int, n: int, kv_bytes: int | None = None) ->
                                          "gpu": inputs.gpu.model_copy(update={"shared": False})})
     try:
         probe = estimate(budgeted.facts, budgeted.gpu, budgeted.params, model=inputs.model,
-                         prefix_caching=inputs.prefix_caching)
+                         prefix_caching=inputs.params.enable_prefix_caching)
         # Graphs captured after the cache is allocated must fit in the share too (no memory outside it is ours).
         left = probe.available_kv_gib_bound - (0.0 if probe.cuda_graph_reserved else probe.cuda_graph_gib)
     except (SizingError, KeyError, ValueError):

@@ -58,9 +58,6 @@ class FitInputs(_Wire):
     params: SizingParams
     max_tensor_parallel: int = 8
     """The pool's GPUs per node: the ceiling for a suggested tensorParallelSize."""
-    prefix_caching: bool | None = None
-    """Whether extraArgs turn prefix caching on/off (None: the release default; the bound assumes on).
-    It changes only hybrid models' recurrent state blocks per request."""
 
     def summary(self) -> dict[str, object]:
         """What the verdict was computed from, small enough for state and a readable preview diff.
@@ -72,7 +69,6 @@ class FitInputs(_Wire):
             "gpu": self.gpu.name if self.gpu else "cpu",
             "gpuMemoryGiB": self.gpu.memory_gib if self.gpu else None,
             **({"interconnect": self.gpu.interconnect, "sharedGpu": self.gpu.shared} if self.gpu else {}),
-            **({"prefixCaching": self.prefix_caching} if self.prefix_caching is not None else {}),
             "params": self.params.model_dump(by_alias=False, exclude_none=True),
         }  # fmt: skip
 
@@ -136,13 +132,13 @@ def evaluate(inputs: FitInputs) -> FitResult:
     """Size the model and judge it: the one place the verdict is computed."""
     try:
         est = estimate(inputs.facts, inputs.gpu, inputs.params, model=inputs.model,
-                       prefix_caching=inputs.prefix_caching)
+                       prefix_caching=inputs.params.enable_prefix_caching)
         message = None
         if not est.fits:
             sugg = None
             if inputs.gpu is not None:
                 sugg = suggest(inputs.facts, inputs.gpu, inputs.params, max_tp=inputs.max_tensor_parallel,
-                               current=est, prefix_caching=inputs.prefix_caching)
+                               current=est, prefix_caching=inputs.params.enable_prefix_caching)
             message = fit_message(est, sugg) + lora_way_out(inputs, est)
     except (SizingError, KeyError, ValueError) as exc:
         return FitResult(fits=False, weights_gib=0.0, kv_cache_gib=0.0, kv_cache_tokens=0, max_concurrency=0.0,
@@ -157,7 +153,7 @@ def lora_way_out(inputs: FitInputs, est: Estimate) -> str:
     if lora is None or inputs.gpu is None:
         return ""
     without = estimate(inputs.facts, inputs.gpu, inputs.params.model_copy(update={"lora": None}), model=inputs.model,
-                       prefix_caching=inputs.prefix_caching)
+                       prefix_caching=inputs.params.enable_prefix_caching)
     if not without.fits:
         return ""
     return (f"; it fits without its LoRA adapters, which reserve {est.lora_gib:.2f} GiB per GPU (lora: "

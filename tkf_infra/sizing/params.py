@@ -65,6 +65,9 @@ class SizingParams(BaseModel):
     kv_cache_dtype: str = "auto"
     block_size: int | None = Field(None, ge=1)
     enforce_eager: bool = False
+    enable_prefix_caching: bool | None = None
+    """vLLM's --enable-prefix-caching / --no-enable-prefix-caching (None: the release's default; the bound
+    then assumes on). It changes only hybrid models' recurrent state blocks per request."""
     speculative_config: dict[str, Any] | None = None
     """vLLM's --speculative-config: method (mtp, eagle, eagle3, ngram, draft_model), num_speculative_tokens."""
     kv_cache_memory_bytes: int | None = Field(None, ge=1)

@@ -1,0 +1,42 @@
+"""What a serving pod carries besides its command line and sizes: paths, its user, labels, image.
+
+Why apart: the download Job (`components/weight_cache.py`), the pod builder (`components/pod.py`), both
+backends (`components/model_serving.py`) and the autoscalers select on or mount the same names, and
+none of them needs the command line (`components/vllm_args.py`) or the sizes (`components/pod_sizes.py`).
+"""
+
+from __future__ import annotations
+
+from tkf_infra.config import ModelEntry, Serving
+from tkf_infra.names import MODEL_MOUNT as MODEL_MOUNT  # where KServe mounts the model; the vllm backend too
+
+#: Where the wait-for-weights init container sees the whole weight-cache PVC.
+CACHE_MOUNT = "/weight-cache"
+#: Written by the download Job after a complete download of one revision; serving pods wait for it.
+MARKER_FILE = ".tkf-download-complete"
+#: A non-root user every vLLM image we use can run as (HOME and /tmp are emptyDirs).
+RUN_AS_USER = 1000
+
+#: Pod-template annotation: digest of the accepted key set (``ApiKeys.accepted_digest``), so pods roll
+#: when the set changes and only then. Never the key: a slow salted hash (tkf_infra/config/api_keys.py).
+API_KEYS_ANNOTATION = "tkf.io/api-keys-scrypt"
+
+PART_OF = "tkf-infra"
+
+
+def labels(entry: ModelEntry, component: str = "model-server") -> dict[str, str]:
+    """Recommended labels plus ours: dashboards and the NetworkPolicy select on ``tkf.io/model``."""
+    return {
+        "app.kubernetes.io/name": "vllm",
+        "app.kubernetes.io/instance": entry.name,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": PART_OF,
+        "app.kubernetes.io/managed-by": "pulumi",
+        "tkf.io/model": entry.name,
+        "tkf.io/revision": entry.revision[:12],
+    }
+
+
+def image(entry: ModelEntry, serving: Serving) -> str:
+    """The image the fit check sized for (its tag is the vLLM version), or the CPU build."""
+    return serving.vllm_cpu_image if entry.is_cpu else serving.vllm_image
