@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the Pulumi engine this project needs: the CLI, the Python language host, the helper that
 # runs Python dynamic providers, the Kubernetes provider plugin — at the versions pinned in
-# requirements.txt — and the virtualenv the policy pack runs in (policy/requirements.txt).
+# requirements.txt and tools/pulumi-cli/go.mod (scripts/versions.sh) — and the virtualenv the policy
+# pack runs in (policy/requirements.txt).
 #
 # Order of preference, per piece: already installed at the right version (seconds) → a `pulumi` on
 # PATH at the right version → the official installer → a build from the Go module proxy (the only
@@ -39,14 +40,14 @@ need_go() {
 module_dir() { (cd "$here/tools/pulumi-cli" && go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'); }
 
 install_cli() {
-  local want="v$PULUMI_VERSION" stamp="$bin/.tkf-pulumi-cli" t0
+  local want="v$PULUMI_CLI_VERSION" stamp="$bin/.tkf-pulumi-cli" t0
   t0=$(date +%s)
   if stamp_ok "$stamp" "$want" && [ -x "$bin/pulumi" ]; then return; fi
   if command -v pulumi >/dev/null 2>&1 && [ "$(pulumi version 2>/dev/null)" = "$want" ] \
      && [ "$(command -v pulumi)" != "$bin/pulumi" ]; then
     log "using $(command -v pulumi) ($want)"; ln -sf "$(command -v pulumi)" "$bin/pulumi"
   elif [ "${TKF_SKIP_INSTALLER:-}" != 1 ] && curl -fsSL --max-time 20 https://get.pulumi.com -o /tmp/tkf-get-pulumi.sh 2>/dev/null \
-     && sh /tmp/tkf-get-pulumi.sh --version "$PULUMI_VERSION" --install-root "$PULUMI_HOME" >&2; then
+     && sh /tmp/tkf-get-pulumi.sh --version "$PULUMI_CLI_VERSION" --install-root "$PULUMI_HOME" >&2; then
     log "installed Pulumi $want with the official installer"
   else
     log "get.pulumi.com unreachable: building the Pulumi CLI $want from the Go module proxy (a few minutes, once)"

@@ -21,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The `pulumi==` pin every row of the table was checked against.
-CHECKED_AGAINST = "3.260.0"
+CHECKED_AGAINST = "3.272.0"
 #: pulumi-policy, in the policy pack's own virtualenv (policy/requirements.txt).
 POLICY_CHECKED_AGAINST = "1.21.0"
 

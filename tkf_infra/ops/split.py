@@ -1,6 +1,6 @@
 """`split`: move a one-stack environment's platform into its `<env>-platform` stack, deleting nothing.
 
-Why `pulumi state move` (engine ≥ 3.117; the pinned 3.260 has it): the platform stack registers the
+Why `pulumi state move` (engine ≥ 3.117; the pinned 3.274.1 has it): the platform stack registers the
 same resources under the same names, parents and provider name (`components.fleet.build_platform`),
 so once their state entries are in that stack its first `up` finds every object as it left it, and
 the fleet's first `up` no longer owns them — neither deletes nor recreates anything in the cluster.
