@@ -223,7 +223,7 @@ def test_vendored_charts_and_render_mode_stand_ins() -> None:
     h = prereqs(Platform(), pipeline_parallel_preset=False, source="vendored")
     c = charts(h)
     assert c["kserve-llmisvc-crd"].inputs["chart"] == str(CHARTS / "kserve-v0.20.0/kserve-llmisvc-crd")
-    assert c["cert-manager"].inputs["chart"] == str(CHARTS / "cert-manager-v1.17.0/cert-manager")
+    assert c["cert-manager"].inputs["chart"] == str(CHARTS / "cert-manager-v1.21.1/cert-manager")
     assert all("version" not in r.inputs for r in c.values())
     assert all((ROOT / r.inputs["chart"] / "Chart.yaml").is_file() for r in c.values())
     # Gateway API from its files: CRDs through a YAML group, the policy and its binding as objects of their own.
@@ -238,7 +238,7 @@ def test_vendored_charts_and_render_mode_stand_ins() -> None:
     # cert-manager under a parent chart (kubeVersion gate), its values one level down.
     assert c["cert-manager"].inputs["values"] == {"cert-manager": {"crds": {"enabled": True}}}
     shim = Path(c["cert-manager"].inputs["chart"])
-    assert (shim / "charts" / "cert-manager").resolve() == (CHARTS / "cert-manager-v1.17.0/cert-manager").resolve()
+    assert (shim / "charts" / "cert-manager").resolve() == (CHARTS / "cert-manager-v1.21.1/cert-manager").resolve()
     # The KServe CRDs from the chart's own files (its `lookup` needs a cluster).
     crds = next(r for r in h.resources if r.name == "prereq-kserve-llmisvc-crd")
     assert crds.type == GROUP and [Path(f).name for f in crds.inputs["files"]] == [
@@ -328,7 +328,7 @@ def test_each_piece_from_a_chart_path_of_its_own() -> None:
 def test_a_chart_path_that_holds_no_chart_is_refused_at_load_for_every_piece() -> None:
     lws = f"components/data/charts/{VENDORED_FOLDERS['lws'].format(v='v0.8.0')}"
     doc = {"platform": {"gpuOperator": {"chartPath": "/nowhere/gpu-operator"},
-                        "certManager": {"version": "v1.17.0", "chartPath": "charts/cert-manager"},
+                        "certManager": {"version": "v1.21.1", "chartPath": "charts/cert-manager"},
                         "kserve": {"version": "v0.20.0", "chartPath": lws},  # a chart, not KServe's folder of three
                         "gatewayApi": {"version": "v1.5.1", "chartPath": lws},  # YAML files, but no Gateway API CRD
                         "lws": {"version": "v0.8.0", "chartPath": lws}}}  # fmt: skip

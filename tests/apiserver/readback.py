@@ -32,7 +32,8 @@ GPU_AND_LWS_CRD_FILES = [
 KSERVE_CRD_FILES = [
     "kserve-v0.20.0/kserve-llmisvc-crd/templates/serving.kserve.io_llm*.yaml",
     "kserve-v0.20.0/kserve-llmisvc-crd/files/*.yaml", "gateway-api-v1.5.1/standard/*.yaml"]  # fmt: skip
-#: CRDs rendered from templates (cert-manager's crds.yaml; the Inference Extension's in kserve-llmisvc-resources).
+#: CRDs rendered from templates (cert-manager's templates/crd-*.yaml; the Inference Extension's in
+#: kserve-llmisvc-resources).
 TEMPLATED_CRDS = {
     "certificaterequests.cert-manager.io", "certificates.cert-manager.io", "challenges.acme.cert-manager.io",
     "clusterissuers.cert-manager.io", "issuers.cert-manager.io", "orders.acme.cert-manager.io",

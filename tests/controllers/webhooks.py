@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -41,10 +42,14 @@ from tests.vllm.server import free_port
 from tkf_infra.config.charts import LWS_NAMESPACE, VENDORED_CHARTS
 
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
-#: What Helm renders for cert-manager's CRD labels with release name `cert-manager` (templates/crds.yaml
-#: has no other template directive outside YAML comments; `cert_manager_crds` checks that).
+#: What Helm renders for cert-manager's CRD labels with release name `cert-manager` (the
+#: `cert-manager.crd-labels` helper, less the chart-version labels nothing here reads). The chart's
+#: templates/crd-*.yaml have no other template directive than whole-line ones (the `crds.enabled` guard,
+#: the `crds.keep` annotation guard, the labels include); `cert_manager_crds` checks that.
 CERT_MANAGER_LABELS = {"app": "cert-manager", "app.kubernetes.io/name": "cert-manager",
-                       "app.kubernetes.io/instance": "cert-manager"}  # fmt: skip
+                       "app.kubernetes.io/instance": "cert-manager", "app.kubernetes.io/component": "crds"}  # fmt: skip
+#: A line that is only a template directive: `{{- if ... }}`, `{{- end }}`, `{{- include ... }}`.
+_DIRECTIVE_LINE = re.compile(r"^\s*\{\{.*\}\}\s*$")
 
 
 def _chart(key: str) -> Path:
@@ -164,13 +169,20 @@ def webhook_servers(workdir: Path) -> Webhooks:
 
 
 def cert_manager_crds() -> list[dict[str, Any]]:
-    """cert-manager's CRDs from the vendored chart, labelled as Helm renders them."""
-    text = (_chart("certManager") / "templates" / "crds.yaml").read_text()
-    crds = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+    """cert-manager's CRDs from the vendored chart, as Helm renders them with ``crds.enabled`` (and the
+    chart's default ``crds.keep``): the whole-line directives dropped, the labels filled in."""
+    crds: list[dict[str, Any]] = []
+    files = sorted((_chart("certManager") / "templates").glob("crd-*.yaml"))
+    if not files:
+        raise AssertionError(f"no templates/crd-*.yaml in {_chart('certManager')}: is the vendored chart there?")
+    for path in files:
+        text = "\n".join(line for line in path.read_text().splitlines() if not _DIRECTIVE_LINE.match(line))
+        crds += [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
     for crd in crds:
         crd["metadata"]["labels"] = dict(CERT_MANAGER_LABELS)
     if "{{" in yaml.safe_dump(crds):
-        raise AssertionError("cert-manager's crds.yaml has a template directive beyond its labels: render it with Helm")
+        raise AssertionError(f"cert-manager's templates/crd-*.yaml ({_chart('certManager')}) have a template "
+                             "directive inside a line: render them with Helm instead")
     return crds
 
 

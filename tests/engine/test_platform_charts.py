@@ -29,7 +29,7 @@ pytestmark = pytest.mark.engine
 
 Objects = dict[tuple[str, str], dict[str, Any]]
 CHART_CRDS = {
-    # cert-manager (templates/crds.yaml with crds.enabled)
+    # cert-manager (templates/crd-*.yaml with crds.enabled)
     "certificaterequests.cert-manager.io", "certificates.cert-manager.io", "challenges.acme.cert-manager.io",
     "clusterissuers.cert-manager.io", "issuers.cert-manager.io", "orders.acme.cert-manager.io",
     # kserve-llmisvc-crd, and the Inference Extension / llm-d CRDs kserve-llmisvc-resources ships
@@ -117,7 +117,7 @@ def test_dev_renders_every_platform_piece_from_the_charts(dev_platform: list[dic
     # Every pinned release image, none of the repositories' development tags.
     found = images(dev_platform)
     assert {"nvcr.io/nvidia/gpu-operator:v26.7.0", "registry.k8s.io/lws/lws:v0.8.0",
-            "quay.io/jetstack/cert-manager-controller:v1.17.0", "kserve/llmisvc-controller:v0.20.0"} <= found
+            "quay.io/jetstack/cert-manager-controller:v1.21.1", "kserve/llmisvc-controller:v0.20.0"} <= found
     assert not [i for i in found if i.endswith((":main", ":main-latest", ":latest"))], found
     lws = objs[("Deployment", "lws-system/lws-controller-manager")]["spec"]["template"]["spec"]["containers"][0]
     assert lws["imagePullPolicy"] == "IfNotPresent"

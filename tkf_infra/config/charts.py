@@ -22,7 +22,7 @@ ChartSource = Literal["upstream", "vendored"]
 
 #: The chart sources shipped in components/data/charts/ (`platform.charts: vendored`), one version each;
 #: components/data/charts/SOURCES.md records their upstream repository, tag and commit.
-VENDORED_CHARTS = {"gpuOperator": "v26.7.0", "certManager": "v1.17.0", "gatewayApi": "v1.5.1",
+VENDORED_CHARTS = {"gpuOperator": "v26.7.0", "certManager": "v1.21.1", "gatewayApi": "v1.5.1",
                    "kserve": "v0.20.0", "lws": "v0.8.0"}  # fmt: skip
 
 #: Namespaces the upstream charts hard-code: KServe's CRDs name their conversion webhook

@@ -77,7 +77,7 @@ class Platform(SettingsModel):
     gpu_operator: GpuOperatorSettings = Field(default_factory=lambda: GpuOperatorSettings())
     # The versions KServe v0.20.0 pins in its kserve-deps.env (CERT_MANAGER_VERSION, GATEWAY_API_VERSION,
     # LWS_VERSION) at commit 1fb781055dd1567164358233e1125142ca6ef1fe.
-    cert_manager: Component = Field(default_factory=lambda: Component(version="v1.17.0"))
+    cert_manager: Component = Field(default_factory=lambda: Component(version="v1.21.1"))
     gateway_api: Component = Field(default_factory=lambda: Component(version="v1.5.1"))
     kserve: KServeSettings = Field(default_factory=lambda: KServeSettings(version="v0.20.0"))
     lws: Component = Field(default_factory=lambda: Component(version="0.8.0"))

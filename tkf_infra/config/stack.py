@@ -38,7 +38,7 @@ VLLM_GPU_IMAGE = f"vllm/vllm-openai:v{VLLM_RELEASE}"
 VLLM_CPU_IMAGE = f"public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v{VLLM_RELEASE}"
 
 _VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
-#: A chart or release version: semantic versioning, optionally with a leading v (v1.17.0, 0.8.0, v0.20.0-rc1).
+#: A chart or release version: semantic versioning, optionally with a leading v (v1.21.1, 0.8.0, v0.20.0-rc1).
 _FLOATING_TAGS = {"", "latest", "nightly", "main", "master", "stable", "dev"}
 #: An IAM role ARN (role names and paths: letters, digits and + = , . @ _ -, IAM's own rule) and a subnet id.
 _ROLE_ARN_RE = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+", re.ASCII)
