@@ -124,13 +124,13 @@ def read_spans(path: Path) -> list[Span]:
     for line in path.read_text().splitlines():
         for rs in json.loads(line).get("resourceSpans", []):
             service = next((a["value"].get("stringValue", "") for a in rs["resource"]["attributes"]
-                            if a["key"] == "service.name"), "")  # fmt: skip
+                            if a["key"] == "service.name"), "")
             for ss in rs.get("scopeSpans", []):
                 for sp in ss.get("spans", []):
                     attrs = {a["key"]: a["value"] for a in sp.get("attributes", [])}
                     spans.append(Span(service, sp["name"], sp["spanId"], sp.get("parentSpanId", ""),
                                       int(sp["startTimeUnixNano"]) / 1e9, int(sp["endTimeUnixNano"]) / 1e9,
-                                      attrs.get("net.peer.name", {}).get("stringValue", "")))  # fmt: skip
+                                      attrs.get("net.peer.name", {}).get("stringValue", "")))
     return spans
 
 
@@ -169,7 +169,7 @@ def breakdown(spans: list[Span]) -> dict[str, float]:
     last = max((s.end for s in regs), default=run.end)
     return {"total": t1 - t0, "startup": run.start - t0, "imports_plan": first - run.start,
             "registration": last - first, "fit_checks": busy(dynamic), "fit_check_calls": float(len(dynamic)),
-            "k8s_provider": busy(k8s), "shutdown": t1 - run.end}  # fmt: skip
+            "k8s_provider": busy(k8s), "shutdown": t1 - run.end}
 
 
 def traced_preview(p: Program, trace: Path) -> dict[str, float]:
@@ -177,7 +177,7 @@ def traced_preview(p: Program, trace: Path) -> dict[str, float]:
     env = {**os.environ, **p.env, "PULUMI_TRACING_NO_PAYLOADS": "true"}
     subprocess.run([str(pulumi_home() / "bin" / "pulumi"), "preview", "--stack", "bench", "--non-interactive",
                     "--otel-traces", f"file://{trace}"],
-                   cwd=p.stack.workspace.work_dir, env=env, check=True, capture_output=True)  # fmt: skip
+                   cwd=p.stack.workspace.work_dir, env=env, check=True, capture_output=True)
     try:
         return breakdown(read_spans(trace))
     finally:
@@ -196,7 +196,7 @@ def main() -> None:
     ap.add_argument("--no-trace", action="store_true", help="skip the traced previews (no time breakdown)")
     ap.add_argument("--compare-with", type=Path, metavar="CHECKOUT",
                     help="also time the program of another checkout (e.g. `git worktree add /tmp/main main`), "
-                         "interleaved with the others: a before/after in one run")  # fmt: skip
+                         "interleaved with the others: a before/after in one run")
     ap.add_argument("--platform", action="store_true",
                     help="keep the dev stack's platform charts in the tkf preview (a fixed ~145 resources); by "
                          "default each piece is alreadyInstalled, so the catalog's own cost is what scales")
@@ -225,7 +225,7 @@ def main() -> None:
             print(f"models={n:4d} resources={tkf.resources:5d} tkf_s={tkf.best:6.2f} "
                   f"floor_same_count_s={same.best:6.2f} floor_per_model_s={per_model.best:6.2f} "
                   f"ratio_same_count={tkf.best / same.best:.2f} ratio_per_model={tkf.best / per_model.best:.2f} "
-                  f"({load()})", flush=True)  # fmt: skip
+                  f"({load()})", flush=True)
             if args.compare_with:
                 others.append((n, other, tkf))
                 print(f"models={n:4d} other_checkout_s={other.best:6.2f} resources={other.resources} "

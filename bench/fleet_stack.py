@@ -124,7 +124,7 @@ def main() -> None:
                           **{k: round(best[(n, k)], 2) for k in ("fleet-preview", "floor-preview", "fleet-up",
                                                                  "floor-up")},
                           "previewRatio": round(best[(n, "fleet-preview")] / best[(n, "floor-preview")], 2),
-                          "upRatio": round(best[(n, "fleet-up")] / best[(n, "floor-up")], 2)})  # fmt: skip
+                          "upRatio": round(best[(n, "fleet-up")] / best[(n, "floor-up")], 2)})
     print("models resources | fleet preview  floor preview  ratio | fleet up  floor up  ratio  (best of "
           f"{args.repeat}, s)")
     for r in table:

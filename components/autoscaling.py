@@ -71,7 +71,7 @@ def llmisvc_scaling(entry: ModelEntry, weight_bytes: int) -> dict[str, Any]:
             "pollingInterval": s.polling_seconds,
             "initialCooldownPeriod": pod_sizes.ready_timeout_seconds(entry, weight_bytes),
         }},
-    }  # fmt: skip
+    }
 
 
 def scaled_object(entry: ModelEntry, namespace: str, prometheus_url: str, weight_bytes: int) -> dict[str, Any]:
@@ -94,4 +94,4 @@ def scaled_object(entry: ModelEntry, namespace: str, prometheus_url: str, weight
                 "threshold": f"{s.target_value:g}",
             },
         }],
-    }  # fmt: skip
+    }

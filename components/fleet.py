@@ -111,7 +111,7 @@ def _weight_caches(plan: FleetPlan, provider: k8s.Provider, namespace: pulumi.Re
                                        for a in m.entry.lora.adapters})),
             ),
             opts=pulumi.ResourceOptions(providers=[provider], depends_on=[namespace]),
-        )  # fmt: skip
+        )
     return caches
 
 
@@ -127,7 +127,7 @@ class PlatformLayer:
 
 
 def _platform(plan: FleetPlan, provider: k8s.Provider, *, mig_config: str | None,
-              pp_preset: bool) -> tuple[dict[str, GpuNodePool], GpuOperator, ServingPrerequisites]:  # fmt: skip
+              pp_preset: bool) -> tuple[dict[str, GpuNodePool], GpuOperator, ServingPrerequisites]:
     """Node pools → GPU operator → serving prerequisites (one stack's, or a platform stack's)."""
     s = plan.catalog.settings
     k8s_opts = pulumi.ResourceOptions(providers=[provider])
@@ -137,7 +137,7 @@ def _platform(plan: FleetPlan, provider: k8s.Provider, *, mig_config: str | None
         GpuOperatorArgs(settings=s.platform.gpu_operator, namespace=s.namespaces.gpu_operator,
                         mig_config=mig_config, source=s.chart_source, skip_await=s.cluster.skip_await),
         opts=pulumi.ResourceOptions(providers=[provider], depends_on=list(pools.values())),
-    )  # fmt: skip
+    )
     prerequisites = ServingPrerequisites(
         "serving-prerequisites",
         ServingPrerequisitesArgs(
@@ -147,7 +147,7 @@ def _platform(plan: FleetPlan, provider: k8s.Provider, *, mig_config: str | None
             skip_await=s.cluster.skip_await,
         ),
         opts=k8s_opts,
-    )  # fmt: skip
+    )
     return pools, gpu_operator, prerequisites
 
 
@@ -162,7 +162,7 @@ def build_platform(plan: FleetPlan, *, environment: str, kubeconfig: str | None 
     provider = make_provider(s.cluster, environment, kubeconfig)
     preset = s.serving.backend == Backend.KSERVE and "kserve" in installed_pieces(s.platform, s.serving.backend)
     pools, gpu_operator, prerequisites = _platform(plan, provider, mig_config=mig_config_name(plan.catalog),
-                                                   pp_preset=preset)  # fmt: skip
+                                                   pp_preset=preset)
     return PlatformLayer(plan, provider, pools, gpu_operator, prerequisites)
 
 
@@ -194,13 +194,13 @@ def build_fleet(plan: FleetPlan, *, api_keys: ApiKeys | None, stack: str, layer:
     if layer == Layer.ALL:
         pools, gpu_operator, prerequisites = _platform(
             plan, provider, mig_config=MIG_CONFIG_NAME if mig else None,
-            pp_preset=kserve and any(m.entry.is_multi_node for m in plan.models))  # fmt: skip
+            pp_preset=kserve and any(m.entry.is_multi_node for m in plan.models))
     platform: list[pulumi.Resource] = [*([gpu_operator] if gpu_operator else []), *pools.values()]
     # MIG pools only: the geometries and node labels mig-manager applies (nothing otherwise).
     sharing = GpuSharing(
         "gpu-sharing", GpuSharingArgs(plan.layouts, s.namespaces.gpu_operator),
         opts=pulumi.ResourceOptions(providers=[provider], depends_on=platform),
-    ) if mig else None  # fmt: skip
+    ) if mig else None
 
     api_key_secret: k8s.core.v1.Secret | None = None
     key_ref: ApiKeyRef | None = None
@@ -216,17 +216,17 @@ def build_fleet(plan: FleetPlan, *, api_keys: ApiKeys | None, stack: str, layer:
             string_data=data,
             opts=pulumi.ResourceOptions(provider=provider, depends_on=[namespace],
                                         additional_secret_outputs=["data", "stringData"]),
-        )  # fmt: skip
+        )
         key_ref = ApiKeyRef(API_KEY_SECRET, API_KEY_SECRET_KEY, API_KEY_EXTRA_SECRET_KEY if api_keys.extra else None,
-                            api_keys.accepted_digest)  # fmt: skip
+                            api_keys.accepted_digest)
     else:
         pulumi.log.warn("no `apiKey` secret is set: vLLM will serve without authentication "
-                        "(set it with `pulumi config set --secret apiKey …`)")  # fmt: skip
+                        "(set it with `pulumi config set --secret apiKey …`)")
 
     caches = _weight_caches(plan, provider, namespace)
     # One check for the stack (providers/fit.py says why); only deployed models are in it.
     fit = FitCheck(names.FIT_CHECK, {m.entry.name: fit_record(m.fit_inputs, m.fit) for m in plan.models}
-                   ) if plan.models else None  # fmt: skip
+                   ) if plan.models else None
     models: dict[str, ModelServing] = {}
     before_cache: list[pulumi.Resource] = [fit] if fit else []
     after_cache: list[pulumi.Resource] = [*([gpu_operator] if gpu_operator else []), *([sharing] if sharing else []),
@@ -247,8 +247,8 @@ def build_fleet(plan: FleetPlan, *, api_keys: ApiKeys | None, stack: str, layer:
                 workload_deps=(*before_cache, cache.pvc, *after_cache),
             ),
             opts=pulumi.ResourceOptions(providers=[provider]),
-        )  # fmt: skip
+        )
 
     return Fleet(plan=plan, provider=provider, namespace=namespace, node_pools=pools, gpu_operator=gpu_operator,
                  prerequisites=prerequisites, weight_caches=caches, fit_check=fit, models=models,
-                 api_key_secret=api_key_secret, gpu_sharing=sharing)  # fmt: skip
+                 api_key_secret=api_key_secret, gpu_sharing=sharing)

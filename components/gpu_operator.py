@@ -60,7 +60,7 @@ def chart_values(settings: GpuOperatorSettings, mig_config: str | None = None) -
         "dcgmExporter": {"enabled": settings.dcgm_exporter_enabled,
                          "serviceMonitor": {"enabled": settings.dcgm_exporter_enabled}},
         "mig": {"strategy": settings.mig_strategy},  # the chart's default is "single"
-    }  # fmt: skip
+    }
     if settings.time_slicing_replicas > 1:
         # The chart creates the ConfigMap itself (templates/plugin_config.yaml) and names it in the ClusterPolicy.
         values["devicePlugin"] = {"config": {
@@ -92,6 +92,6 @@ class GpuOperator(pulumi.ComponentResource):
             chart = helm_chart(
                 f"{name}-chart", CHART, chart_spec("gpuOperator", CHART, s, args.source), args.namespace,
                 chart_values(s, args.mig_config), skip_await=args.skip_await,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]))  # fmt: skip
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]))
             self.resources += [ns, chart]
         self.register_outputs({"installed": not s.already_installed, "version": s.version})

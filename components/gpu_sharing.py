@@ -82,7 +82,7 @@ class GpuSharing(pulumi.ComponentResource):
                                                     labels={names.PART_OF_LABEL: names.PART_OF}),
                 data={MIG_CONFIG_KEY: mig_parted_yaml(args.layouts)},
                 opts=child,
-            ))  # fmt: skip
+            ))
             for node, config in sorted(labels.items()):
                 # Server-side apply of this one label: the pool's own labels and taints are another patch's.
                 self.resources.append(k8s.core.v1.NodePatch(
@@ -90,5 +90,5 @@ class GpuSharing(pulumi.ComponentResource):
                     metadata=k8s.meta.v1.ObjectMetaPatchArgs(name=node, labels={MIG_CONFIG_LABEL: config},
                                                              annotations={"pulumi.com/patchForce": "true"}),
                     opts=child,
-                ))  # fmt: skip
+                ))
         self.register_outputs({"migConfig": MIG_CONFIG_NAME if labels else None, "nodes": labels})

@@ -57,7 +57,7 @@ LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 #: (workload_single_node.go:95-179). One of ours there hides KServe's Deployment from KServe itself:
 #: every reconcile then fails with "already exists" and the service never becomes Ready.
 KSERVE_OWNED_LABELS = frozenset({names.NAME_LABEL, names.COMPONENT_LABEL, names.PART_OF_LABEL,
-                                 "kserve.io/component", "llm-d.ai/role"})  # fmt: skip
+                                 "kserve.io/component", "llm-d.ai/role"})
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ class ModelServing(pulumi.ComponentResource):
                 secrets=[core.ObjectReferenceArgs(name=e.hf_token_secret)],
                 automount_service_account_token=False,
                 opts=child,
-            ))  # fmt: skip
+            ))
         # The policy exists before any pod it guards: no window in which port 8000 is open to all.
         policy = self._network_policy(name, args, child)
         deps += [*self.resources, policy]
@@ -182,7 +182,7 @@ class ModelServing(pulumi.ComponentResource):
             spec=core.ServiceSpecArgs(type="ClusterIP", selector=selector, ports=[core.ServicePortArgs(
                 name="http", port=names.SERVING_PORT, target_port=names.SERVING_PORT, protocol="TCP")]),
             opts=child,
-        ))  # fmt: skip
+        ))
         self.resources.append(policy)
 
         url = names.base_url(e.name, ns)
@@ -196,7 +196,7 @@ class ModelServing(pulumi.ComponentResource):
     # ----------------------------------------------------------------------------------------
 
     def _llmisvc(self, name: str, args: ModelServingArgs, sa_name: str | None,
-                 deps: list[pulumi.Resource]) -> pulumi.CustomResource:  # fmt: skip
+                 deps: list[pulumi.Resource]) -> pulumi.CustomResource:
         e = args.entry
         # No cache: KServe's storage-initializer fetches the pinned revision itself.
         uri = f"pvc://{args.cache.pvc_name}/{args.cache.subpath}" if args.cache else f"hf://{e.repo}:{e.revision}"
@@ -234,7 +234,7 @@ class ModelServing(pulumi.ComponentResource):
                 # KServe refuses to change the total parallelism of an existing service.
                 replace_on_changes=["spec.parallelism", "spec.worker"], delete_before_replace=True,
             ),
-        )  # fmt: skip
+        )
 
     def _deployment(self, name: str, args: ModelServingArgs, deps: list[pulumi.Resource]) -> pulumi.CustomResource:
         e = args.entry
@@ -253,10 +253,10 @@ class ModelServing(pulumi.ComponentResource):
                     spec=pod_spec(args.pod(), kserve=False)),
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=deps),
-        )  # fmt: skip
+        )
 
     def _leader_worker_set(self, name: str, args: ModelServingArgs,
-                           deps: list[pulumi.Resource]) -> pulumi.CustomResource:  # fmt: skip
+                           deps: list[pulumi.Resource]) -> pulumi.CustomResource:
         e = args.entry
         lbl = pod_meta.labels(e)
         tmpl_meta = meta.ObjectMetaArgs(labels=lbl, annotations=args.pod_annotations or None)
@@ -282,7 +282,7 @@ class ModelServing(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=deps,
                                         replace_on_changes=["spec.leaderWorkerTemplate.size"],
                                         delete_before_replace=True),
-        )  # fmt: skip
+        )
 
     def _scaled_object(self, name: str, args: ModelServingArgs) -> pulumi.CustomResource:
         """KEDA's ScaledObject on the Deployment (components/autoscaling.py says why KEDA)."""
@@ -297,7 +297,7 @@ class ModelServing(pulumi.ComponentResource):
                                          labels=pod_meta.labels(e), annotations=_await_annotations(args) or None),
             spec=autoscaling.scaled_object(e, args.namespaces.serving, args.prometheus_url, args.weight_bytes),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.workload]),
-        )  # fmt: skip
+        )
 
     def _network_policy(self, name: str, args: ModelServingArgs, opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
         e, ns = args.entry, args.namespaces
@@ -326,7 +326,7 @@ class ModelServing(pulumi.ComponentResource):
                 pod_selector=meta.LabelSelectorArgs(match_labels={names.MODEL_LABEL: e.name}),
                 policy_types=["Ingress"], ingress=ingress),
             opts=opts,
-        )  # fmt: skip
+        )
 
 
 def _await_annotations(args: ModelServingArgs) -> dict[str, str]:

@@ -48,7 +48,7 @@ class GpuNodePool(pulumi.ComponentResource):
             "nodeSelector": args.facts.node_selector, "tolerations": list(args.facts.tolerations),
             "gpu": gpu.model_dump(mode="json") if gpu else None, "gpusPerNode": args.facts.gpus_per_node,
             "nodeCount": args.facts.node_count,
-        })  # fmt: skip
+        })
 
     def _node_group(self, name: str, facts: PoolFacts) -> None:
         import pulumi_aws as aws
@@ -73,7 +73,7 @@ class GpuNodePool(pulumi.ComponentResource):
                     for t in facts.taints],
             # A cluster autoscaler moves desiredSize; `up` must not fight it.
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["scalingConfig.desiredSize"]),
-        ))  # fmt: skip
+        ))
 
     def _patch_nodes(self, name: str, facts: PoolFacts) -> None:
         import pulumi_kubernetes as k8s
@@ -88,4 +88,4 @@ class GpuNodePool(pulumi.ComponentResource):
                 spec=k8s.core.v1.NodeSpecPatchArgs(
                     taints=[k8s.core.v1.TaintPatchArgs(**t) for t in facts.taints]) if facts.taints else None,
                 opts=pulumi.ResourceOptions(parent=self),
-            ))  # fmt: skip
+            ))

@@ -45,7 +45,7 @@ UPSTREAM: dict[str, tuple[str, str | None]] = {
 GATEWAY_API_URL = "https://github.com/kubernetes-sigs/gateway-api/releases/download/{version}/standard-install.yaml"
 #: Piece (stack-file key) → chart folder inside its vendored directory (KServe: a folder of charts).
 VENDORED_FOLDERS = {"gpuOperator": "gpu-operator-{v}/gpu-operator", "certManager": "cert-manager-{v}/cert-manager",
-                    "gatewayApi": "gateway-api-{v}/standard", "kserve": "kserve-{v}", "lws": "lws-{v}/lws"}  # fmt: skip
+                    "gatewayApi": "gateway-api-{v}/standard", "kserve": "kserve-{v}", "lws": "lws-{v}/lws"}
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def chart_spec(key: str, chart: str, piece: Component, source: ChartSource) -> C
 
 
 def helm_chart(name: str, release: str, spec: ChartSpec, namespace: str, values: dict[str, Any], *,
-               skip_await: bool, opts: pulumi.ResourceOptions) -> k8s.helm.v4.Chart:  # fmt: skip
+               skip_await: bool, opts: pulumi.ResourceOptions) -> k8s.helm.v4.Chart:
     """``release`` is the Helm release name the templates see: object names derive from it."""
     return k8s.helm.v4.Chart(
         name,
@@ -143,6 +143,6 @@ def static_crd_files(chart_dir: Path) -> list[str]:
 
 
 def config_group(name: str, files: Sequence[str], *, skip_await: bool,
-                 opts: pulumi.ResourceOptions) -> k8s.yaml.v2.ConfigGroup:  # fmt: skip
+                 opts: pulumi.ResourceOptions) -> k8s.yaml.v2.ConfigGroup:
     """Plain YAML through the same client-side machinery as Chart v4 (every object its own resource)."""
     return k8s.yaml.v2.ConfigGroup(name, files=list(files), skip_await=skip_await, opts=opts)

@@ -80,7 +80,7 @@ def container_security() -> core.SecurityContextArgs:
         allow_privilege_escalation=False, run_as_non_root=True, run_as_user=pod_meta.RUN_AS_USER,
         capabilities=core.CapabilitiesArgs(drop=["ALL"]),
         seccomp_profile=core.SeccompProfileArgs(type="RuntimeDefault"),
-    )  # fmt: skip
+    )
 
 
 def pod_security() -> core.PodSecurityContextArgs:
@@ -162,7 +162,7 @@ def wait_for_weights(cache: CacheRef, image_ref: str, entry: ModelEntry | None =
         volume_mounts=[core.VolumeMountArgs(name="weight-cache", mount_path=pod_meta.CACHE_MOUNT, read_only=True)],
         resources=core.ResourceRequirementsArgs(requests={"cpu": "10m", "memory": "16Mi"}, limits={"memory": "64Mi"}),
         security_context=container_security(),
-    )  # fmt: skip
+    )
 
 
 def container(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.ContainerArgs:
@@ -170,7 +170,7 @@ def container(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.Contai
     e = p.entry
     mounts = [core.VolumeMountArgs(name="dshm", mount_path="/dev/shm"),
               core.VolumeMountArgs(name="home", mount_path="/home"),
-              core.VolumeMountArgs(name="tmp-dir", mount_path="/tmp")]  # fmt: skip
+              core.VolumeMountArgs(name="tmp-dir", mount_path="/tmp")]
     command: list[str] | None = None
     args: list[str] | None = None
     two_keys = p.two_keys and leader  # only the leader serves the API
@@ -188,7 +188,7 @@ def container(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.Contai
             path, rev = e.repo, e.revision
         command = (encode(va.lws_command(e, path, leader=leader, revision=rev, two_keys=two_keys), ArgvPath.EXEC)
                    if e.is_multi_node else encode(va.serve_command(e, path, rev), ArgvPath.EXEC)
-                   + (va.two_key_args(ArgvPath.EXEC) if two_keys else []))  # fmt: skip
+                   + (va.two_key_args(ArgvPath.EXEC) if two_keys else []))
     return core.ContainerArgs(
         name="main", image=pod_meta.image(e, p.serving), command=command, args=args,
         env=env(p, offline=kserve or p.cache is not None), resources=resources(e, p.weight_bytes, p.gpu_resource),
@@ -199,7 +199,7 @@ def container(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.Contai
         if leader else None,
         liveness_probe=_health(10, 10, 3) if leader else None,
         readiness_probe=_health(5, 5, 3) if leader else None,
-    )  # fmt: skip
+    )
 
 
 def metrics_container(p: PodInputs, *, kserve: bool) -> core.ContainerArgs:
@@ -212,7 +212,7 @@ def metrics_container(p: PodInputs, *, kserve: bool) -> core.ContainerArgs:
                                                           "memory": f"{pod_sizes.SIDECAR_MEMORY_MIB}Mi"},
                                                 limits={"memory": "64Mi"}),
         security_context=container_security(),
-    )  # fmt: skip
+    )
 
 
 def pod_spec(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.PodSpecArgs:

@@ -107,7 +107,7 @@ class ServingPrerequisites(pulumi.ComponentResource):
     """Every chart (or YAML group) registered, by step name."""
 
     def __init__(self, name: str, args: ServingPrerequisitesArgs,
-                 opts: pulumi.ResourceOptions | None = None) -> None:  # fmt: skip
+                 opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(SERVING_PREREQUISITES_TYPE, name, None, opts)
         self._name, self._args = name, args
         p, ns = args.platform, args.namespaces
@@ -132,10 +132,10 @@ class ServingPrerequisites(pulumi.ComponentResource):
         controller: list[pulumi.Resource] = []
         if "kserve" in installed:
             controller = [self._chart("kserve-llmisvc-resources", "kserve", "kserve-llmisvc-resources", ns.kserve, {},
-                                      after=[*cert_manager, *crds, *third])]  # fmt: skip
+                                      after=[*cert_manager, *crds, *third])]
             if p.kserve.presets:
                 controller.append(self._chart("kserve-runtime-configs", "kserve", "kserve-runtime-configs",
-                                              ns.kserve, runtime_configs_values(), after=controller))  # fmt: skip
+                                              ns.kserve, runtime_configs_values(), after=controller))
 
         last: list[pulumi.Resource] = controller or third
         if args.backend == Backend.KSERVE and args.pipeline_parallel_preset:
@@ -143,7 +143,7 @@ class ServingPrerequisites(pulumi.ComponentResource):
             last = [*last, self._add("pipeline-parallel-preset", k8s.apiextensions.CustomResource(
                 f"{name}-pipeline-parallel-preset",
                 api_version=doc["apiVersion"], kind=doc["kind"], metadata=doc["metadata"], spec=doc["spec"],
-                opts=self._opts(after=controller or crds)))]  # fmt: skip
+                opts=self._opts(after=controller or crds)))]
         self.dependencies = list(dict.fromkeys([*last, *third]))
         self.register_outputs({"charts": sorted(self.charts)})
 
@@ -159,7 +159,7 @@ class ServingPrerequisites(pulumi.ComponentResource):
                 f"{self._name}-cert-manager", "cert-manager",
                 ChartSpec(render_shim_chart(folder, "cert-manager"), local=True), namespace,
                 {"cert-manager": cert_manager_values()}, skip_await=a.skip_await,
-                opts=self._opts(namespace=namespace)))  # fmt: skip
+                opts=self._opts(namespace=namespace)))
         return self._chart("cert-manager", "certManager", "cert-manager", namespace, cert_manager_values(), after=[])
 
     def _kserve_crds(self, namespace: str, after: list[pulumi.Resource]) -> pulumi.Resource:
@@ -169,7 +169,7 @@ class ServingPrerequisites(pulumi.ComponentResource):
             assert folder is not None, "settings refuse an upstream KServe in render mode"
             return self._add("kserve-llmisvc-crd", config_group(
                 f"{self._name}-kserve-llmisvc-crd", static_crd_files(folder / "kserve-llmisvc-crd"),
-                skip_await=a.skip_await, opts=self._opts(after=after)))  # fmt: skip
+                skip_await=a.skip_await, opts=self._opts(after=after)))
         return self._chart("kserve-llmisvc-crd", "kserve", "kserve-llmisvc-crd", namespace, {}, after=after)
 
     def _gateway_api(self, after: list[pulumi.Resource]) -> list[pulumi.Resource]:
@@ -186,28 +186,28 @@ class ServingPrerequisites(pulumi.ComponentResource):
         if folder is None:
             return [self._add("gateway-api", config_group(f"{self._name}-gateway-api",
                                                           [GATEWAY_API_URL.format(version=piece.pinned)],
-                                                          skip_await=a.skip_await, opts=opts))]  # fmt: skip
+                                                          skip_await=a.skip_await, opts=opts))]
         crd_files, others = split_crds(sorted(folder.glob("*.yaml")))
         out = [self._add("gateway-api", config_group(f"{self._name}-gateway-api", crd_files,
-                                                     skip_await=a.skip_await, opts=opts))]  # fmt: skip
+                                                     skip_await=a.skip_await, opts=opts))]
         for doc in others:
             kind, meta = doc["kind"], doc["metadata"]
             fields = {k: v for k, v in doc.items() if k not in {"apiVersion", "kind", "metadata"}}
             out.append(self._add(f"gateway-api-{kind}-{meta['name']}", k8s.apiextensions.CustomResource(
                 f"{self._name}-gateway-api-{meta['name']}-{kind.lower()}", api_version=doc["apiVersion"],
                 kind=kind, metadata=meta, opts=pulumi.ResourceOptions(parent=self, depends_on=out[:1]),
-                **fields)))  # fmt: skip
+                **fields)))
         return out
 
     # -- helpers --------------------------------------------------------------------------------
 
     def _chart(self, step: str, key: str, chart: str, namespace: str, values: dict[str, Any], *,
-               after: list[pulumi.Resource]) -> pulumi.Resource:  # fmt: skip
+               after: list[pulumi.Resource]) -> pulumi.Resource:
         piece = self._args.platform.pieces()[key]
         spec = chart_spec(key, chart, piece, self._args.source)
         return self._add(step, helm_chart(f"{self._name}-{step}", chart, spec, namespace, values,
                                           skip_await=self._args.skip_await,
-                                          opts=self._opts(after=after, namespace=namespace)))  # fmt: skip
+                                          opts=self._opts(after=after, namespace=namespace)))
 
     def _opts(self, *, after: Sequence[pulumi.Resource] = (), namespace: str | None = None) -> pulumi.ResourceOptions:
         deps = list(after)

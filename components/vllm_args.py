@@ -87,7 +87,7 @@ def two_key_args(path: ArgvPath) -> list[str]:
 
 
 def lws_command(entry: ModelEntry, model_path: str, *, leader: bool, revision: str | None = None,
-                two_keys: bool = False) -> list[str]:  # fmt: skip
+                two_keys: bool = False) -> list[str]:
     """Shell command of a LeaderWorkerSet pod: vLLM's multiprocessing multi-node mode (no Ray).
 
     LWS injects ``LWS_LEADER_ADDRESS``, ``LWS_GROUP_SIZE`` and ``LWS_WORKER_INDEX``; node 0 serves
@@ -96,7 +96,7 @@ def lws_command(entry: ModelEntry, model_path: str, *, leader: bool, revision: s
     """
     base = serve_command(entry, model_path, revision)
     dist = ["--nnodes", "${LWS_GROUP_SIZE}", "--node-rank", "${LWS_WORKER_INDEX}",
-            "--master-addr", "${LWS_LEADER_ADDRESS}"]  # fmt: skip
+            "--master-addr", "${LWS_LEADER_ADDRESS}"]
     if not leader:
         dist.append("--headless")
     elif two_keys:
@@ -109,7 +109,7 @@ def metrics_proxy_command() -> list[str]:
     from components import metrics_proxy
 
     return ["python3", "-c", _source_of(metrics_proxy.__file__), "--listen", f"0.0.0.0:{METRICS_PORT}",
-            "--upstream", f"http://127.0.0.1:{SERVING_PORT}{metrics_proxy.PATH}"]  # fmt: skip
+            "--upstream", f"http://127.0.0.1:{SERVING_PORT}{metrics_proxy.PATH}"]
 
 
 @functools.cache

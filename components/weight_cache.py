@@ -133,7 +133,7 @@ def download_script(repo: str, revision: str, adapters: tuple[tuple[str, str], .
         "if command -v hf >/dev/null 2>&1; then CLI='hf download'; else CLI='huggingface-cli download'; fi",
         f"$CLI {q(repo)} --revision {q(revision)} --local-dir {q(dest)}",
         f"echo {q(f'{repo}@{revision}')} > {q(marker)}",
-    ])  # fmt: skip
+    ])
 
 
 class WeightCache(pulumi.ComponentResource):
@@ -213,6 +213,6 @@ class WeightCache(pulumi.ComponentResource):
                 ),
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.pvc], delete_before_replace=True),
-        )  # fmt: skip
+        )
         self.register_outputs({"pvcName": self.pvc_name, "subpath": self.subpath, "sizeGiB": size,
                                names.WEIGHT_CACHE_MODELS_OUTPUT: list(args.consumers)})

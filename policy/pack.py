@@ -32,7 +32,7 @@ from policy.guardrails.objects import UNKNOWN, K8sObject
 PACK_NAME = "tkf-guardrails"
 #: The strings pulumi-policy puts where the engine sent an unknown value (pulumi_policy/proxy.py).
 _UNKNOWN_SENTINELS = frozenset(getattr(_proxy, n) for n in dir(_proxy)
-                               if n.startswith("UNKNOWN_") and n.endswith("_VALUE"))  # fmt: skip
+                               if n.startswith("UNKNOWN_") and n.endswith("_VALUE"))
 
 
 def unwrap(value: Any) -> Any:
@@ -85,7 +85,7 @@ def policies() -> list[Any]:
         schema = PolicyConfigSchema(g.config_schema, list(g.required) or None) if g.config_schema else None
         if g.scope == "resource":
             out.append(ResourceValidationPolicy(g.name, g.description, validate=_resource_validate(g),
-                                                config_schema=schema))  # fmt: skip
+                                                config_schema=schema))
         else:
             out.append(StackValidationPolicy(g.name, g.description, validate=_stack_validate(g), config_schema=schema))
     return out
@@ -94,4 +94,4 @@ def policies() -> list[Any]:
 def serve() -> None:
     """Start the analyzer gRPC server; prints its port for the engine and blocks."""
     PolicyPack(name=PACK_NAME, policies=policies(), enforcement_level=EnforcementLevel.ADVISORY,
-               description="tkf-infra platform owner's guardrails for the LLM fleet")  # fmt: skip
+               description="tkf-infra platform owner's guardrails for the LLM fleet")

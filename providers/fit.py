@@ -86,6 +86,6 @@ class FitCheck(dyn.Resource, module="tkf", name="FitCheck"):
     models: pulumi.Output[dict[str, Any]]
 
     def __init__(self, name: str, models: dict[str, dict[str, Any]],
-                 opts: pulumi.ResourceOptions | None = None) -> None:  # fmt: skip
+                 opts: pulumi.ResourceOptions | None = None) -> None:
         props = {"models": models, "providerVersion": PROVIDER_VERSION}
         super().__init__(FitProvider(), name, props, opts)

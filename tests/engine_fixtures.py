@@ -84,7 +84,7 @@ def make_stack(engine_ready: None, tmp_path: Path) -> Iterator[Callable[..., Eng
     created: list[EngineStack] = []
 
     def make(backend_url: str | None = None, extra_env: dict[str, str] | None = None,
-             platform: bool = False) -> EngineStack:  # fmt: skip
+             platform: bool = False) -> EngineStack:
         """``platform``: keep the dev stack's platform (see `dev_config`)."""
         project = copy_project(tmp_path / f"project-{len(created)}")
         name = f"t{uuid.uuid4().hex[:8]}"

@@ -117,7 +117,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 "ignoreChanges": list(opts.ignore_changes or []),
                 "additionalSecretOutputs": list(opts.additional_secret_outputs or []),
             },
-        )  # fmt: skip
+        )
 
     def finish(self) -> None:
         for r in self.resources:
@@ -133,7 +133,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
     def kind(self, kind: str) -> list[Registered]:
         """Kubernetes objects by kind (typed resources and CustomResources alike)."""
         return [r for r in self.resources
-                if r.custom and (r.inputs.get("kind") == kind or r.type.endswith(f":{kind}"))]  # fmt: skip
+                if r.custom and (r.inputs.get("kind") == kind or r.type.endswith(f":{kind}"))]
 
     def named(self, name: str) -> Registered:
         found = [r for r in self.resources if r.name == name]
@@ -186,7 +186,7 @@ def _dispatch(args: pulumi.ResourceTransformationArgs) -> None:
 
 def run(build: Callable[[], T], outputs: Callable[[T], dict[str, Any]] | None = None, *,
         preview: bool = False, stack: str = "test", expect_error: bool = False,
-        stack_outputs: dict[str, Any] | None = None) -> Harness[T]:  # fmt: skip
+        stack_outputs: dict[str, Any] | None = None) -> Harness[T]:
     """Build resources under fresh mocks and wait for every registration.
 
     ``outputs(result)`` may return a dict of Outputs; their resolved values land in
@@ -293,7 +293,7 @@ CPU = {
 
 
 def stack_doc(*models: dict[str, Any], backend: str = "kserve", installed: bool = True,
-              **overrides: Any) -> dict[str, Any]:  # fmt: skip
+              **overrides: Any) -> dict[str, Any]:
     """A stack document with an H100 pool (3 nodes x 8), every platform piece already installed."""
     doc: dict[str, Any] = {
         "cluster": {"mode": "render", "renderDir": "rendered/test"},
@@ -303,7 +303,7 @@ def stack_doc(*models: dict[str, Any], backend: str = "kserve", installed: bool 
                      for k, v in Platform().model_dump(by_alias=True).items() if isinstance(v, dict)},
         "serving": {"backend": backend, "allowCpu": True},
         "models": [dict(m) for m in models],
-    }  # fmt: skip
+    }
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(doc.get(key), dict):
             doc[key] = {**doc[key], **value}

@@ -51,7 +51,7 @@ def objects(h: Harness[Any]) -> list[K8sObject]:
     """Every custom resource the program registered, with its inputs and ``protect`` option."""
     return [K8sObject(type=r.type, props=r.manifest() if r.type.startswith("kubernetes:") else r.inputs,
                       urn=r.urn, protect=bool(r.options.get("protect")))
-            for r in h.resources if r.custom]  # fmt: skip
+            for r in h.resources if r.custom]
 
 
 @cache

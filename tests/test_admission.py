@@ -49,7 +49,7 @@ H100_NODE = {"cpu": "191450m", "memory": "2095697Mi"}
 
 
 def planned(doc: dict[str, Any], cluster: ClusterState | None = None, previous: dict[str, Any] | None = None,
-            ec2: Any = None) -> Any:  # fmt: skip
+            ec2: Any = None) -> Any:
     """The plan the program makes of `doc` (plain data; the program tests below check what it logs)."""
     from tkf_infra.plan import plan_fleet
     from tkf_infra.program import ec2_facts
@@ -83,7 +83,7 @@ def kube(**kw: Any) -> dict[str, Any]:
 
 def live(name: str, *, ready: bool = True, cordoned: bool = False, taints: tuple[dict[str, str], ...] = (),
          labels: dict[str, str] | None = None, cpu: str = "191450m", memory: str = "2095697Mi",
-         gpus: str = "8") -> LiveNode:  # fmt: skip
+         gpus: str = "8") -> LiveNode:
     return LiveNode(name, labels or {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, taints,
                     {"cpu": cpu, "memory": memory, "nvidia.com/gpu": gpus, "pods": "110"}, ready, cordoned)
 

@@ -27,14 +27,14 @@ from tkf_infra.config.reader import read_api_keys
 OLD, NEW = "sk-old-3f9a1c7e5b", "sk-new-8d2e4a6c0f"
 #: (apiKey, apiKeyNext, apiKeyPrevious) of each step of docs/operations.md, from one key to the other.
 STEPS = {"before": (OLD, None, None), "next-accepted": (OLD, NEW, None), "previous-accepted": (NEW, None, OLD),
-         "after": (NEW, None, None)}  # fmt: skip
+         "after": (NEW, None, None)}
 WORKLOAD_KINDS = ("LLMInferenceService", "Deployment", "LeaderWorkerSet")
 
 
 def build(step: str, backend: str, *models: dict[str, Any]) -> Harness[Any]:
     current, nxt, prev = STEPS[step]
     h = program(stack_doc(*(models or (SINGLE_GPU, CPU, MULTI_NODE)), backend=backend), api_key=current,
-                api_key_next=nxt, api_key_previous=prev)  # fmt: skip
+                api_key_next=nxt, api_key_previous=prev)
     assert h.error is None, h.error
     return h
 
@@ -90,7 +90,7 @@ def test_pods_roll_when_the_accepted_set_changes_and_only_then(rotation: dict[st
     assert specs["previous-accepted"] == specs["next-accepted"]
     for name in specs["before"]:
         digests = {step: {a[API_KEYS_ANNOTATION] for a in pod_annotations(workloads(h)[name])}
-                   for step, h in rotation.items()}  # fmt: skip
+                   for step, h in rotation.items()}
         assert all(len(d) == 1 for d in digests.values()), digests
         before, adding, switched, after = (d.pop() for d in digests.values())
         assert len({before, adding, after}) == 3 and switched == adding, name
@@ -105,7 +105,7 @@ def test_the_second_key_reaches_the_serving_container_by_reference_only(rotation
                 c = main(pod)
                 env = {e["name"]: e for e in c["env"]}
                 assert env[API_KEY_ENV]["valueFrom"] == {"secretKeyRef": {"name": API_KEY_SECRET,
-                                                                          "key": API_KEY_SECRET_KEY}}  # fmt: skip
+                                                                          "key": API_KEY_SECRET_KEY}}
                 assert (API_KEY_EXTRA_ENV in env) is two, (step, name, role)
                 if two:
                     assert env[API_KEY_EXTRA_ENV]["valueFrom"] == {"secretKeyRef": {
@@ -134,7 +134,7 @@ def test_the_secret_holds_the_gateways_key_and_a_rotations_second_key(rotation: 
     keys = {step: set(d) for step, d in data.items()}
     assert keys == {"before": {API_KEY_SECRET_KEY}, "next-accepted": {API_KEY_SECRET_KEY, API_KEY_EXTRA_SECRET_KEY},
                     "previous-accepted": {API_KEY_SECRET_KEY, API_KEY_EXTRA_SECRET_KEY},
-                    "after": {API_KEY_SECRET_KEY}}  # fmt: skip
+                    "after": {API_KEY_SECRET_KEY}}
     for h in rotation.values():
         assert set(secret(h).options["additionalSecretOutputs"]) >= {"data", "stringData"}
 
@@ -156,14 +156,14 @@ def test_outputs_tell_the_gateway_which_key_and_where_the_rotation_is(monkeypatc
         assert rotation == {"step": "none" if step in ("before", "after") else step,
                             "acceptedKeys": 2 if nxt or prev else 1,
                             "acceptedKeysDigest": keys_digest(tuple(k for k in (current, nxt, prev) if k)),
-                            "gatewayKeyDigest": keys_digest((current,))}  # fmt: skip
+                            "gatewayKeyDigest": keys_digest((current,))}
         assert OLD not in json.dumps(rotation) and NEW not in json.dumps(rotation)
 
 
 def test_key_problems_are_reported_at_once_without_the_values() -> None:
     bad = "has space'$(x)"
     problems = key_problems({"apiKey": None, "apiKeyNext": bad, "apiKeyPrevious": "-leading-dash"},
-                            is_secret=lambda name: name != "apiKeyNext")  # fmt: skip
+                            is_secret=lambda name: name != "apiKeyNext")
     text = "\n".join(str(p) for p in problems)
     assert "tkf-infra: apiKeyNext: may contain only letters, digits" in text
     assert "tkf-infra: apiKeyPrevious: may contain only" in text
@@ -183,7 +183,7 @@ def engine_config() -> Iterator[None]:
 
 def test_the_program_reads_the_three_secrets_and_refuses_a_plaintext_one(engine_config: None) -> None:
     pulumi.runtime.set_all_config({"tkf-infra:apiKey": OLD, "tkf-infra:apiKeyNext": NEW},
-                                  ["tkf-infra:apiKey", "tkf-infra:apiKeyNext"])  # fmt: skip
+                                  ["tkf-infra:apiKey", "tkf-infra:apiKeyNext"])
     keys = read_api_keys()
     assert keys is not None and keys.accepted == (OLD, NEW) and keys.rotation.value == "next-accepted"
     pulumi.runtime.set_all_config({"tkf-infra:apiKey": OLD, "tkf-infra:apiKeyPrevious": NEW}, ["tkf-infra:apiKey"])

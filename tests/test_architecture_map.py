@@ -53,6 +53,6 @@ def test_every_module_path_the_map_names_exists() -> None:
 
     text = DOC.read_text()
     paths = set(re.findall(r"`((?:tkf_infra|components|providers|policy|bench|scripts|tests|examples)/[\w/]+\.py)",
-                           text))  # fmt: skip
+                           text))
     gone = sorted(p for p in paths if not (ROOT / p).exists())
     assert paths and not gone, f"docs/architecture.md names modules that do not exist: {', '.join(gone)}"

@@ -54,7 +54,7 @@ def _env(c: Any) -> list[dict[str, Any]]:
     for v in c.env:
         ref = v.value_from.secret_key_ref if v.value_from else None
         out.append({"name": v.name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}} if ref
-                   else {"name": v.name, "value": v.value})  # fmt: skip
+                   else {"name": v.name, "value": v.value})
     return out
 
 
@@ -89,7 +89,7 @@ PROFILES = {"single-gpu": SINGLE_GPU, "multi-node": MULTI_NODE, "cpu": CPU}
 @pytest.mark.parametrize("backend", PATHS)
 @pytest.mark.parametrize("profile", PROFILES)
 def test_every_hostile_value_arrives_as_written_and_runs_nothing(backend: str, profile: str, bin_dir: Path,
-                                                                 tmp_path: Path) -> None:  # fmt: skip
+                                                                 tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     for template in HOSTILE:
         value = template.format(marker=marker) if "{marker}" in template else template
@@ -104,16 +104,16 @@ def test_every_hostile_value_arrives_as_written_and_runs_nothing(backend: str, p
 def test_a_json_flag_of_the_table_arrives_intact_on_kserve(bin_dir: Path) -> None:
     """The issue's case: KServe's eval split `--speculative-config` JSON at its spaces."""
     e = validate_catalog(stack_doc({**SINGLE_GPU, "speculativeConfig": {"method": "ngram", "num_speculative_tokens":
-                                                                           3}})).models[0]  # fmt: skip
+                                                                           3}})).models[0]
     argv = kserve_argv(e, bin_dir, {})
     assert argv[argv.index("--speculative-config") + 1] == va.kserve_args(e)[va.kserve_args(e).index(
-        "--speculative-config") + 1]  # fmt: skip
+        "--speculative-config") + 1]
 
 
 @pytest.mark.parametrize("profile", ["single-gpu", "multi-node"])
 @pytest.mark.parametrize("backend", PATHS)
 def test_a_rotations_two_keys_arrive_as_two_words_whatever_they_hold(backend: str, profile: str, bin_dir: Path,
-                                                                     tmp_path: Path) -> None:  # fmt: skip
+                                                                     tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     keys = {va.API_KEY_ENV: f"k1 $(touch {marker})", va.API_KEY_EXTRA_ENV: "k2'\"`;"}
     e = entry(PROFILES[profile], "{}")

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHARTS = ROOT / "components" / "data" / "charts"
 EKS: dict[str, Any] = {"name": "p5", "kind": "eks", "instanceType": "p4d.24xlarge", "gpusPerNode": 8, "nodeCount": 2,
        "clusterName": "fleet", "nodeRoleArn": "arn:aws:iam::123456789012:role/nodes", "subnetIds": ["subnet-1"],
-       "labels": {"team": "llm"}}  # fmt: skip
+       "labels": {"team": "llm"}}
 
 
 @pytest.fixture()
@@ -89,7 +89,7 @@ def test_eks_pool_errors_name_the_pool_and_the_fix(ec2: Any) -> None:
 
 def test_existing_pool_without_nodes_creates_nothing_but_selects_and_tolerates() -> None:
     p = pool("h100", gpuProduct="H100-80GB", gpusPerNode=8, nodeCount=2, labels={"tier": "gpu"},
-             taints=[{"key": "dedicated", "value": "llm"}], gpuMemoryGiB=79.5)  # fmt: skip
+             taints=[{"key": "dedicated", "value": "llm"}], gpuMemoryGiB=79.5)
     facts = resolve_pool(p, {}, shared=True)
     assert facts.node_selector == {"tier": "gpu", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-SHARED"}
     assert list(facts.tolerations) == [
@@ -185,7 +185,7 @@ def test_prerequisites_install_upstream_charts_in_dependency_order() -> None:
     h = prereqs(Platform(), pipeline_parallel_preset=True)
     c = charts(h)
     assert set(c) == {"cert-manager", "kserve-llmisvc-crd", "kserve-llmisvc-resources", "kserve-runtime-configs",
-                      "lws"}  # fmt: skip
+                      "lws"}
     assert c["kserve-llmisvc-crd"].inputs["chart"] == "oci://ghcr.io/kserve/charts/kserve-llmisvc-crd"
     assert all(r.inputs["version"] == "v0.20.0" for n, r in c.items() if n.startswith("kserve"))
     assert c["cert-manager"].inputs["repositoryOpts"] == {"repo": "https://charts.jetstack.io"}
@@ -205,7 +205,7 @@ def test_prerequisites_install_upstream_charts_in_dependency_order() -> None:
     assert waits_on(h, c["kserve-llmisvc-crd"]) == {"cert-manager"}
     assert waits_on(h, gateway) == waits_on(h, c["lws"]) == {"kserve-llmisvc-crd"}
     assert waits_on(h, c["kserve-llmisvc-resources"]) == {"cert-manager", "kserve-llmisvc-crd", "lws",
-                                                          "prereq-gateway-api"}  # fmt: skip
+                                                          "prereq-gateway-api"}
     assert waits_on(h, c["kserve-runtime-configs"]) == {"kserve-llmisvc-resources"}
     preset = next(r for r in h.resources if r.inputs.get("kind") == "LLMInferenceServiceConfig")
     assert waits_on(h, preset) == {"kserve-llmisvc-resources", "kserve-runtime-configs"}
@@ -267,7 +267,7 @@ def test_vllm_backend_needs_only_leader_worker_set() -> None:
 def test_no_component_child_without_parent() -> None:
     h = prereqs(Platform(), pipeline_parallel_preset=True)
     assert all(r.parent == "tkf:platform:ServingPrerequisites::prereq" for r in h.resources
-               if r.type != "tkf:platform:ServingPrerequisites")  # fmt: skip
+               if r.type != "tkf:platform:ServingPrerequisites")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -331,7 +331,7 @@ def test_a_chart_path_that_holds_no_chart_is_refused_at_load_for_every_piece() -
                         "certManager": {"version": "v1.21.1", "chartPath": "charts/cert-manager"},
                         "kserve": {"version": "v0.20.0", "chartPath": lws},  # a chart, not KServe's folder of three
                         "gatewayApi": {"version": "v1.5.1", "chartPath": lws},  # YAML files, but no Gateway API CRD
-                        "lws": {"version": "v0.8.0", "chartPath": lws}}}  # fmt: skip
+                        "lws": {"version": "v0.8.0", "chartPath": lws}}}
     text = settings_problems(doc)
     assert "platform.gpuOperator.chartPath '/nowhere/gpu-operator' (/nowhere/gpu-operator) is not a chart" in text
     assert f"platform.certManager.chartPath 'charts/cert-manager' ({ROOT / 'charts/cert-manager'}) is not" in text

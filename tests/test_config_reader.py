@@ -37,7 +37,7 @@ REV = "0" * 40
 
 #: Every real config in the repository's test data (tests/data/SOURCES.md names each source).
 CONFIG_PATHS = sorted(p for d in ("configs", "models/configs", "calibration/configs")
-                      for p in (DATA / d).glob("*.json") if p.name != "INDEX.json")  # fmt: skip
+                      for p in (DATA / d).glob("*.json") if p.name != "INDEX.json")
 #: Real configs the physics refuses by design, each for the per-layer structure it names.
 REFUSED_BY_DESIGN = {"mlx-community__OpenELM-1_1B-Instruct-4bit.json": "num_transformer_layers"}
 

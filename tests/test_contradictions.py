@@ -56,7 +56,7 @@ def test_the_step_budget_is_named_with_the_entrys_other_problems() -> None:
 
 def test_a_step_budget_equal_to_the_batch_or_left_to_vllm_passes() -> None:
     cat = validate_catalog(stack_doc({**SINGLE_GPU, "maxNumSeqs": 64, "maxNumBatchedTokens": 64},
-                                     {**SIBLING, "maxNumSeqs": 4096}))  # fmt: skip
+                                     {**SIBLING, "maxNumSeqs": 4096}))
     assert not cat.rejected
 
 
@@ -65,14 +65,14 @@ def test_without_chunked_prefill_a_prompt_must_fit_one_step(off: str) -> None:
     """vllm/config/scheduler.py@v0.32.0:314-326: with chunked prefill off, max_num_batched_tokens < max_model_len
     is refused at start-up. Any spelling vLLM's parser reads as the flag counts."""
     msg = rejected_text(stack_doc({**SINGLE_GPU, "maxModelLen": 8192, "maxNumBatchedTokens": 4096,
-                                   "extraArgs": [off]}, SIBLING))  # fmt: skip
+                                   "extraArgs": [off]}, SIBLING))
     assert "maxNumBatchedTokens 4096 is below maxModelLen 8192 while extraArgs turn chunked prefill off" in msg
     assert "raise maxNumBatchedTokens to at least 8192, lower maxModelLen to 4096, or drop" in msg
 
 
 def test_with_chunked_prefill_on_a_step_budget_below_the_context_passes() -> None:
     cat = validate_catalog(stack_doc({**SINGLE_GPU, "maxModelLen": 8192, "maxNumBatchedTokens": 4096,
-                                      "extraArgs": ["--enable-chunked-prefill"]}))  # fmt: skip
+                                      "extraArgs": ["--enable-chunked-prefill"]}))
     assert not cat.rejected
 
 
@@ -92,7 +92,7 @@ def test_mtp_on_a_checkpoint_with_mtp_layers_is_not_this_rules() -> None:
 
     deepseek = next(f for f in LOCK.entries.values() if f.repo == "deepseek-ai/DeepSeek-V3")
     entry = validate_catalog(stack_doc({**SINGLE_GPU, "repo": deepseek.repo, "revision": deepseek.revision,
-                                        "speculativeConfig": {"method": "mtp"}})).models[0]  # fmt: skip
+                                        "speculativeConfig": {"method": "mtp"}})).models[0]
     assert _speculative_problem(entry, deepseek) is None
     qwen = LOCK.get(str(SINGLE_GPU["repo"]), str(SINGLE_GPU["revision"]))
     assert qwen is not None and _speculative_problem(entry, qwen) is not None
@@ -145,7 +145,7 @@ def test_a_pool_labelled_with_its_own_part_keeps_the_label_its_nodes_carry() -> 
 def test_an_eks_pool_labelled_with_another_part_than_ec2_reports_is_refused() -> None:
     eks = {"name": "p5", "kind": "eks", "instanceType": "p5.48xlarge", "gpusPerNode": 8, "clusterName": "c",
            "nodeRoleArn": "arn:aws:iam::123456789012:role/nodes", "subnetIds": ["subnet-0abc"],
-           "labels": {GPU_PRODUCT_LABEL: "NVIDIA-L40S"}}  # fmt: skip
+           "labels": {GPU_PRODUCT_LABEL: "NVIDIA-L40S"}}
     doc = stack_doc({**SINGLE_GPU, "nodePool": "p5"}, SIBLING,
                     nodePools=[eks, {"name": "h100", "gpuProduct": "H100-80GB", "gpusPerNode": 8}])
     info = InstanceGpus("p5.48xlarge", "H100", "NVIDIA", 8, 81559, lookup_gpu("H100-80GB"))
@@ -180,7 +180,7 @@ def test_a_memory_override_within_the_part_is_used() -> None:
 
 def test_a_vllm_version_that_contradicts_the_image_tag_is_refused() -> None:
     msg = stack_error(stack_doc(SINGLE_GPU, serving={"vllmImage": "vllm/vllm-openai:v0.32.0",
-                                                     "vllmVersion": "0.19.0"}))  # fmt: skip
+                                                     "vllmVersion": "0.19.0"}))
     assert "serving.vllmVersion '0.19.0' contradicts serving.vllmImage 'vllm/vllm-openai:v0.32.0'" in msg
     assert "whose tag is vLLM 0.32.0" in msg and "remove vllmVersion" in msg
 
@@ -188,13 +188,13 @@ def test_a_vllm_version_that_contradicts_the_image_tag_is_refused() -> None:
 @pytest.mark.parametrize("version", ["0.32.0", "v0.32.0", "0.32"])
 def test_a_vllm_version_that_agrees_with_the_tag_passes(version: str) -> None:
     cat = validate_catalog(stack_doc(SINGLE_GPU, serving={"vllmImage": "vllm/vllm-openai:v0.32.0",
-                                                          "vllmVersion": version}))  # fmt: skip
+                                                          "vllmVersion": version}))
     assert cat.settings.serving.version == version
 
 
 def test_a_cpu_model_on_a_cpu_image_of_another_release_is_left_out() -> None:
     cpu = {"name": "tiny", "repo": "Qwen/Qwen2.5-0.5B-Instruct", "revision": "7ae557604adf67be50417f59c2c2f167def9a775",
-           "servedName": "tiny", "gpusPerNode": 0, "maxModelLen": 4096}  # fmt: skip
+           "servedName": "tiny", "gpusPerNode": 0, "maxModelLen": 4096}
     serving = {"vllmImage": "vllm/vllm-openai:v0.32.0",
                "vllmCpuImage": "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v0.19.0"}
     cat = validate_catalog(stack_doc(cpu, SIBLING, serving=serving))

@@ -65,7 +65,7 @@ def emitted(backend: str) -> list[Registered]:
     h = program(stack_doc(*models, backend=backend, installed=False), api_key="k")
     assert h.error is None, h.error
     return [r for r in h.resources if r.custom and r.type.startswith("kubernetes:") and "helm.sh" not in r.type
-            and "yaml/v2" not in r.type]  # fmt: skip
+            and "yaml/v2" not in r.type]
 
 
 @pytest.fixture(scope="module", params=["kserve", "vllm"])
@@ -75,7 +75,7 @@ def objects(request: pytest.FixtureRequest) -> list[dict[str, Any]]:
 
 def test_custom_resources_match_the_crd_schema(objects: list[dict[str, Any]]) -> None:
     custom = [o for o in objects if "/" in o["apiVersion"] and o["apiVersion"].split("/")[0] in
-              {"serving.kserve.io", "leaderworkerset.x-k8s.io"}]  # fmt: skip
+              {"serving.kserve.io", "leaderworkerset.x-k8s.io"}]
     assert custom, "no custom resources emitted"
     for obj in custom:
         group, version = obj["apiVersion"].split("/")
@@ -89,7 +89,7 @@ def test_custom_resources_match_the_crd_schema(objects: list[dict[str, Any]]) ->
 def test_core_kinds_validate_offline(objects: list[dict[str, Any]]) -> None:
     core = [o for o in objects if o["kind"] in
             {"Namespace", "Secret", "Service", "ServiceAccount", "PersistentVolumeClaim", "Job", "Deployment",
-             "NetworkPolicy", "ConfigMap"}]  # fmt: skip
+             "NetworkPolicy", "ConfigMap"}]
     assert {o["kind"] for o in core} >= {"Namespace", "Service", "PersistentVolumeClaim", "Job", "NetworkPolicy"}
     for obj in core:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
@@ -98,9 +98,9 @@ def test_core_kinds_validate_offline(objects: list[dict[str, Any]]) -> None:
 def test_schema_checks_catch_bad_values_and_misspelt_fields() -> None:
     validator = crd_validator("serving.kserve.io", "LLMInferenceService", "v1alpha2")
     bad = {"apiVersion": "serving.kserve.io/v1alpha2", "kind": "LLMInferenceService", "metadata": {"name": "x"},
-           "spec": {"model": {"uri": "hf://a/b"}, "parallelism": {"tensor": 0}}}  # fmt: skip
+           "spec": {"model": {"uri": "hf://a/b"}, "parallelism": {"tensor": 0}}}
     with pytest.raises(jsonschema.ValidationError):
         validator.validate(bad)
     misspelt = {"apiVersion": "serving.kserve.io/v1alpha2", "kind": "LLMInferenceService", "metadata": {"name": "x"},
-                "spec": {"model": {"uri": "hf://a/b"}, "parallelism": {"tensorParallel": 2}}}  # fmt: skip
+                "spec": {"model": {"uri": "hf://a/b"}, "parallelism": {"tensorParallel": 2}}}
     assert pruned_fields(misspelt, validator.schema) == [".spec.parallelism.tensorParallel"]

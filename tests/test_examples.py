@@ -47,7 +47,7 @@ def test_workflow_parses_with_preview_on_pr_and_up_on_main_behind_prod_approval(
     assert jobs["preview"]["strategy"]["matrix"]["stack"] == ["dev", "prod"]
     assert jobs["up-prod"]["needs"] == "up-dev" and jobs["up-prod"]["environment"] == "prod"
     uploads = [s for j in ("up-dev", "up-prod") for s in jobs[j]["steps"]
-               if str(s.get("uses", "")).startswith("actions/upload-artifact")]  # fmt: skip
+               if str(s.get("uses", "")).startswith("actions/upload-artifact")]
     assert [u["with"]["path"] for u in uploads] == ["litellm-models.yaml"] * 2
 
 
@@ -62,7 +62,7 @@ def test_workflow_uses_only_real_cli_commands_and_options() -> None:
         used = {a for a in argv[1:] if a.startswith("-")}
         assert used <= options, f"{line!r}: unknown options {used - options}"
     other = [ln for ln in _run_lines() if re.search(r"\b(pulumi|tkf_infra|scripts/)", ln)
-             and "python -m tkf_infra" not in ln and ln != "run: scripts/setup.sh"]  # fmt: skip
+             and "python -m tkf_infra" not in ln and ln != "run: scripts/setup.sh"]
     assert all(ln == "scripts/setup.sh" for ln in other), other
 
 
@@ -77,7 +77,7 @@ def _outputs(**over: Any) -> dict[str, Any]:
     outs = {"contractVersion": CONTRACT_VERSION, "gatewayModelList": gateway_model_list(cat),
             "apiKeyEnv": "TKF_VLLM_API_KEY", "runtimeApiKey": "the-key",
             "apiKeyRotation": {"step": "none", "acceptedKeys": 1, "acceptedKeysDigest": "scrypt:aa",
-                               "gatewayKeyDigest": "scrypt:bb"}}  # fmt: skip
+                               "gatewayKeyDigest": "scrypt:bb"}}
     return {**outs, **over}
 
 
@@ -91,7 +91,7 @@ class StackRefMocks(RecordingMocks):
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
         if args.typ == "pulumi:pulumi:StackReference":
             return args.name, {"name": args.name, "outputs": self.stack_outputs,
-                               "secretOutputNames": ["runtimeApiKey"]}  # fmt: skip
+                               "secretOutputNames": ["runtimeApiKey"]}
         return super().new_resource(args)
 
 

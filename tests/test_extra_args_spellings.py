@@ -19,7 +19,7 @@ POOL = {"name": "h100", "gpuProduct": "H100-80GB", "gpusPerNode": 8, "nodeCount"
 def entries(*extra: list[str]) -> dict[str, Any]:
     """One entry per extraArgs list, plus a good sibling that must deploy."""
     models = [{"name": f"m{i}", "repo": "Qwen/Qwen3-8B", "revision": SHA, "servedName": f"m{i}", "extraArgs": args}
-              for i, args in enumerate(extra)]  # fmt: skip
+              for i, args in enumerate(extra)]
     models.append({"name": "good", "repo": "Qwen/Qwen3-8B", "revision": SHA, "servedName": "good",
                    "extraArgs": ["--enable-chunked-prefill", "--disable-log-stats"]})
     return {"nodePools": [dict(POOL)], "modelDefaults": {"nodePool": "h100", "maxModelLen": 8192}, "models": models}
@@ -60,7 +60,7 @@ def entries(*extra: list[str]) -> dict[str, Any]:
     (["--kv-cache-dtype-skip-layers", "0"], "--kv-cache-dtype-skip-layers", "kvCacheDtype"),
     (["--mamba-cache-dtype", "float32"], "--mamba-cache-dtype", "recurrent state"),
     (["--mamba-ssm-cache-dtype", "float32"], "--mamba-ssm-cache-dtype", "recurrent state"),
-])  # fmt: skip
+])
 def test_every_spelling_of_an_owned_flag_is_refused_by_name(args: list[str], word: str, owner: str) -> None:
     cat = validate_catalog(entries(args))
     assert [m.name for m in cat.models] == ["good"], "the entry is left out, its sibling deploys"
@@ -72,7 +72,7 @@ def test_every_spelling_of_an_owned_flag_is_refused_by_name(args: list[str], wor
 
 def test_the_brief_spellings_are_each_named() -> None:
     for args in (["-q", "awq"], ["--quantization=awq"], ["--quant", "awq"], ["-tp", "2"],
-                 ["--tensor_parallel_size", "2"]):  # fmt: skip
+                 ["--tensor_parallel_size", "2"]):
         (problem,) = flags.extra_args_problems(args)
         assert repr(args[0]) in problem, problem
 
@@ -81,7 +81,7 @@ def test_the_brief_spellings_are_each_named() -> None:
     ["--enable-chunked-prefill"], ["--disable-log-stats"],
     ["--override-generation-config", '{"temperature": 0.5}'],
     ["--trust-remote-code"], ["--reasoning-parser", "qwen3"], ["--chat-template=/x.jinja"],
-])  # fmt: skip
+])
 def test_flags_the_platform_does_not_own_pass(args: list[str]) -> None:
     assert flags.extra_args_problems(args) == []
 

@@ -74,7 +74,7 @@ def test_pvc_is_sized_from_the_lock_and_kept_when_the_model_goes() -> None:
 
 def test_prune_and_protect_settings_reach_the_pvc_and_namespace() -> None:
     h = build(stack_doc(SINGLE_GPU, serving={"allowCpu": True, "pruneWeightCache": True, "protect": True,
-                                             "storageClass": "fast-rwx"}))  # fmt: skip
+                                             "storageClass": "fast-rwx"}))
     pvc = next(r for r in h.resources if r.type == "kubernetes:core/v1:PersistentVolumeClaim")
     assert pvc.options["retainOnDelete"] is False and pvc.options["protect"] is True
     assert pvc.spec["storageClassName"] == "fast-rwx"
@@ -127,7 +127,7 @@ def test_k_refused_models_are_all_named_and_every_healthy_one_is_deployed() -> N
 
 def test_pool_over_capacity_is_an_error_naming_the_models() -> None:
     h = build(stack_doc(MULTI_NODE, TP4, SINGLE_GPU, nodePools=[
-        {"name": "h100", "gpuProduct": "H100-80GB", "gpusPerNode": 8, "nodeCount": 2}]))  # fmt: skip
+        {"name": "h100", "gpuProduct": "H100-80GB", "gpusPerNode": 8, "nodeCount": 2}]))
     errors = h.errors()
     assert any("nodePool h100" in e and "llama-405b 16" in e and "qwen-72b 4" in e for e in errors), errors
 

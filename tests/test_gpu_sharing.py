@@ -28,7 +28,7 @@ DOCS = Path(__file__).resolve().parents[1] / "docs" / "outputs.md"
 
 
 def mig_doc(models: list[dict[str, Any]], *, backend: str = "kserve", installed: bool = True,
-            nodes: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+            nodes: list[str] | None = None) -> dict[str, Any]:
     doc = stack_doc(backend=backend, installed=installed)
     extra = mig_settings(models, nodes=nodes)
     doc["platform"]["gpuOperator"].update({k: v for k, v in extra.pop("platform")["gpuOperator"].items()
@@ -258,7 +258,7 @@ def test_share_problems_name_the_model_the_field_and_the_fix() -> None:
      "timeSlicingReplicas is 4: the device plugin time-slices"),
     ({"nodes": []}, "must be kind existing and list its 1 node name(s) in `nodes` (it lists 0)"),
     ({"gpuProduct": "L40S"}, "L40S has no MIG profiles"),
-])  # fmt: skip
+])
 def test_a_mig_pool_that_cannot_be_carved_is_a_pool_problem(change: dict[str, Any], message: str) -> None:
     doc = mig_doc(TEN_SMALL[:1])
     if "platform" in change:

@@ -24,12 +24,12 @@ SHA = "b968826d9c46dd6066d109eabc6255188de91218"
 GOOD = {"name": "good", "repo": "Qwen/Qwen3-8B", "revision": SHA, "servedName": "good"}
 POOL = {"name": "h100", "gpuProduct": "H100-80GB", "gpusPerNode": 8, "nodeCount": 2}
 EKS = {"name": "p5", "kind": "eks", "instanceType": "p5.48xlarge", "gpusPerNode": 8, "clusterName": "c",
-       "nodeRoleArn": "arn:aws:iam::123456789012:role/nodes", "subnetIds": ["subnet-0abc"]}  # fmt: skip
+       "nodeRoleArn": "arn:aws:iam::123456789012:role/nodes", "subnetIds": ["subnet-0abc"]}
 
 
 def doc(**over: Any) -> dict[str, Any]:
     base: dict[str, Any] = {"nodePools": [dict(POOL)], "modelDefaults": {"nodePool": "h100", "maxModelLen": 8192},
-                            "models": [dict(GOOD)]}  # fmt: skip
+                            "models": [dict(GOOD)]}
     base.update(over)
     return base
 
@@ -47,7 +47,7 @@ def stack_problems(d: dict[str, Any]) -> str:
     ks.label_key_problem,
     ks.label_value_problem,
     ks.env_name_problem,
-])  # fmt: skip
+])
 def test_the_api_servers_rules_match_the_whole_name(check: Callable[[str], str | None]) -> None:
     assert check("abc") is None
     for bad in ("abc\n", "abc\r\n", "\nabc", "ab\nc"):
@@ -56,7 +56,7 @@ def test_the_api_servers_rules_match_the_whole_name(check: Callable[[str], str |
 
 
 ENTRY_FIELDS = [("name", "m\n"), ("repo", "Qwen/Qwen3-8B\n"), ("revision", SHA + "\n"), ("servedName", "m\n"),
-                ("gpuShare", "whole\n"), ("hfTokenSecret", "hf-token\n")]  # fmt: skip
+                ("gpuShare", "whole\n"), ("hfTokenSecret", "hf-token\n")]
 
 
 @pytest.mark.parametrize(("field", "value"), ENTRY_FIELDS)
@@ -93,12 +93,12 @@ POOL_FIELDS = [
     ({"nodes": ["gpu-1\n", "gpu-2"]}, "nodes", "'gpu-1\\n'"),
     ({**EKS, "name": "h100", "nodeRoleArn": "arn:aws:iam::123456789012:role/nodes\nx"}, "", "role/nodes\\nx'"),
     ({**EKS, "name": "h100", "subnetIds": ["subnet-0abc\n"]}, "", "'subnet-0abc\\n'"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("over", "field", "shown"), POOL_FIELDS)
 def test_a_trailing_newline_in_a_pool_setting_refuses_that_pool_naming_field_and_value(
-        over: dict[str, Any], field: str, shown: str) -> None:  # fmt: skip
+        over: dict[str, Any], field: str, shown: str) -> None:
     cat = validate_catalog(doc(nodePools=[{**POOL, **over}]))
     text = "\n".join(str(p) for p in cat.pool_problems)
     assert text.startswith("nodePools[0]") and shown in text, text
@@ -113,19 +113,19 @@ STACK_FIELDS = [
     ({"serving": {"vllmImage": "vllm/vllm-openai:v0.32.0\n"}}, "serving.vllmImage", "'vllm/vllm-openai:v0.32.0\\n'"),
     ({"platform": {"kserve": {"version": "v0.20.0\n"}}}, "platform.kserve.version", "'v0.20.0\\n'"),
     ({"prometheusUrl": "http://prometheus:9090\n"}, "prometheusUrl", "'http://prometheus:9090\\n'"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("over", "field", "shown"), STACK_FIELDS)
 def test_a_trailing_newline_in_a_stack_setting_stops_the_run_naming_field_and_value(
-        over: dict[str, Any], field: str, shown: str) -> None:  # fmt: skip
+        over: dict[str, Any], field: str, shown: str) -> None:
     text = stack_problems(doc(**over))
     assert f"stack settings: {field}: " in text and shown in text, text
 
 
 def test_a_secret_name_follows_the_api_servers_rule_for_secret_names() -> None:
     cat = validate_catalog(doc(models=[dict(GOOD), {**GOOD, "name": "gated", "servedName": "g",
-                                                    "hfTokenSecret": "MY_SECRET"}]))  # fmt: skip
+                                                    "hfTokenSecret": "MY_SECRET"}]))
     assert [m.name for m in cat.models] == ["good"]
     text = str(cat.rejected[0].problems[0])
     assert text.startswith("models[1] gated: hfTokenSecret: hfTokenSecret 'MY_SECRET' is not a valid Secret name"), text
@@ -154,9 +154,9 @@ def engine_config() -> Iterator[Callable[[dict[str, str], list[str]], None]]:
 
 
 def test_a_misspelt_secret_key_is_refused_with_the_nearest_key_and_never_shown(
-        engine_config: Callable[[dict[str, str], list[str]], None]) -> None:  # fmt: skip
+        engine_config: Callable[[dict[str, str], list[str]], None]) -> None:
     engine_config({"tkf-infra:apiKey": "old-key", "tkf-infra:apiKeyNxt": "new-secret-key",
-                   "tkf-infra:modelz": "[]"}, ["tkf-infra:apiKey", "tkf-infra:apiKeyNxt"])  # fmt: skip
+                   "tkf-infra:modelz": "[]"}, ["tkf-infra:apiKey", "tkf-infra:apiKeyNxt"])
     text = stack_problems(read_pulumi_config())
     assert "stack settings: apiKeyNxt: unknown key (a secret, not shown)" in text
     assert "did you mean 'apiKeyNext'?" in text
@@ -173,7 +173,7 @@ def test_an_unknown_key_anywhere_gets_the_nearest_valid_key() -> None:
     assert "platform.kserve.versoin: unknown key (value 'v0.20.0')" in text and "did you mean 'version'?" in text
     assert "modelDefault: unknown key" in text and "did you mean 'modelDefaults'?" in text
     cat = validate_catalog(doc(models=[{**GOOD, "servdName": "x", "cost": {"inputPerTokn": 1}}],
-                               nodePools=[{**POOL, "taints": [{"key": "a", "efect": "NoSchedule"}]}]))  # fmt: skip
+                               nodePools=[{**POOL, "taints": [{"key": "a", "efect": "NoSchedule"}]}]))
     entry = "\n".join(str(p) for p in cat.rejected[0].problems)
     assert "servdName: unknown key" in entry and "did you mean 'servedName'?" in entry
     assert "cost.inputPerTokn: unknown key" in entry and "did you mean 'inputPerToken'?" in entry
@@ -185,7 +185,7 @@ def test_an_unknown_key_anywhere_gets_the_nearest_valid_key() -> None:
 # -- edges: named errors, never a traceback -------------------------------------------------------------------------
 
 def test_an_eks_pool_without_an_aws_region_leaves_out_its_models_naming_the_fix(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:  # fmt: skip
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     for key in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
@@ -204,7 +204,7 @@ def test_an_eks_pool_without_an_aws_region_leaves_out_its_models_naming_the_fix(
 @pytest.mark.parametrize(("path", "expected"), [
     ("~tkf-no-such-user/charts/lws", "starts with ~tkf-no-such-user, but user 'tkf-no-such-user' is not known"),
     ("charts/lws\n", "holds a control character"),
-])  # fmt: skip
+])
 def test_a_chart_path_of_an_unknown_user_is_refused_by_name(path: str, expected: str) -> None:
     text = stack_problems(doc(platform={"lws": {"version": "0.8.0", "chartPath": path}}))
     assert f"platform.lws.chartPath {path!r} {expected}" in text, text
@@ -230,7 +230,7 @@ def test_render_mode_refuses_an_installed_cert_manager_that_kserves_chart_needs(
     # Against a cluster, or with KServe installed by its owner too, nothing needs cert-manager's CRDs in the program.
     validate_catalog(doc(platform={"certManager": {"alreadyInstalled": True}, "kserve": {"alreadyInstalled": True}}))
     validate_catalog(doc(platform={"certManager": {"alreadyInstalled": True}},
-                         cluster={"mode": "kubeconfig", "kubeconfig": "/k"}))  # fmt: skip
+                         cluster={"mode": "kubeconfig", "kubeconfig": "/k"}))
 
 
 def test_the_clis_local_catalog_reads_a_value_that_is_not_yaml_without_crashing() -> None:
@@ -254,7 +254,7 @@ def test_the_clis_local_catalog_reads_a_value_that_is_not_yaml_without_crashing(
 
 
 def test_an_empty_api_key_secret_counts_as_none_and_refuses_every_stack_but_dev(
-        engine_config: Callable[[dict[str, str], list[str]], None]) -> None:  # fmt: skip
+        engine_config: Callable[[dict[str, str], list[str]], None]) -> None:
     from tkf_infra.config.api_keys import missing_key_problem
     from tkf_infra.config.reader import read_api_keys
 

@@ -98,7 +98,7 @@ class FakeHub(BaseHTTPRequestHandler):
             body = json.dumps({
                 "id": repo, "sha": sha, "gated": "manual" if repo == "org/gated" else False, "private": False,
                 "siblings": [{"rfilename": f, "size": len(b)} for f, b in FILES.items()],
-            }).encode()  # fmt: skip
+            }).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))

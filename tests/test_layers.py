@@ -84,7 +84,7 @@ def test_the_contract_round_trips_and_gives_the_fleet_its_pools_and_pieces() -> 
     ({"contractVersion": "1"}, "contractVersion: is '1', not a version number"),
     ({"contractVersion": 1.5}, "contractVersion: is 1.5, not a version number"),
     ({"nodePools": "h100"}, "nodePools"),
-])  # fmt: skip
+])
 def test_a_contract_the_fleet_cannot_use_is_refused_by_name(change: dict[str, Any], expected: str) -> None:
     value = {**contract_of(env_doc()), **change}
     with pytest.raises(SettingsError) as err:
@@ -97,7 +97,7 @@ def test_a_contract_the_fleet_cannot_use_is_refused_by_name(change: dict[str, An
 
 
 def _fleet(doc: dict[str, Any], platform: dict[str, Any], *, dry_run: bool = False,
-           own: dict[str, Any] | None = None) -> LayerRun:  # fmt: skip
+           own: dict[str, Any] | None = None) -> LayerRun:
     table = {"test-platform": {pc.PLATFORM_CONTRACT_OUTPUT: platform}, **({"test": own} if own else {})}
     return prepare("test", doc, dry_run=dry_run, read_outputs=outputs_from(table))
 
@@ -186,7 +186,7 @@ def _program(stack: str, settings: dict[str, Any], doc: dict[str, Any], table: d
     def build() -> Any:
         return run_program(Edge(settings=settings, lock=load_lock(), api_keys=ApiKeys("unit-test-key"),
                                 read_api_key=False, stack_outputs=outputs_from(table),
-                                env_file={"test": doc}.get))  # fmt: skip
+                                env_file={"test": doc}.get))
 
     return run(build, stack=stack, expect_error=True)
 
@@ -232,5 +232,5 @@ def test_split_moves_the_platform_components_and_everything_under_them_only() ->
                  {"urn": prereq, "type": "tkf:platform:ServingPrerequisites", "parent": stack},
                  {"urn": chart, "type": "kubernetes:helm.sh/v4:Chart", "parent": prereq},
                  {"urn": crd, "type": "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition", "parent": chart},
-                 {"urn": model, "type": "tkf:serving:ModelServing", "parent": stack}]  # fmt: skip
+                 {"urn": model, "type": "tkf:serving:ModelServing", "parent": stack}]
     assert platform_urns(resources) == [prereq, chart, crd]

@@ -44,10 +44,10 @@ def test_failures_name_their_cause() -> None:
     assert "ConfigNotFound" in judge("m", Workload(llmisvc=isvc)).reason
     kserve = {"status": {"conditions": [cond("MainWorkloadReady", "False", "",
                                              'failed to reconcile main workload: deployments.apps "m-kserve" '
-                                             "already exists")]}}  # fmt: skip
+                                             "already exists")]}}
     assert judge("m", Workload(llmisvc=kserve, job=COMPLETE)).phase is Phase.FAILED
     waiting = {"status": {"conditions": [cond("MainWorkloadReady", "False", "MinimumReplicasUnavailable",
-                                              "Deployment does not have minimum availability.")]}}  # fmt: skip
+                                              "Deployment does not have minimum availability.")]}}
     assert judge("m", Workload(llmisvc=waiting, workload=deployment(1, 0), job=COMPLETE)).phase is Phase.PENDING
     stalled = deployment(1, 0, cond("Progressing", "False", "ProgressDeadlineExceeded", "ReplicaSet timed out"))
     assert judge("m", Workload(workload=stalled, job=COMPLETE)).phase is Phase.FAILED

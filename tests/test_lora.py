@@ -83,7 +83,7 @@ def vllm_slot_shapes(cfg: dict[str, Any], n: int, r: int, tp: int, embedding: bo
                                                  ((CPU["repo"], CPU["revision"]), False)])
 @pytest.mark.parametrize("n, r, tp", [(1, 8, 1), (4, 16, 1), (8, 64, 2), (3, 32, 4)])
 def test_slots_are_vllms_tensors_at_max_loras_and_max_rank(repo_rev: tuple[str, str], embedding: bool,
-                                                           n: int, r: int, tp: int) -> None:  # fmt: skip
+                                                           n: int, r: int, tp: int) -> None:
     facts = LOCK.get(*repo_rev)
     assert facts is not None
     cfg = facts.text_config()
@@ -252,7 +252,7 @@ def test_a_good_adapter_deploys_with_its_base_sized_with_the_slots() -> None:
     ({"target_modules": ".*proj"}, "is the pattern '.*proj'"),
 ])
 def test_a_bad_adapter_is_refused_by_name_and_its_base_deploys_with_the_others(config: dict[str, Any],
-                                                                              expected: str) -> None:  # fmt: skip
+                                                                              expected: str) -> None:
     lock = lock_with(adapter_facts("org/qwen-sql", QWEN3, **config),
                      adapter_facts("org/qwen-chat", QWEN3, revision="2" * 40))
     chat = adapter("chat", repo="org/qwen-chat", revision="2" * 40)

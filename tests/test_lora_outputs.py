@@ -82,7 +82,7 @@ def test_both_backends_serve_the_adapters_from_the_cache_and_wait_for_them(backe
 
 
 def test_the_gateway_gets_one_entry_per_adapter_at_the_base_url_and_the_base_price_unless_its_own(
-        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+        monkeypatch: pytest.MonkeyPatch) -> None:
     import pulumi
 
     from tests.mocks import program

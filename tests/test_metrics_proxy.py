@@ -62,7 +62,7 @@ def test_every_api_serving_pod_runs_the_sidecar_from_its_own_image(backend: str)
         assert sidecar["image"] == main["image"]
         assert sidecar["command"] == ["python3", "-c", Path(metrics_proxy.__file__).read_text(),
                                       "--listen", f"0.0.0.0:{METRICS_PORT}",
-                                      "--upstream", f"http://127.0.0.1:{SERVING_PORT}/metrics"]  # fmt: skip
+                                      "--upstream", f"http://127.0.0.1:{SERVING_PORT}/metrics"]
         assert sidecar["ports"] == [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
         # No probes: a metrics hiccup must never take the model out of its Service.
         assert not any(p in sidecar for p in PROBES)
@@ -112,7 +112,7 @@ def _run_sidecar(upstream_port: int, workdir: Path) -> Any:
     command = next(c for c in pod["containers"] if c["name"] == "metrics")["command"]
     port = free_port()
     argv = [sys.executable if w == "python3" else w.replace(f":{METRICS_PORT}", f":{port}")
-            .replace(f":{SERVING_PORT}/", f":{upstream_port}/") for w in command]  # fmt: skip
+            .replace(f":{SERVING_PORT}/", f":{upstream_port}/") for w in command]
     assert argv[:2] == [sys.executable, "-c"] and argv[3:] == [
         "--listen", f"0.0.0.0:{port}", "--upstream", f"http://127.0.0.1:{upstream_port}/metrics"]
     return start_service("metrics", argv, {}, port=port, health_path="/metrics", workdir=workdir, check_shm=False)
@@ -131,7 +131,7 @@ def test_the_sidecar_forwards_get_metrics_and_nothing_else(upstream: ThreadingHT
         assert httpx.head(f"{sidecar.url}/metrics").status_code == 200
         _Upstream.seen.clear()
         for path in ("/invocations", "/tokenize", "/v1/chat/completions", "/health", "/metrics/../invocations",
-                     "/metricsx", "/"):  # fmt: skip
+                     "/metricsx", "/"):
             for method in ("GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"):
                 status = httpx.request(method, f"{sidecar.url}{path}", content=b"{}").status_code
                 assert status == 404, (method, path, status)
@@ -159,7 +159,7 @@ def test_the_sidecar_needs_only_the_images_python() -> None:
     """Standard library only, and no syntax newer than Python 3.10 (the vLLM images ship 3.12)."""
     source = Path(metrics_proxy.__file__).read_text()
     imported = {line.split()[1].split(".")[0] for line in source.splitlines()
-                if line.startswith(("import ", "from ")) and "__future__" not in line}  # fmt: skip
+                if line.startswith(("import ", "from ")) and "__future__" not in line}
     assert imported <= set(sys.stdlib_module_names), imported
     ast.parse(source, feature_version=(3, 10))
     subprocess.run([sys.executable, "-c", source, "--help"], check=True, capture_output=True)

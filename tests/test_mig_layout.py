@@ -33,7 +33,7 @@ FILTER_BOARDS = {
     frozenset({"0x233510DE", "0x233B10DE"}): ("H200", "H200-NVL"),
     frozenset({"0x232110DE", "0x233A10DE"}): ("H100-NVL",),
     frozenset({"0x290110DE"}): ("B200",),
-}  # fmt: skip
+}
 
 
 def default_geometries() -> list[tuple[str, str, dict[str, int]]]:
@@ -66,7 +66,7 @@ def test_the_default_config_covers_every_board_and_profile_of_the_table() -> Non
 
 
 @pytest.mark.parametrize(("config", "board", "geometry"), GEOMETRIES,
-                         ids=[f"{c}-{b}" for c, b, _ in GEOMETRIES])  # fmt: skip
+                         ids=[f"{c}-{b}" for c, b, _ in GEOMETRIES])
 def test_every_nvidia_geometry_places_on_its_board(config: str, board: str, geometry: dict[str, int]) -> None:
     table = mig_board(board)
     assert table is not None
@@ -86,7 +86,7 @@ def test_every_nvidia_geometry_places_on_its_board(config: str, board: str, geom
     ({"3g.20gb": 1, "2g.10gb": 1, "1g.10gb": 2}, False),  # 4 + 2 + 2 + 2 memory slices
     ({"1g.10gb": 5}, False),                # 1g.10gb takes two memory slices: at most 4
     ({"7g.40gb": 1, "1g.5gb": 1}, False),
-])  # fmt: skip
+])
 def test_placement_rules_match_the_mig_user_guide(geometry: dict[str, int], valid: bool) -> None:
     board = mig_board("A100-40GB")
     assert board is not None

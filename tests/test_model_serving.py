@@ -193,9 +193,9 @@ def test_network_policy_admits_the_gateway_to_8000_and_monitoring_to_the_metrics
     assert pol.metadata["name"] == "qwen3-8b-netpol"
     rules = pol.spec["ingress"]
     by_source = {r["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]: r["ports"]
-                 for r in rules}  # fmt: skip
+                 for r in rules}
     assert by_source == {"llm-gateway": [{"protocol": "TCP", "port": 8000}],
-                         "monitoring": [{"protocol": "TCP", "port": 9000}]}  # fmt: skip
+                         "monitoring": [{"protocol": "TCP", "port": 9000}]}
     assert len(rules) == 2
 
 
@@ -211,7 +211,7 @@ def test_api_key_is_a_secret_reference_never_plaintext() -> None:
     assert API_KEY not in str(h.values)
     env = main(workload(h, "qwen3-8b").spec["template"])["env"]
     assert {"name": "VLLM_API_KEY",
-            "valueFrom": {"secretKeyRef": {"name": "vllm-api-key", "key": "api-key"}}} in env  # fmt: skip
+            "valueFrom": {"secretKeyRef": {"name": "vllm-api-key", "key": "api-key"}}} in env
 
 
 def test_the_workload_waits_for_the_fit_check_the_namespace_and_its_network_policy() -> None:

@@ -38,21 +38,21 @@ RERANK_PRICE = 0.00000002  # USD per token
 EMBED = {"name": "e5-large", "repo": "intfloat/multilingual-e5-large",
          "revision": "3d7cfbdacd47fdda877c5cd8a79fbcc4f2a574f3", "servedName": "multilingual-e5-large",
          "nodePool": "h100", "maxModelLen": 512, "mode": "embedding",
-         "cost": {"inputPerToken": 0.00000001}}  # fmt: skip
+         "cost": {"inputPerToken": 0.00000001}}
 RERANK = {"name": "bge-reranker", "repo": "BAAI/bge-reranker-v2-m3",
           "revision": "953dc6f6f85a1b2dbfca4c34a2796e7dde08d41e", "servedName": "bge-reranker-v2-m3",
           "nodePool": "h100", "maxModelLen": 8192, "mode": "rerank",
-          "cost": {"inputPerToken": RERANK_PRICE}}  # fmt: skip
+          "cost": {"inputPerToken": RERANK_PRICE}}
 CHAT = {**SINGLE_GPU, "enableAutoToolChoice": True, "toolCallParser": "hermes",
-        "cost": {"inputPerToken": 0.0000001, "outputPerToken": 0.0000004}}  # fmt: skip
+        "cost": {"inputPerToken": 0.0000001, "outputPerToken": 0.0000004}}
 
 ENDPOINT_KEYS = {"name", "servedName", "baseUrl", "model", "mode", "profile", "gpus", "nodePool", "replicas",
-                 "maxContext", "namespace"}  # fmt: skip
+                 "maxContext", "namespace"}
 FIT_KEYS = {wire_name(f) for f in FitFigures.model_fields}
 GATEWAY_KEYS = {"model_name", "litellm_params", "model_info"}
 PARAMS_KEYS = {"model", "api_base", "api_key"}
 INFO_KEYS = {"id", "mode", "input_cost_per_token", "output_cost_per_token", "max_input_tokens",
-             "supports_function_calling"}  # fmt: skip
+             "supports_function_calling"}
 REJECTED_KEYS = {"index", "name", "stage", "reasons", "refusals", "kept"}
 EXPORTED = {"contractVersion", "endpoints", "gatewayModelList", "rejected", "problems", "deployed", "apiKeyEnv",
             "gpuLayout", "runtimeApiKey", "apiKeyRotation"}
@@ -98,7 +98,7 @@ def test_api_base_is_the_alias_service_of_the_serving_namespace_ending_in_v1() -
     cat = catalog(CHAT, EMBED, RERANK, namespaces={"serving": "team-llm"})
     by_id = {e["model_info"]["id"]: e["litellm_params"]["api_base"] for e in gateway_model_list(cat)}
     assert by_id == {name: f"http://{name}-openai.team-llm.svc.cluster.local:8000/v1"
-                     for name in ("qwen3-8b", "e5-large", "bge-reranker")}  # fmt: skip
+                     for name in ("qwen3-8b", "e5-large", "bge-reranker")}
 
 
 def test_api_key_is_always_an_environment_reference_to_api_key_env() -> None:
@@ -111,7 +111,7 @@ def test_api_key_is_always_an_environment_reference_to_api_key_env() -> None:
     (CHAT, "openai/qwen3-8b"),
     (EMBED, "openai/multilingual-e5-large"),
     (RERANK, "jina_ai/bge-reranker-v2-m3"),
-])  # fmt: skip
+])
 def test_provider_prefix_follows_the_mode(entry: dict[str, Any], model: str) -> None:
     (out,) = gateway_model_list(catalog(entry))
     assert out["litellm_params"]["model"] == model
@@ -126,7 +126,7 @@ def test_costs_context_and_tool_support_are_carried_from_the_catalog() -> None:
     info = {e["model_name"]: e["model_info"] for e in gateway_model_list(catalog(CHAT, RERANK))}
     assert info["qwen3-8b"] == {"id": "qwen3-8b", "mode": "chat", "input_cost_per_token": 0.0000001,
                                 "output_cost_per_token": 0.0000004, "max_input_tokens": 8192,
-                                "supports_function_calling": True}  # fmt: skip
+                                "supports_function_calling": True}
     assert info["bge-reranker-v2-m3"]["input_cost_per_token"] == RERANK_PRICE
     assert info["bge-reranker-v2-m3"]["supports_function_calling"] is False
 
@@ -232,7 +232,7 @@ class FakeVllm(BaseHTTPRequestHandler):
             "id": "rerank-1", "model": body.get("model"), "usage": {"total_tokens": self.total_tokens},
             "results": [{"index": i, "document": {"text": d}, "relevance_score": 1.0 / (i + 1)}
                         for i, d in enumerate(docs)],
-        }).encode()  # fmt: skip
+        }).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
@@ -267,7 +267,7 @@ def _deployments(router: Any) -> list[dict[str, Any]]:
 def _rerank(litellm: Any, entry: dict[str, Any]) -> Any:
     router = litellm.Router(model_list=[entry])
     return asyncio.run(router.arerank(model=entry["model_name"], query="which is a reranker?",
-                                      documents=["bge", "llama", "e5"]))  # fmt: skip
+                                      documents=["bge", "llama", "e5"]))
 
 
 def test_litellm_router_accepts_the_generated_model_list(litellm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -317,7 +317,7 @@ def test_litellm_traps_the_contract_avoids_are_real(litellm: Any, monkeypatch: p
     router = litellm.Router(model_list=[
         {"model_name": "m", "litellm_params": {"model": "openai/m", "api_key": "os.environ/TKF_UNSET_KEY"}},
         {"model_name": "m", "litellm_params": {"model": "openai/m", "api_base": "http://x:8000/v1"}},
-    ])  # fmt: skip
+    ])
     params = [d["litellm_params"] for d in _deployments(router)]
     assert len(params) == 2  # one load-balanced group, not an error
     assert params[0].get("api_base") is None  # would go to api.openai.com

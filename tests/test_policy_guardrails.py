@@ -153,7 +153,7 @@ def test_an_approved_repository_is_not_a_prefix_of_lookalikes() -> None:
     ("vllm/vllm-openai:v0.10.2", "runs vLLM 'v0.10.2', but this stack is pinned to vLLM 'v0.32.0'"),
     ("vllm/vllm-openai:latest", "is not pinned (no tag, or 'latest')"),
     ("vllm/vllm-openai", "is not pinned (no tag, or 'latest')"),
-])  # fmt: skip
+])
 def test_vllm_image_must_be_the_pinned_release(image: str, expected: str) -> None:
     w = workload(stack_objects("prod", "vllm"), "gpt-oss-120b")
     msg = only("approved-images", with_main(w, lambda c: c.update(image=image)))
@@ -170,7 +170,7 @@ def test_download_job_image_is_checked_and_named_by_its_models() -> None:
 @pytest.mark.parametrize(("path", "value", "where"), [
     ("metadata.annotations.tkf.io/revision", "main", "annotation tkf.io/revision"),
     ("spec.model.uri", "hf://Qwen/Qwen2.5-72B-Instruct:main", "spec.model.uri"),
-])  # fmt: skip
+])
 def test_unpinned_revision_is_refused(path: str, value: str, where: str) -> None:
     w = workload(stack_objects("prod", "kserve"), "qwen-2-5-72b")
     if path.startswith("metadata.annotations."):
@@ -206,7 +206,7 @@ def test_model_service_exposed_outside_the_cluster_is_refused(svc_type: str) -> 
 
 def test_any_service_selecting_model_pods_is_covered() -> None:
     extra = K8sObject("kubernetes:core/v1:Service", {"metadata": {"name": "debug", "namespace": "llm-serving"},
-                      "spec": {"type": "NodePort", "selector": {"tkf.io/model": "qwen-2-5-72b"}}})  # fmt: skip
+                      "spec": {"type": "NodePort", "selector": {"tkf.io/model": "qwen-2-5-72b"}}})
     assert "model qwen-2-5-72b: Service llm-serving/debug: is of type NodePort" in only(
         "no-external-model-services", extra
     )
@@ -274,7 +274,7 @@ def test_monitoring_admitted_to_the_api_port_is_refused(backend: str) -> None:
     assert not run_guardrail("model-pods-isolated", objs, PROD["model-pods-isolated"])
     i = next(i for i, o in enumerate(objs) if o.kind == "NetworkPolicy" and o.model == "qwen-2-5-72b")
     rules = [dict(r, ports=[{"protocol": "TCP", "port": 8000}]) if "monitoring" in str(r) else r
-             for r in objs[i].spec["ingress"]]  # fmt: skip
+             for r in objs[i].spec["ingress"]]
     objs[i] = edited(objs[i], "spec.ingress", rules)
     found = [v.message for v in run_guardrail("model-pods-isolated", objs, PROD["model-pods-isolated"])]
     assert len(found) == 1
@@ -300,6 +300,6 @@ def test_fleet_budget_names_every_model_and_the_totals() -> None:
     assert len(found) == 3 and all(v.urn is None for v in found)
     assert found[0].message.startswith("models gpt-oss-120b, llama-3-1-405b, llama-3-1-8b, qwen-2-5-72b: fleet: ")
     assert "the models take 24 GPUs in total (gpt-oss-120b 2, llama-3-1-405b 16, llama-3-1-8b 2, qwen-2-5-72b 4)" \
-        in text  # fmt: skip
+        in text
     assert "4 models are served; the stack's budget is 3" in text
     assert "the weight caches request" in text and "budget is 500 GiB" in text

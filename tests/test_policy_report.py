@@ -25,7 +25,7 @@ def policy_event(policy: str, level: str, message: str, urn: str | None) -> even
     text = f"<{{%fg 12%}}>Model servers run only on allowed pools.\n{message}<{{%reset%}}>\n"
     event = events.PolicyEvent(message=text, color="raw", policy_name=policy, policy_pack_name="tkf-guardrails",
                                policy_pack_version="0.1.0", policy_pack_version_tag="", enforcement_level=level,
-                               resource_urn=urn)  # fmt: skip
+                               resource_urn=urn)
     return events.EngineEvent(sequence=1, timestamp=0, policy_event=event)
 
 
@@ -42,7 +42,7 @@ def test_the_guardrail_prefix_is_what_attribution_reads() -> None:
     one = violation(["qwen-gpu"], "LLMInferenceService llm-serving/qwen-gpu", "runs on pool 'h100'", "use cpu")
     many = violation(["b-model", "a-model"], "PersistentVolumeClaim llm-serving/w", "not protected", "protect it")
     got = [pr.from_event(policy_event("p", "mandatory", v.message, WORKLOAD.format(m="x")).policy_event)  # type: ignore[arg-type]
-           for v in (one, many)]  # fmt: skip
+           for v in (one, many)]
     assert got[0].models == ("qwen-gpu",)
     assert got[0].text == one.message, "description line and colour codes are stripped"
     assert got[1].models == ("a-model", "b-model")
@@ -52,7 +52,7 @@ def test_mandatory_violation_fails_its_model_and_excludes_its_serving_component(
     tracker = tracker_with("qwen-gpu", "qwen-0-5b")
     collector = pr.PolicyCollector()
     msg = violation(["qwen-gpu"], "LLMInferenceService llm-serving/qwen-gpu", "takes 2 GPUs; the default ceiling "
-                    "(defaultMaxGpus) is 0", "lower gpusPerNode").message  # fmt: skip
+                    "(defaultMaxGpus) is 0", "lower gpusPerNode").message
     collector(policy_event("model-gpu-ceiling", "mandatory", msg, WORKLOAD.format(m="qwen-gpu")))
     collector(policy_event("model-gpu-ceiling", "mandatory", msg, WORKLOAD.format(m="qwen-gpu")))  # repeated event
     collector.record(tracker)
@@ -90,7 +90,7 @@ def test_weight_cache_violation_fails_every_model_served_from_it() -> None:
     tracker = tracker_with("a-model", "b-model")
     collector = pr.PolicyCollector()
     msg = violation(["a-model", "b-model"], "PersistentVolumeClaim llm-serving/weights-x", "not protected",
-                    "set serving.protect: true").message  # fmt: skip
+                    "set serving.protect: true").message
     collector(policy_event("weight-cache-protected", "mandatory", msg, PVC))
     collector.record(tracker)
     assert tracker.report("a-model").failed_urns == tracker.report("b-model").failed_urns == {PVC}
@@ -102,7 +102,7 @@ def test_stack_level_violation_is_a_stack_error_or_warning() -> None:
     tracker = tracker_with("a-model")
     collector = pr.PolicyCollector()
     msg = violation(["a-model"], "fleet", "the models take 40 GPUs in total (a-model 40); the stack's budget is 32",
-                    "remove or shrink models").message  # fmt: skip
+                    "remove or shrink models").message
     # the engine reports a violation without a resource against the root stack (step_generator.go)
     collector(policy_event("fleet-budget", "mandatory", msg, STACK_URN))
     collector(policy_event("fleet-budget", "advisory", msg.replace("40", "33"), None))

@@ -32,7 +32,7 @@ def test_gpus_and_placement_read_the_same_on_both_backends(stack: str) -> None:
     seen: dict[str, dict[str, tuple[int, list[dict[str, str]]]]] = {}
     for backend in ("kserve", "vllm"):
         seen[backend] = {o.model or "": (model_gpus(o), [node_selector(g.spec) for g in pod_groups(o)])
-                         for o in stack_objects(stack, backend) if o.is_model_server}  # fmt: skip
+                         for o in stack_objects(stack, backend) if o.is_model_server}
     for entry in catalog.models:
         expected = entry.replicas * entry.node_count * entry.gpus_per_node
         assert seen["kserve"][entry.name][0] == seen["vllm"][entry.name][0] == expected, entry.name
@@ -65,4 +65,4 @@ def test_a_config_missing_a_required_limit_is_refused_by_its_schema() -> None:
     g = next(g for g in GUARDRAILS if g.name == "serving-node-pools")
     with pytest.raises(jsonschema.ValidationError, match="'namespaces' is a required property"):
         jsonschema.validate({"pools": {}}, {"type": "object", "properties": g.config_schema,
-                                            "required": list(g.required)})  # fmt: skip
+                                            "required": list(g.required)})

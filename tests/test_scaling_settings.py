@@ -57,7 +57,7 @@ def test_replicas_and_scaling_are_exclusive() -> None:
     ({"maxReplicas": 0}, "scaling.maxReplicas", "greater than or equal to 1"),
     ({"minReplicas": 1}, "scaling.maxReplicas", "is required but missing"),
     ({"maxReplicas": 2, "cooldown": 5}, "scaling.cooldown", "cooldownSeconds"),
-])  # fmt: skip
+])
 def test_each_bad_scaling_field_is_named(scaling: dict[str, Any], field: str, said: str) -> None:
     msg = only_problem(with_model(scaling=scaling))
     assert f"models[0] m: {field}" in msg and said in msg, msg

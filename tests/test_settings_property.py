@@ -19,9 +19,9 @@ from tkf_infra.config.base import Problem, SecretValue
 SHA = "7ae557604adf67be50417f59c2c2f167def9a775"
 #: What careless and hostile input brings, alone or after a valid value ("m" + "\n" is the classic).
 HOSTILE = ["\n", "\r\n", "\x00", "\t", "\x1b[31m", " ", "$(reboot)", "`id`", "; rm -rf /", "'\"", "${HOME}", "~",
-           "~tkf-no-such-user/x", "~/x", "ü", "名前", "\u200b", "\u202e", "ｍ", "-", ".", "/", "\\"]  # fmt: skip
+           "~tkf-no-such-user/x", "~/x", "ü", "名前", "\u200b", "\u202e", "ｍ", "-", ".", "/", "\\"]
 VALID_STRINGS = ["m", "qwen", "h100", "gpu-1", "llm-serving", "hf-token", "tkf.io/pool", SHA, "v0.20.0", "whole",
-                 "Qwen/Qwen3-8B", "vllm/vllm-openai:v0.32.0", "http://prometheus:9090", "charts/lws"]  # fmt: skip
+                 "Qwen/Qwen3-8B", "vllm/vllm-openai:v0.32.0", "http://prometheus:9090", "charts/lws"]
 hostile_text = st.one_of(
     st.sampled_from(HOSTILE),
     st.builds(lambda a, b, c: a + b + c, st.sampled_from(["", *VALID_STRINGS]), st.sampled_from(HOSTILE),
@@ -129,11 +129,11 @@ STRING_SETTINGS: list[tuple[str, ...]] = [
     *(("nodePools", k) for k in ("name", "gpuProduct", "nodes", "labelKey", "labelValue", "taintKey", "taintValue")),
     *(("models", k) for k in ("name", "repo", "revision", "servedName", "hfTokenSecret", "gpuShare", "nodePool",
                               "toolCallParser", "dtype", "mode")),
-]  # fmt: skip
+]
 #: Free text that reaches vLLM byte for byte (tests/test_argv_layers.py): hostile, but never a crash.
 FREE_TEXT: list[tuple[str, ...]] = [("models", "extraArgs")]
 GOOD_MODEL = {"name": "m", "repo": "Qwen/Qwen3-8B", "revision": SHA, "servedName": "m", "nodePool": "gpu",
-              "maxModelLen": 4096}  # fmt: skip
+              "maxModelLen": 4096}
 
 
 def with_setting(path: tuple[str, ...], value: str) -> dict[str, Any]:
@@ -144,7 +144,7 @@ def with_setting(path: tuple[str, ...], value: str) -> dict[str, Any]:
     head, key = path[0], path[-1]
     if head == "nodePools":
         wrapped = {"nodes": [value], "labelKey": {value: "x"}, "labelValue": {"tkf.io/pool": value},
-                   "taintKey": [{"key": value}], "taintValue": [{"key": "k", "value": value}]}  # fmt: skip
+                   "taintKey": [{"key": value}], "taintValue": [{"key": "k", "value": value}]}
         target = {"labelKey": "labels", "labelValue": "labels", "taintKey": "taints", "taintValue": "taints"}
         pool[target.get(key, key)] = wrapped.get(key, value)
     elif head == "models":
@@ -181,16 +181,16 @@ def test_a_hostile_string_anywhere_is_named_or_harmless(path: tuple[str, ...], v
 
 DEEPSEEK_V3 = {"repo": "deepseek-ai/DeepSeek-V3", "revision": "86518964eaef84e3fdd98e9861759a1384f9c29d"}
 CHUNKED = {(): None, ("--enable-chunked-prefill",): True, ("--no-enable-chunked-prefill",): False,
-           ("--no_enable_chunked_prefill",): False, ("--no-enable-chunked",): False}  # fmt: skip
+           ("--no_enable_chunked_prefill",): False, ("--no-enable-chunked",): False}
 OWNED_SPELLINGS = [(), ("-q", "awq"), ("--quant", "awq"), ("--quantization=awq",), ("-tp", "2"),
-                   ("--tensor_parallel_size", "2"), ("-qawq",), ("-sc", "{}"), ("--max_model", "1")]  # fmt: skip
+                   ("--tensor_parallel_size", "2"), ("-qawq",), ("-sc", "{}"), ("--max_model", "1")]
 SPECS: list[tuple[dict[str, Any] | None, bool]] = [  # (speculativeConfig, its draft is a repo id or none)
     (None, True), ({"method": "mtp"}, True), ({"method": "ngram", "num_speculative_tokens": 2}, True),
     ({"method": "eagle", "model": "org/draft"}, True), ({"method": "eagle", "model": "https://hf.co/org/d"}, False),
-    ({"method": "eagle3", "model": "./draft"}, False)]  # fmt: skip
+    ({"method": "eagle3", "model": "./draft"}, False)]
 #: nvidia.com/gpu.product in the pool's labels → whether it is the H100-80GB the pool is sized on.
 LABELS = {None: True, "NVIDIA-H100-80GB-HBM3": True, "NVIDIA-A100-SXM4-80GB": False, "NVIDIA-L40S": False,
-          "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb": False, "NVIDIA-Foo-80GB": False}  # fmt: skip
+          "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb": False, "NVIDIA-Foo-80GB": False}
 MEMORY = {None: True, 79.5: True, 80: True, 60: True, 141: False, 59: False, 8: False}
 VERSIONS = {None: True, "0.32.0": True, "v0.32": True, "0.19.0": False, "in-house": False}
 
@@ -202,28 +202,28 @@ VERSIONS = {None: True, "0.32.0": True, "v0.32": True, "0.19.0": False, "in-hous
        model=st.sampled_from([{"repo": "Qwen/Qwen3-8B", "revision": "b968826d9c46dd6066d109eabc6255188de91218"},
                               DEEPSEEK_V3]),
        label=st.sampled_from(list(LABELS)), memory=st.sampled_from(list(MEMORY)),
-       version=st.sampled_from(list(VERSIONS)), gpu_ns=st.sampled_from(["gpu-operator", "llm-serving"]))  # fmt: skip
+       version=st.sampled_from(list(VERSIONS)), gpu_ns=st.sampled_from(["gpu-operator", "llm-serving"]))
 def test_cross_field_contradictions_are_named_exactly_when_present(
         seqs: int, mnbt: int | None, mml: int, chunked: tuple[str, ...], owned: tuple[str, ...],
         spec: tuple[dict[str, Any] | None, bool], model: dict[str, str], label: str | None, memory: float | None,
-        version: str | None, gpu_ns: str) -> None:  # fmt: skip
+        version: str | None, gpu_ns: str) -> None:
     from tkf_infra.hub.lock import load_lock
     from tkf_infra.plan.fleet import plan_fleet
 
     config, draft_ok = spec
     entry: dict[str, Any] = {"name": "m", **model, "servedName": "m", "nodePool": "gpu", "maxModelLen": mml,
-                             "maxNumSeqs": seqs, "extraArgs": [*chunked, *owned]}  # fmt: skip
+                             "maxNumSeqs": seqs, "extraArgs": [*chunked, *owned]}
     if mnbt is not None:
         entry["maxNumBatchedTokens"] = mnbt
     if config is not None:
         entry["speculativeConfig"] = config
     pool: dict[str, Any] = {**POOL, **({"labels": {"nvidia.com/gpu.product": label}} if label else {}),
-                            **({"gpuMemoryGiB": memory} if memory is not None else {})}  # fmt: skip
+                            **({"gpuMemoryGiB": memory} if memory is not None else {})}
     sibling = {"name": "sibling", "repo": "Qwen/Qwen3-8B", "revision": "b968826d9c46dd6066d109eabc6255188de91218",
-               "servedName": "sibling", "nodePool": "cpu", "gpusPerNode": 0, "maxModelLen": 2048}  # fmt: skip
+               "servedName": "sibling", "nodePool": "cpu", "gpusPerNode": 0, "maxModelLen": 2048}
     serving: dict[str, Any] = {"allowCpu": True, **({"vllmVersion": version} if version else {})}
     doc = {"nodePools": [pool, {"name": "cpu", "gpusPerNode": 0}], "models": [entry, sibling],
-           "serving": serving, "namespaces": {"serving": "llm-serving", "gpuOperator": gpu_ns}}  # fmt: skip
+           "serving": serving, "namespaces": {"serving": "llm-serving", "gpuOperator": gpu_ns}}
 
     stack_due = {"vllmVersion": not VERSIONS[version], "gpuOperator": gpu_ns == "llm-serving"}
     try:
@@ -240,7 +240,7 @@ def test_cross_field_contradictions_are_named_exactly_when_present(
     off = CHUNKED[chunked] is False
     entry_due = {"is below maxNumSeqs": mnbt is not None and mnbt < seqs,
                  "while extraArgs turn chunked prefill off": off and mnbt is not None and mnbt < mml,
-                 "a flag the platform owns": bool(owned), "is not a Hugging Face repo id": not draft_ok}  # fmt: skip
+                 "a flag the platform owns": bool(owned), "is not a Hugging Face repo id": not draft_ok}
     text = "\n".join(str(p) for r in cat.rejected for p in r.problems)
     assert {k for k in entry_due if k in text} == {k for k, due in entry_due.items() if due}, text
     assert [r.name for r in cat.rejected] == (["m"] if any(entry_due.values()) else []), text

@@ -46,7 +46,7 @@ def test_rows_cover_0_5_to_0_32_without_gaps_per_engine() -> None:
     ("text", "version"),
     [("0.32.0", (0, 32, 0)), ("vllm/vllm-openai:v0.32.0", (0, 32, 0)), ("v0.11.2", (0, 11, 2)),
      ("0.9.1.dev705+g01220ce89", (0, 9, 1)), ("latest", None), ("nightly-2026-01-02", None)],
-)  # fmt: skip
+)
 def test_version_read_from_an_image_tag(text: str, version: tuple[int, int, int] | None) -> None:
     assert parse_vllm_version(text) == version
 
@@ -106,9 +106,9 @@ def test_graph_memory_is_reserved_from_0_20_and_hybrid_prefix_caching_from_0_26(
 @pytest.mark.parametrize(("serving", "said"), [
     ({"vllmImage": "vllm/vllm-openai:v0.40.0"}, "newer than every release"),
     ({"vllmImage": "registry.example/vllm@sha256:" + "a" * 64, "vllmVersion": "in-house build"}, "names no release"),
-])  # fmt: skip
+])
 def test_a_pinned_release_the_table_lacks_is_sized_conservatively_and_the_preview_says_so(
-        serving: dict[str, str], said: str) -> None:  # fmt: skip
+        serving: dict[str, str], said: str) -> None:
     from tests.mocks import SINGLE_GPU, stack_doc
     from tkf_infra.config.validate import validate_catalog
     from tkf_infra.hub.lock import load_lock

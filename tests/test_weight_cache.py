@@ -19,7 +19,7 @@ from tkf_infra.sizing.weights import checkpoint_bytes
 
 
 def cache_objects(tmp_path: Path, cluster: dict[str, Any], serving: dict[str, Any] | None = None
-                  ) -> tuple[dict[str, str], dict[str, str]]:  # fmt: skip
+                  ) -> tuple[dict[str, str], dict[str, str]]:
     """The download Job's and the PVC's annotations."""
     if cluster.get("mode") == "kubeconfig":
         (tmp_path / "kubeconfig").write_text("apiVersion: v1\nkind: Config\n")

@@ -65,7 +65,7 @@ def _refuse(problems: list[str], headline: str) -> SettingsError:
 
 
 def prepare(stack: str, settings: dict[str, Any], *, dry_run: bool, read_outputs: ReadOutputs,
-            env_file: Callable[[str], dict[str, Any] | None] = read_env_file) -> LayerRun:  # fmt: skip
+            env_file: Callable[[str], dict[str, Any] | None] = read_env_file) -> LayerRun:
     """This run's layer and settings; a SettingsError (printed by the program, no traceback) when it cannot go on."""
     layer, raw = layers.resolve(stack, settings, env_file)
     env = layers.environment(stack)
@@ -83,7 +83,7 @@ def _platform(stack: str, env: str, raw: dict[str, Any], read_outputs: ReadOutpu
     fleet = read_outputs(env) or {}
     use = fleet.get(pc.PLATFORM_USE_OUTPUT)
     problems = pc.crd_removal_problems(previous if isinstance(previous, dict) else None, contract,
-                                       {env: use} if isinstance(use, dict) else {})  # fmt: skip
+                                       {env: use} if isinstance(use, dict) else {})
     if problems:
         raise _refuse(problems, f"platform stack {stack} refuses to remove CRDs its fleet still uses")
     return LayerRun(Layer.PLATFORM, env, raw, contract=contract)
@@ -102,11 +102,11 @@ def _fleet(stack: str, env: str, raw: dict[str, Any], dry_run: bool, read_output
             raise _refuse([f"stack {stack} was deployed as one stack (platform and fleet): its state still holds "
                            f"the platform, which this fleet run would delete; move it to stack {platform} first: "
                            f"`python -m tkf_infra split --stack {stack}` (docs/stacks.md)"],
-                          f"fleet stack {stack} cannot run yet")  # fmt: skip
+                          f"fleet stack {stack} cannot run yet")
         if not dry_run:
             raise _refuse([f"platform stack {platform} has not been applied (no {pc.PLATFORM_CONTRACT_OUTPUT} output): "
                            f"run `python -m tkf_infra up --stack {platform}` first (`make up` applies both, platform "
-                           "first)"], f"fleet stack {stack} cannot run yet")  # fmt: skip
+                           "first)"], f"fleet stack {stack} cannot run yet")
         warnings.append(f"platform stack {platform} has not been applied yet: previewing against what "
                         f"Pulumi.{env}.yaml asks of it; run `python -m tkf_infra up --stack {platform}` before the "
                         "fleet's up")

@@ -53,7 +53,7 @@ def platform_settings(env_doc: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def resolve(stack: str, settings: Mapping[str, Any],
-            read_env_file: Callable[[str], dict[str, Any] | None]) -> tuple[Layer, dict[str, Any]]:  # fmt: skip
+            read_env_file: Callable[[str], dict[str, Any] | None]) -> tuple[Layer, dict[str, Any]]:
     """(layer, raw settings) of `stack`, from its own settings or, for `<env>-platform`, from `Pulumi.<env>.yaml`.
 
     Every mistake is a `SettingsError` naming the stack, the key and the fix.
@@ -69,7 +69,7 @@ def resolve(stack: str, settings: Mapping[str, Any],
         raise SettingsError([Problem(f"Pulumi.{stack}.yaml", ", ".join(f"tkf-infra:{k}" for k in own),
                                      f"stack {stack} takes every setting from Pulumi.{env}.yaml (one file per "
                                      "environment, docs/stacks.md); move these keys there and remove them here")],
-                            headline=headline)  # fmt: skip
+                            headline=headline)
     doc = read_env_file(env)
     if doc is None:
         raise SettingsError([Problem(f"stack {stack}", "", f"there is no Pulumi.{env}.yaml to take its settings "
@@ -81,5 +81,5 @@ def resolve(stack: str, settings: Mapping[str, Any],
                                      f"platform, so {stack} would install it a second time; set "
                                      f"tkf-infra:{LAYER_KEY}: fleet there to split the environment (an existing stack "
                                      f"moves its platform first: `python -m tkf_infra split --stack {env}`)")],
-                            headline=headline)  # fmt: skip
+                            headline=headline)
     return Layer.PLATFORM, platform_settings(doc)

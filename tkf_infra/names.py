@@ -76,7 +76,7 @@ GPU_OPERATOR_TYPE = "tkf:platform:GpuOperator"
 GPU_SHARING_TYPE = "tkf:platform:GpuSharing"
 SERVING_PREREQUISITES_TYPE = "tkf:platform:ServingPrerequisites"
 COMPONENT_TYPES = frozenset({MODEL_SERVING_TYPE, WEIGHT_CACHE_TYPE, GPU_NODE_POOL_TYPE, GPU_OPERATOR_TYPE,
-                             GPU_SHARING_TYPE, SERVING_PREREQUISITES_TYPE})  # fmt: skip
+                             GPU_SHARING_TYPE, SERVING_PREREQUISITES_TYPE})
 #: Pulumi's own type of the stack resource (its outputs arrive on its events).
 STACK_TYPE = "pulumi:pulumi:Stack"
 #: The WeightCache component's output listing the catalog entries it serves (ops/summary.py reads it).

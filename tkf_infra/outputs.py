@@ -177,7 +177,7 @@ def api_key_rotation(keys: ApiKeys) -> dict[str, Any]:
     and digests to check against (``tkf.io/api-keys-scrypt`` on every pod once it has rolled; the
     gateway's pods can carry ``gatewayKeyDigest`` so they roll when ``runtimeApiKey`` changes)."""
     return {"step": keys.rotation.value, "acceptedKeys": len(keys.accepted),
-            "acceptedKeysDigest": keys.accepted_digest, "gatewayKeyDigest": keys.current_digest}  # fmt: skip
+            "acceptedKeysDigest": keys.accepted_digest, "gatewayKeyDigest": keys.current_digest}
 
 
 def export_outputs(plan: FleetPlan, api_keys: ApiKeys | None = None) -> None:
@@ -194,7 +194,7 @@ def export_outputs(plan: FleetPlan, api_keys: ApiKeys | None = None) -> None:
     endpoints = {m.entry.served_name: {**endpoint(m.entry, ns), "fit": m.fit.published(), **share_output(plan, m),
                                        **footprint_output(plan, m), **scaling_output(m),
                                        **adapters_output(m.entry)}
-                 for m in plan.models}  # fmt: skip
+                 for m in plan.models}
     pulumi.export(CONTRACT_VERSION_OUTPUT, CONTRACT_VERSION)
     pulumi.export(ENDPOINTS_OUTPUT, endpoints)
     pulumi.export(GATEWAY_MODEL_LIST_OUTPUT, gateway_model_list(catalog, plan.deployed))

@@ -84,9 +84,9 @@ def publish(catalog: Catalog, env: str) -> dict[str, Any]:
     needed = installed_pieces(s.platform.model_copy(update={k: c.model_copy(update={"already_installed": False})
                                                             for k, c in vars(s.platform).items()
                                                             if hasattr(c, "already_installed")}),
-                              s.serving.backend)  # fmt: skip
+                              s.serving.backend)
     pieces = {key: {"version": c.version, "installedBy": "tkf-infra" if key in ours else "others"}
-              for key, c in s.platform.pieces().items() if key in needed}  # fmt: skip
+              for key, c in s.platform.pieces().items() if key in needed}
     kserve = s.serving.backend == Backend.KSERVE and "kserve" in pieces
     gpu = s.platform.gpu_operator
     ns = s.namespaces.model_dump(by_alias=True)
@@ -118,7 +118,7 @@ def read(value: Any, platform_stack: str) -> PlatformContract:
     if not isinstance(version, int) or isinstance(version, bool):
         raise SettingsError([Problem(where, "contractVersion", f"is {short(version)}, not a version number; run "
                                      f"`python -m tkf_infra up --stack {platform_stack}` with this tkf-infra")],
-                            headline=headline)  # fmt: skip
+                            headline=headline)
     if version != PLATFORM_CONTRACT_VERSION:
         fix = ("update tkf-infra where the fleet runs" if version > PLATFORM_CONTRACT_VERSION else
                f"run `python -m tkf_infra up --stack {platform_stack}` with this tkf-infra first")
@@ -203,7 +203,7 @@ def platform_use(plan: FleetPlan) -> dict[str, int]:
 
 
 def crd_removal_problems(previous: Mapping[str, Any] | None, now: Mapping[str, Any],
-                         fleets: Mapping[str, Mapping[str, Any]]) -> list[str]:  # fmt: skip
+                         fleets: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """Why this platform run must not go on: it would remove a piece's CRDs while a fleet has objects of them.
 
     `previous`: the contract the platform stack last exported; `now`: the one it would export;

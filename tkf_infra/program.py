@@ -99,7 +99,7 @@ def describe_instance_types(instance_types: list[str], client: Any = None,
 
 
 def ec2_facts(catalog: Catalog, client: Any = None, region: str | None = None) -> tuple[
-        dict[str, InstanceGpus], dict[str, str]]:  # fmt: skip
+        dict[str, InstanceGpus], dict[str, str]]:
     """GPU facts of every EKS pool's instance type (one call per type, so one bad type fails alone)."""
     from tkf_infra.sizing.ec2 import instance_gpus
 
@@ -215,7 +215,7 @@ def layer_run(edge: Edge) -> LayerRun:
         raw = edge.settings if edge.settings is not None else read_pulumi_config()
         return prepare(pulumi.get_stack(), raw, dry_run=pulumi.runtime.is_dry_run(),
                        read_outputs=edge.stack_outputs or engine_outputs,
-                       env_file=edge.env_file or read_env_file)  # fmt: skip
+                       env_file=edge.env_file or read_env_file)
     except SettingsError as err:
         raise pulumi.RunError(err.render()) from None
 

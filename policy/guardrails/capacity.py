@@ -33,7 +33,7 @@ from .objects import (
 
 GIB = 2**30
 _UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
-          "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}  # fmt: skip
+          "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
 
 
 def quantity_bytes(value: str) -> float | None:
@@ -109,7 +109,7 @@ def check_fleet(objects: Sequence[K8sObject], config: Mapping[str, Any]) -> list
     servers = [o for o in objects if o.is_model_server]
     gpus = {o.model or "?": model_gpus(o) for o in servers}
     caches = [o for o in objects if o.kind == "PersistentVolumeClaim"
-              and o.labels.get(COMPONENT_LABEL) == WEIGHT_CACHE_COMPONENT]  # fmt: skip
+              and o.labels.get(COMPONENT_LABEL) == WEIGHT_CACHE_COMPONENT]
     out: list[Violation] = []
     limit = as_int(config.get("maxGpus"))
     total = sum(gpus.values())

@@ -140,7 +140,7 @@ def _ports(rule: Mapping[str, Any]) -> list[Any]:
 
 
 def _admits_only(policy: K8sObject, allowed: Sequence[str], model: str,
-                 metrics_only: Mapping[str, Any] | None = None) -> list[str]:  # fmt: skip
+                 metrics_only: Mapping[str, Any] | None = None) -> list[str]:
     """Ingress sources of the policy beyond the allowed namespaces and the model's own pods, and a
     metrics-only namespace (monitoring) admitted to a port other than the metrics port."""
     extra: list[str] = []
@@ -164,7 +164,7 @@ def _admits_only(policy: K8sObject, allowed: Sequence[str], model: str,
                 elif ns in scrapers and (other := [p for p in _ports(rule) if p != metrics_port]):
                     extra.append(f"namespace {ns!r} on {', '.join(map(str, other))} (it may reach only the metrics "
                                  f"port {metrics_port}: vLLM's API port answers inference routes its key does not "
-                                 "guard)")  # fmt: skip
+                                 "guard)")
             elif pod_sel.get(MODEL_LABEL) != model:
                 extra.append(f"pods matching {dict(pod_sel) or 'anything'}")
     return extra

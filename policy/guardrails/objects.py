@@ -29,7 +29,7 @@ MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
 #: Kinds that carry pod templates, and where.
 WORKLOAD_KINDS = frozenset({"Deployment", "LeaderWorkerSet", "LLMInferenceService", "StatefulSet", "DaemonSet",
-                            "Job", "Pod"})  # fmt: skip
+                            "Job", "Pod"})
 
 
 class _Unknown:
@@ -100,7 +100,7 @@ class K8sObject:
     def is_model_server(self) -> bool:
         """A workload whose pods run vLLM for a catalog entry."""
         return self.kind in WORKLOAD_KINDS and self.model is not None and \
-            self.labels.get(COMPONENT_LABEL, MODEL_SERVER) == MODEL_SERVER  # fmt: skip
+            self.labels.get(COMPONENT_LABEL, MODEL_SERVER) == MODEL_SERVER
 
 
 @dataclass(frozen=True)
@@ -165,10 +165,10 @@ def pod_groups(obj: K8sObject) -> list[PodGroup]:
         worker = as_map(lwt.get("workerTemplate"))
         leader = as_map(lwt.get("leaderTemplate")) or worker
         groups = [PodGroup("leader", as_map(leader.get("spec")), 1,
-                           as_map(as_map(leader.get("metadata")).get("labels")))]  # fmt: skip
+                           as_map(as_map(leader.get("metadata")).get("labels")))]
         if size > 1:
             groups.append(PodGroup("worker", as_map(worker.get("spec")), size - 1,
-                                   as_map(as_map(worker.get("metadata")).get("labels"))))  # fmt: skip
+                                   as_map(as_map(worker.get("metadata")).get("labels"))))
         return groups
     if kind == "LLMInferenceService":
         # KServe merges `template` (and `worker`) over its presets and labels the pods with spec.labels.
@@ -204,7 +204,7 @@ def containers(pod_spec: Mapping[str, Any], *, init: bool = True) -> Iterator[Ma
 def command_words(container: Mapping[str, Any]) -> list[str]:
     """Every word of a container's command and args (shell lines split on whitespace)."""
     return [w for part in as_list(container.get("command")) + as_list(container.get("args")) if isinstance(part, str)
-            for w in part.split()]  # fmt: skip
+            for w in part.split()]
 
 
 def gpu_quantity(container: Mapping[str, Any], section: str, resource: str = GPU_RESOURCE) -> int | None:

@@ -52,7 +52,7 @@ def check_node_pools(obj: K8sObject, config: Mapping[str, Any]) -> list[Violatio
         pods = f"{obj.ref} ({group.role} pods)"
         if pool is None:
             known = ", ".join(f"{n} {_fmt_selector(as_map(as_map(p).get('nodeSelector')))}"
-                              for n, p in sorted(pools.items())) or "none"  # fmt: skip
+                              for n, p in sorted(pools.items())) or "none"
             out.append(
                 violation(
                     [model],

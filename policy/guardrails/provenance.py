@@ -66,7 +66,7 @@ def check_images(obj: K8sObject, config: Mapping[str, Any]) -> list[Violation]:
     allowed = [normalize_image(str(r)) for r in as_list(config.get("registries"))]
     version = as_str(config.get("vllmVersion"))
     models = [obj.model] if obj.model else [m for m in (as_str(obj.annotations.get(CACHE_MODELS_ANNOTATION)) or "")
-                                             .split(",") if m]  # fmt: skip
+                                             .split(",") if m]
     out: list[Violation] = []
     for group in pod_groups(obj):
         for c in containers(group.spec):
@@ -136,10 +136,10 @@ def check_revisions(obj: K8sObject, config: Mapping[str, Any]) -> list[Violation
     if not obj.is_ours:
         return []
     models = [obj.model] if obj.model else [m for m in (as_str(obj.annotations.get(CACHE_MODELS_ANNOTATION)) or "")
-                                             .split(",") if m]  # fmt: skip
+                                             .split(",") if m]
     return [violation(models, f"{obj.ref} {where}", f"revision {value!r} is not a pinned 40-hex commit",
                       "set the entry's revision to the commit sha (`python -m tkf_infra lock REPO@BRANCH` "
-                      "resolves it)") for where, value in _revision_problems(obj)]  # fmt: skip
+                      "resolves it)") for where, value in _revision_problems(obj)]
 
 
 APPROVED_IMAGES = Guardrail(

@@ -28,17 +28,17 @@ H100_LABELS = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "tkf.io/pool":
 #: CRDs the charts ship as plain files (so their stored schema can be compared with the file), per backend.
 GPU_AND_LWS_CRD_FILES = [
     "lws-v0.8.0/lws/crds/*.yaml", "gpu-operator-v26.7.0/gpu-operator/crds/*.yaml",
-    "gpu-operator-v26.7.0/gpu-operator/charts/node-feature-discovery/crds/*.yaml"]  # fmt: skip
+    "gpu-operator-v26.7.0/gpu-operator/charts/node-feature-discovery/crds/*.yaml"]
 KSERVE_CRD_FILES = [
     "kserve-v0.20.0/kserve-llmisvc-crd/templates/serving.kserve.io_llm*.yaml",
-    "kserve-v0.20.0/kserve-llmisvc-crd/files/*.yaml", "gateway-api-v1.5.1/standard/*.yaml"]  # fmt: skip
+    "kserve-v0.20.0/kserve-llmisvc-crd/files/*.yaml", "gateway-api-v1.5.1/standard/*.yaml"]
 #: CRDs rendered from templates (cert-manager's templates/crd-*.yaml; the Inference Extension's in
 #: kserve-llmisvc-resources).
 TEMPLATED_CRDS = {
     "certificaterequests.cert-manager.io", "certificates.cert-manager.io", "challenges.acme.cert-manager.io",
     "clusterissuers.cert-manager.io", "issuers.cert-manager.io", "orders.acme.cert-manager.io",
     "inferencepools.inference.networking.k8s.io", "inferencepools.inference.networking.x-k8s.io",
-    "inferenceobjectives.llm-d.ai", "inferencemodelrewrites.llm-d.ai"}  # fmt: skip
+    "inferenceobjectives.llm-d.ai", "inferencemodelrewrites.llm-d.ai"}
 KSERVE_PRESETS = 10  # kserve-runtime-configs v0.20.0 with kserve.llmisvcConfigs.enabled
 
 
@@ -185,7 +185,7 @@ def workload_pod_specs(kube: KubeClient, backend: str, ns: str, model: dict[str,
 
 
 def assert_model_objects(kube: KubeClient, backend: str, serving: str, model: dict[str, Any],
-                         gpus_per_pod: dict[str, str]) -> None:  # fmt: skip
+                         gpus_per_pod: dict[str, str]) -> None:
     name = model["name"]
     gpu = name in gpus_per_pod
     multi = model.get("nodeCount", 1) > 1

@@ -78,7 +78,7 @@ def patch_status(kube: KubeClient, path: str, status: dict[str, Any]) -> None:
 
 
 def node(kube: KubeClient, name: str, *, ready: bool = True, cordoned: bool = False,
-         taints: list[dict[str, str]] | None = None, allocatable: dict[str, str] | None = None) -> None:  # fmt: skip
+         taints: list[dict[str, str]] | None = None, allocatable: dict[str, str] | None = None) -> None:
     kube.create({"apiVersion": "v1", "kind": "Node",
                  "metadata": {"name": name, "labels": {**POOL_LABELS, "nvidia.com/gpu.product": PRODUCT}},
                  "spec": {"unschedulable": cordoned, "taints": taints or [GPU_TAINT]}})
@@ -229,7 +229,7 @@ def test_a_preview_through_the_engine_names_every_refusal(cluster: KubeClient, s
     env = {**os.environ, **es.env, "PULUMI_CONFIG_PASSPHRASE": DEV_PASSPHRASE}
     proc = subprocess.run([str(es.project / ".venv" / "bin" / "python"), "-m", "tkf_infra", "preview", "--stack",
                            es.stack.name, "--json"], cwd=es.project, env=env, capture_output=True, text=True,
-                          timeout=900)  # fmt: skip
+                          timeout=900)
     assert proc.returncode == 1, (proc.stdout[-3000:], proc.stderr[-3000:])
     summary = json.loads(proc.stdout)
     assert summary["failedModels"] == ["llama-405b", "qwen-72b", "qwen3-32b"]

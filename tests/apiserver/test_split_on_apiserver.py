@@ -87,7 +87,7 @@ def test_a_one_stack_environment_splits_on_a_live_server_with_nothing_recreated(
         assert steps and all(name.startswith(model) or name == names.FIT_CHECK for _, _, name in steps), steps
         after = identities(kube, serving)
         assert {k: v for k, v in after.items() if model not in k} == {k: v for k, v in before.items()
-                                                                      if model not in k}  # fmt: skip
+                                                                      if model not in k}
         assert after[f"deployment/{model}"][0] == before[f"deployment/{model}"][0], "updated in place"
         assert set(platform.preview().change_summary) <= {auto.events.OpType.SAME}
     finally:

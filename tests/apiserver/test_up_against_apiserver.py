@@ -103,7 +103,7 @@ def changes(res: auto.UpResult) -> dict[str, int]:
 
 
 def target_config(es: EngineStack, kube_apiserver: KubeAPIServer, backend: str,
-                  models: list[dict[str, Any]] | None = None) -> str:  # fmt: skip
+                  models: list[dict[str, Any]] | None = None) -> str:
     """Point the stack at the test server, platform installed from the vendored charts (offline);
     the serving namespace is per stack, the platform's are the ones its charts hard-code. ``models``:
     the catalog (default `CATALOG`)."""
@@ -184,7 +184,7 @@ def on_apiserver(kube: KubeClient, kube_apiserver: KubeAPIServer, lean_engine_en
 
 def test_prod_first_preview_on_a_fresh_server_has_no_gvk_error(kube: KubeClient, kube_apiserver: KubeAPIServer,
                                                                lean_engine_env: dict[str, str], engine_ready: None,
-                                                               tmp_path: Path) -> None:  # fmt: skip
+                                                               tmp_path: Path) -> None:
     """Pulumi.prod.yaml as committed, aimed at the test server and the vendored charts (no network)."""
     assert kube.list_objects(CRD_API, "CustomResourceDefinition") == []  # fresh: nothing installed
     project = copy_project(tmp_path / "project")
@@ -197,7 +197,7 @@ def test_prod_first_preview_on_a_fresh_server_has_no_gvk_error(kube: KubeClient,
     (project / "Pulumi.prod.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     (tmp_path / "state").mkdir()
     env = {**engine_env("prod", project, f"file://{tmp_path / 'state'}"), "PULUMI_CONFIG_PASSPHRASE": "prod-test",
-           **lean_engine_env}  # fmt: skip
+           **lean_engine_env}
     opts = auto.LocalWorkspaceOptions(env_vars=env, pulumi_command=auto.PulumiCommand(root=str(pulumi_home())))
     stack = auto.create_stack("prod", work_dir=str(project), opts=opts)
     stack.set_config("tkf-infra:apiKey", auto.ConfigValue("prod-test-key", secret=True))
@@ -335,7 +335,7 @@ def test_platform_and_every_profile_in_one_up(backend: str, kube: KubeClient, ku
 
 
 def cel_rule_is_enforced_through_pulumi(kube: KubeClient, kube_apiserver: KubeAPIServer, namespace: str,
-                                        env: dict[str, str], tmp: Path) -> None:  # fmt: skip
+                                        env: dict[str, str], tmp: Path) -> None:
     """No catalog input produces `replicas` together with `scaling` (the program only ever sets
     replicas), so the CEL rule of the chart's CRD is exercised through the provider in an inline program."""
     import pulumi

@@ -26,7 +26,7 @@ def kube_apiserver(tmp_path: Path, webhooks: Webhooks) -> Iterator[KubeAPIServer
     """One server per test (about 10 s to start): each test installs the whole platform, and a thrown-away
     server needs no `destroy` (minutes for the platform's charts)."""
     proc, server = start_apiserver(tmp_path / "apiserver", controllers=KCM_CONTROLLERS,
-                                   server_args=webhooks.server_args())  # fmt: skip
+                                   server_args=webhooks.server_args())
     _READY_SECONDS.append(server.ready_seconds)
     try:
         yield server

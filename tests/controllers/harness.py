@@ -89,7 +89,7 @@ def _start(name: str, argv: list[str], env: dict[str, str], workdir: Path, probe
     log = workdir / f"{name}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, env={"PATH": "/usr/bin:/bin", **env}, cwd=workdir, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+                                stderr=subprocess.STDOUT, start_new_session=True)
     return Manager(name, proc, log, probe_port)
 
 
@@ -98,10 +98,10 @@ def start_kserve(kubeconfig: Path, workdir: Path, webhook: WebhookServer) -> Man
     workdir.mkdir(parents=True, exist_ok=True)
     probe = free_port()
     argv = [str(binary(KSERVE_MANAGER)), "--metrics-addr=0", f"--health-probe-addr=127.0.0.1:{probe}",
-            f"--webhook-port={webhook.port}", "--leader-elect=false", "--zap-log-level=info"]  # fmt: skip
+            f"--webhook-port={webhook.port}", "--leader-elect=false", "--zap-log-level=info"]
     # cmd/llmisvc has no cert-dir flag: controller-runtime's default, $TMPDIR/k8s-webhook-server/serving-certs.
     env = {"KUBECONFIG": str(kubeconfig), "TMPDIR": str(webhook.tmpdir), "POD_NAMESPACE": KSERVE_NAMESPACE,
-           "HOME": str(workdir)}  # fmt: skip
+           "HOME": str(workdir)}
     return _start(KSERVE_MANAGER, argv, env, workdir, probe)
 
 

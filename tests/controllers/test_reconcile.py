@@ -89,13 +89,13 @@ def catalog(marker: Path) -> list[dict[str, Any]]:
 #: HTTPRoutes, Gateways and LeaderWorkerSets (IsCrdAvailable, pkg/controller/v1alpha2/llmisvc/controller.go).
 LWS_CRDS = ["leaderworkersets.leaderworkerset.x-k8s.io"]
 KSERVE_CRDS = ["llminferenceservices.serving.kserve.io", "llminferenceserviceconfigs.serving.kserve.io",
-               "httproutes.gateway.networking.k8s.io", "gateways.gateway.networking.k8s.io", *LWS_CRDS]  # fmt: skip
+               "httproutes.gateway.networking.k8s.io", "gateways.gateway.networking.k8s.io", *LWS_CRDS]
 
 
 @pytest.fixture
 def deployed(kube_apiserver: KubeAPIServer, kube: KubeClient, webhooks: Webhooks,
              lean_engine_env: dict[str, str], make_stack: Callable[..., EngineStack],
-             tmp_path: Path) -> Iterator[Callable[..., Deployed]]:  # fmt: skip
+             tmp_path: Path) -> Iterator[Callable[..., Deployed]]:
     with reconciled_deploys(kube_apiserver, kube, webhooks, lean_engine_env, make_stack, tmp_path) as deploy:
         yield deploy
 
@@ -103,7 +103,7 @@ def deployed(kube_apiserver: KubeAPIServer, kube: KubeClient, webhooks: Webhooks
 @contextmanager
 def reconciled_deploys(kube_apiserver: KubeAPIServer, kube: KubeClient, webhooks: Webhooks,
                        lean_engine_env: dict[str, str], make_stack: Callable[..., EngineStack],
-                       tmp_path: Path) -> Iterator[Callable[..., Deployed]]:  # fmt: skip
+                       tmp_path: Path) -> Iterator[Callable[..., Deployed]]:
     """`up` of a stack on one backend, LWS's manager (and on kserve KServe's) started during it.
 
     `deploy(backend, models=None)`: ``models`` is the catalog (default: this module's, whose hostile
@@ -170,7 +170,7 @@ def assert_lws_webhook_refuses(kube: KubeClient, namespace: str, lws_name: str) 
     assert lws is not None
     rollout = {"type": "RollingUpdate", "rollingUpdateConfiguration": {"maxUnavailable": 0, "maxSurge": 0}}
     probe = {"apiVersion": LWS, "kind": "LeaderWorkerSet", "metadata": {"name": f"{lws_name}-probe"},
-             "spec": {**lws["spec"], "rolloutStrategy": rollout}}  # fmt: skip
+             "spec": {**lws["spec"], "rolloutStrategy": rollout}}
     with pytest.raises(KubeAPIError) as refused:
         kube.request("POST", f"/apis/{LWS}/namespaces/{namespace}/leaderworkersets?dryRun=All", json=probe)
     assert 'admission webhook "vleaderworkerset.kb.io" denied the request' in refused.value.message, refused.value
@@ -178,7 +178,7 @@ def assert_lws_webhook_refuses(kube: KubeClient, namespace: str, lws_name: str) 
 
 
 def assert_lws_groups(kube: KubeClient, namespace: str, lws_name: str, model: dict[str, Any],
-                      bin_dir: Path) -> list[str]:  # fmt: skip
+                      bin_dir: Path) -> list[str]:
     """LWS turned the LeaderWorkerSet into its leader StatefulSet, one worker StatefulSet per group and
     their (Pending) pods, through its webhooks; returns the argv vLLM gets on the leader."""
     lws = wait(f"LeaderWorkerSet {lws_name}", partial(kube.get, LWS, "LeaderWorkerSet", lws_name, namespace))
@@ -193,11 +193,11 @@ def assert_lws_groups(kube: KubeClient, namespace: str, lws_name: str, model: di
 
     def group() -> list[dict[str, Any]]:
         pods = [p for p in kube.list_objects("v1", "Pod", namespace)
-                if p["metadata"].get("labels", {}).get("leaderworkerset.sigs.k8s.io/name") == lws_name]  # fmt: skip
+                if p["metadata"].get("labels", {}).get("leaderworkerset.sigs.k8s.io/name") == lws_name]
         return pods if len(pods) == size else []
 
     pods = {p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"]: p
-            for p in wait(f"the {size} pods of {lws_name}", group)}  # fmt: skip
+            for p in wait(f"the {size} pods of {lws_name}", group)}
     assert sorted(pods) == [str(i) for i in range(size)], sorted(pods)
     for index, pod in pods.items():
         labels, spec = pod["metadata"]["labels"], pod["spec"]
@@ -232,11 +232,11 @@ def wait(what: str, check: Callable[[], Any], timeout: float = RECONCILE_TIMEOUT
 def pods_of(kube: KubeClient, namespace: str, model: str) -> Callable[[], list[dict[str, Any]]]:
     """The pods our alias Service selects for a model (``tkf.io/model``)."""
     return lambda: [p for p in kube.list_objects("v1", "Pod", namespace)
-                    if p["metadata"].get("labels", {}).get("tkf.io/model") == model]  # fmt: skip
+                    if p["metadata"].get("labels", {}).get("tkf.io/model") == model]
 
 
 def vllm_argv(kube: KubeClient, namespace: str, pod_spec: dict[str, Any], bin_dir: Path,
-              extra_env: dict[str, str] | None = None) -> list[str]:  # fmt: skip
+              extra_env: dict[str, str] | None = None) -> list[str]:
     """What vLLM receives from the pod's ``main`` container: started as the kubelet does it."""
     main = container(pod_spec)
     # The Secrets its env references, as the server stores them, for the same resolution the vllm tier uses.
@@ -253,7 +253,7 @@ def flag_value(argv: list[str], flag: str) -> str:
 
 
 def test_kserve_reconciles_every_profile_and_hands_vllm_the_catalog_as_written(
-        kube: KubeClient, deployed: Callable[[str], Deployed], tmp_path: Path) -> None:  # fmt: skip
+        kube: KubeClient, deployed: Callable[[str], Deployed], tmp_path: Path) -> None:
     serving, marker, _ = deployed("kserve")
     bin_dir = fake_vllm(tmp_path / "bin", vllm_version())
     models = catalog(marker)
@@ -275,7 +275,7 @@ def test_kserve_reconciles_every_profile_and_hands_vllm_the_catalog_as_written(
         assert conds["Ready"]["status"] == "False", conds
         assert conds["RouterReady"]["status"] == "True", conds
         failed = {t: c for t, c in conds.items() if c["status"] == "False" and t not in ("Ready", "WorkloadsReady",
-                  "MainWorkloadReady", "WorkerWorkloadReady")}  # fmt: skip
+                  "MainWorkloadReady", "WorkerWorkloadReady")}
         assert not failed, f"{name}: KServe could not reconcile: {json.dumps(failed, indent=1)}"
 
     for m in single:
@@ -318,7 +318,7 @@ def test_kserve_reconciles_every_profile_and_hands_vllm_the_catalog_as_written(
 
 
 def test_vllm_backend_deployments_become_pods_that_get_the_catalog_as_written(
-        kube: KubeClient, deployed: Callable[[str], Deployed], tmp_path: Path) -> None:  # fmt: skip
+        kube: KubeClient, deployed: Callable[[str], Deployed], tmp_path: Path) -> None:
     """Our own Deployments, turned into pods by the deployment and replicaset controllers."""
     serving, marker, _ = deployed("vllm")
     bin_dir = fake_vllm(tmp_path / "bin", vllm_version())
@@ -347,7 +347,7 @@ def _bind(kube: KubeClient, pod: dict[str, Any], node: str) -> None:
     ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
     kube.request("POST", f"/api/v1/namespaces/{ns}/pods/{name}/binding",
                  json={"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
-                       "target": {"apiVersion": "v1", "kind": "Node", "name": node}})  # fmt: skip
+                       "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
 
 
 def _ready(kube: KubeClient, pod: dict[str, Any]) -> None:
@@ -355,15 +355,15 @@ def _ready(kube: KubeClient, pod: dict[str, Any]) -> None:
     ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     conds = [{"type": t, "status": "True", "lastTransitionTime": now} for t in
-             ("PodScheduled", "Initialized", "ContainersReady", "Ready")]  # fmt: skip
+             ("PodScheduled", "Initialized", "ContainersReady", "Ready")]
     kube.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status",
                  json={"status": {"phase": "Running", "conditions": conds, "startTime": now}},
-                 headers={"Content-Type": "application/merge-patch+json"})  # fmt: skip
+                 headers={"Content-Type": "application/merge-patch+json"})
 
 
 def test_status_gives_each_model_its_phase_from_what_the_controllers_wrote(
         kube: KubeClient, kube_apiserver: KubeAPIServer,
-        deployed: Callable[[str], Deployed]) -> None:  # fmt: skip
+        deployed: Callable[[str], Deployed]) -> None:
     """Downloading → Pending → Loading → Ready as the job controller, the scheduler and the kubelet would
     move a model along (the first from the real job controller; the others written as those three write
     them), and Failed for a failed download — each judged from the objects KServe and the workload

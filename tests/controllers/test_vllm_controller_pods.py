@@ -83,7 +83,7 @@ def chat_model(marker: Path) -> dict[str, Any]:
 
 @pytest.fixture
 def deployed(kube_apiserver: KubeAPIServer, kube: KubeClient, webhooks: Webhooks, lean_engine_env: dict[str, str],
-             make_stack: Callable[..., EngineStack], tmp_path: Path) -> Iterator[Deploy]:  # fmt: skip
+             make_stack: Callable[..., EngineStack], tmp_path: Path) -> Iterator[Deploy]:
     """`up` of the catalog ``models`` on one backend (the platform from its charts, every chart's webhooks
     served), LWS's manager and (kserve) KServe's started as their CRDs appear, as test_reconcile.py does."""
     with reconciled_deploys(kube_apiserver, kube, webhooks, lean_engine_env, make_stack, tmp_path) as deploy:
@@ -130,7 +130,7 @@ def assert_emulation_is_kserves(emulated: PodCommand, written: PodCommand, workl
 @pytest.mark.parametrize("backend", ["kserve", "vllm"])
 def test_vllm_starts_from_the_pod_the_controllers_wrote(
         backend: str, kube: KubeClient, deployed: Deploy, vllm_venv: Path,
-        tiny_model: Path, tmp_path: Path) -> None:  # fmt: skip
+        tiny_model: Path, tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     model = chat_model(marker)
     serving = deployed(backend, [model])
@@ -169,7 +169,7 @@ def test_vllm_starts_from_the_pod_the_controllers_wrote(
         before = _drafts(server.url, served)
         done = httpx.post(f"{server.url}/v1/completions", headers=server.headers(), timeout=300,
                           json={"model": served, "prompt": REPETITIVE_PROMPT, "max_tokens": 24,
-                                "temperature": 0, "ignore_eos": True})  # fmt: skip
+                                "temperature": 0, "ignore_eos": True})
         assert done.status_code == 200, done.text
         assert _drafts(server.url, served) > before, "vLLM served without drafting: speculative decoding is off"
         assert not marker.exists(), "a catalog string ran as a command in the pod"
@@ -187,7 +187,7 @@ def _drafts(url: str, served: str) -> float:
 
 
 def test_pod_py_emulation_is_the_pod_kserve_writes_for_every_profile(
-        kube: KubeClient, deployed: Deploy, tmp_path: Path) -> None:  # fmt: skip
+        kube: KubeClient, deployed: Deploy, tmp_path: Path) -> None:
     """Every profile of the controllers tier (single GPU with hostile extraArgs, tensor parallel with
     n-gram speculative decoding, multi-node on our pipeline-parallel preset, the dev CPU models):
     pod.py's merge gives the pod KServe wrote, Deployment or LeaderWorkerSet leader. No vLLM runs."""
@@ -195,7 +195,7 @@ def test_pod_py_emulation_is_the_pod_kserve_writes_for_every_profile(
     serving = deployed("kserve", models)
     # The operator's Hugging Face token Secret (hfTokenSecret), which the kubelet needs to start the pod.
     kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": LLAMA_405B["hfTokenSecret"],
-                 "namespace": serving}, "stringData": {"HF_TOKEN": "hf-test-token"}})  # fmt: skip
+                 "namespace": serving}, "stringData": {"HF_TOKEN": "hf-test-token"}})
     for m in models:
         workload = names.workload(m["name"])
         if m.get("nodeCount", 1) > 1:
@@ -207,5 +207,5 @@ def test_pod_py_emulation_is_the_pod_kserve_writes_for_every_profile(
                        partial(kube.get, "apps/v1", "Deployment", f"{workload}-kserve", serving))
             spec = dep["spec"]["template"]["spec"]
         assert_emulation_is_kserves(emulated_command(kube, serving, workload), pod_process(kube, serving, spec),
-                                    workload)  # fmt: skip
+                                    workload)
     assert not (tmp_path / "ran").exists()

@@ -47,7 +47,7 @@ WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration
 #: templates/crd-*.yaml have no other template directive than whole-line ones (the `crds.enabled` guard,
 #: the `crds.keep` annotation guard, the labels include); `cert_manager_crds` checks that.
 CERT_MANAGER_LABELS = {"app": "cert-manager", "app.kubernetes.io/name": "cert-manager",
-                       "app.kubernetes.io/instance": "cert-manager", "app.kubernetes.io/component": "crds"}  # fmt: skip
+                       "app.kubernetes.io/instance": "cert-manager", "app.kubernetes.io/component": "crds"}
 #: A line that is only a template directive: `{{- if ... }}`, `{{- end }}`, `{{- include ... }}`.
 _DIRECTIVE_LINE = re.compile(r"^\s*\{\{.*\}\}\s*$")
 
@@ -92,7 +92,7 @@ def chart_webhook_services() -> dict[str, set[tuple[str, str]]]:
 def chart_webhook_names() -> dict[str, set[str]]:
     """Per piece, the names of the admission webhooks (not conversion) its vendored chart registers."""
     return {piece: {w["name"] for d in docs if isinstance(d, dict) and d.get("kind") in WEBHOOK_KINDS
-                    for w in d.get("webhooks", [])} for piece, docs in _chart_docs().items()}  # fmt: skip
+                    for w in d.get("webhooks", [])} for piece, docs in _chart_docs().items()}
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ class Webhooks:
         """tkf-kube-apiserver's flags: admission webhooks on, each Service resolved, the CA trusted."""
         return ["--admission-webhooks", f"--webhook-ca-file={self.ca_file}",
                 *(f"--webhook-service={s.namespace}/{s.service}=127.0.0.1:{s.port}"
-                  for s in self.servers.values())]  # fmt: skip
+                  for s in self.servers.values())]
 
 
 def _name(cn: str) -> x509.Name:
@@ -142,7 +142,7 @@ def webhook_servers(workdir: Path) -> Webhooks:
           .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
           .not_valid_before(validity[0]).not_valid_after(validity[1])
           .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .sign(ca_key, hashes.SHA256()))  # fmt: skip
+          .sign(ca_key, hashes.SHA256()))
     hooks = Webhooks(workdir / "ca.crt")
     hooks.ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     for piece, services in chart_webhook_services().items():
@@ -159,7 +159,7 @@ def webhook_servers(workdir: Path) -> Webhooks:
                 .add_extension(x509.SubjectAlternativeName([x509.DNSName(server.dns_name),
                                                             x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
                                critical=False)
-                .sign(ca_key, hashes.SHA256()))  # fmt: skip
+                .sign(ca_key, hashes.SHA256()))
         server.cert_dir.mkdir(parents=True, exist_ok=True)
         (server.cert_dir / "tls.crt").write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
         (server.cert_dir / "tls.key").write_bytes(key.private_bytes(
@@ -204,7 +204,7 @@ class StartWhenServed:
     """
 
     def __init__(self, client: Callable[[], KubeClient], crds: list[str], start: Callable[[], Any],
-                 timeout: float = 600.0) -> None:  # fmt: skip
+                 timeout: float = 600.0) -> None:
         self.result: Any = None
         self.error: BaseException | None = None
         self._cancelled = threading.Event()

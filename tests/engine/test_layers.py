@@ -109,7 +109,7 @@ def test_the_cli_previews_and_applies_a_split_dev_platform_first_with_one_json_s
 
     def cli(*args: str) -> tuple[int, dict[str, Any], str]:
         proc = subprocess.run([str(root / ".venv" / "bin" / "python"), "-m", "tkf_infra", *args], cwd=root, env=env,
-                              capture_output=True, text=True, timeout=900)  # fmt: skip
+                              capture_output=True, text=True, timeout=900)
         return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip() else {}, proc.stderr
 
     for operation in ("preview", "up"):

@@ -48,12 +48,12 @@ CHART_CRDS = {
     "clusterpolicies.nvidia.com", "nvidiadrivers.nvidia.com", "gpuclusters.nvidia.com",
     "computedomains.resource.nvidia.com", "computedomaincliques.resource.nvidia.com",
     "nodefeatures.nfd.k8s-sigs.io", "nodefeaturerules.nfd.k8s-sigs.io", "nodefeaturegroups.nfd.k8s-sigs.io",
-}  # fmt: skip
+}
 
 
 def read_rendered(directory: Path) -> list[dict[str, Any]]:
     return [doc for path in sorted(directory.rglob("*.yaml"))
-            for doc in yaml.safe_load_all(path.read_text()) if doc]  # fmt: skip
+            for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
 def keyed(docs: list[dict[str, Any]]) -> Objects:
@@ -76,7 +76,7 @@ def cluster_policy(objs: Objects) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def dev_platform(tmp_path_factory: pytest.TempPathFactory, lean_engine_env: dict[str, str],
-                 engine_ready: None) -> list[dict[str, Any]]:  # fmt: skip
+                 engine_ready: None) -> list[dict[str, Any]]:
     """`up` of the dev stack as shipped (platform from the vendored charts), rendered to a directory."""
     from tests.engine_fixtures import dev_config
     from tkf_infra.ops.stacks import copy_project, engine_env
@@ -89,7 +89,7 @@ def dev_platform(tmp_path_factory: pytest.TempPathFactory, lean_engine_env: dict
     (project / f"Pulumi.{name}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     (tmp / "state").mkdir()
     env = {**engine_env("dev", project, f"file://{tmp / 'state'}"), "PULUMI_CONFIG_PASSPHRASE": DEV_PASSPHRASE,
-           **lean_engine_env}  # fmt: skip
+           **lean_engine_env}
     opts = auto.LocalWorkspaceOptions(env_vars=env, pulumi_command=auto.PulumiCommand(root=str(pulumi_home())))
     stack = auto.create_stack(name, work_dir=str(project), opts=opts)
     try:
@@ -113,7 +113,7 @@ def test_dev_renders_every_platform_piece_from_the_charts(dev_platform: list[dic
     deployments = {name for kind, name in objs if kind == "Deployment"}
     assert {"cert-manager/cert-manager", "cert-manager/cert-manager-webhook", "cert-manager/cert-manager-cainjector",
             "kserve/llmisvc-controller-manager", "lws-system/lws-controller-manager",
-            "gpu-operator/gpu-operator"} <= deployments  # fmt: skip
+            "gpu-operator/gpu-operator"} <= deployments
     # Every pinned release image, none of the repositories' development tags.
     found = images(dev_platform)
     assert {"nvcr.io/nvidia/gpu-operator:v26.7.0", "registry.k8s.io/lws/lws:v0.8.0",
@@ -153,7 +153,7 @@ def render_inline(tmp: Path, env: dict[str, str], program: Callable[[Callable[[s
 
     (tmp / "state").mkdir()
     full_env = {"PULUMI_BACKEND_URL": f"file://{tmp / 'state'}", "PULUMI_CONFIG_PASSPHRASE": DEV_PASSPHRASE,
-                "PULUMI_SKIP_UPDATE_CHECK": "true", **env}  # fmt: skip
+                "PULUMI_SKIP_UPDATE_CHECK": "true", **env}
     opts = auto.LocalWorkspaceOptions(env_vars=full_env, work_dir=str(tmp),
                                       pulumi_command=auto.PulumiCommand(root=str(pulumi_home())))
     stack = auto.create_stack(f"v{uuid.uuid4().hex[:6]}", project_name="tkf-platform-values", program=run, opts=opts)
@@ -165,12 +165,12 @@ def render_inline(tmp: Path, env: dict[str, str], program: Callable[[Callable[[s
 
 
 def test_every_gpu_operator_option_changes_the_rendered_objects(tmp_path: Path, lean_engine_env: dict[str, str],
-                                                                engine_ready: None) -> None:  # fmt: skip
+                                                                engine_ready: None) -> None:
     variants = {
         "flipped": {"driverEnabled": False, "toolkitEnabled": False, "dcgmExporterEnabled": False,
                     "timeSlicingReplicas": 4, "migStrategy": "mixed"},
         "single": {"migStrategy": "single", "timeSlicingReplicas": 2},
-    }  # fmt: skip
+    }
 
     mig_config = {"flipped": MIG_CONFIG_NAME}  # what build_fleet passes when a pool is MIG (components/fleet.py)
 
@@ -179,7 +179,7 @@ def test_every_gpu_operator_option_changes_the_rendered_objects(tmp_path: Path, 
             GpuOperator(f"gpu-{variant}",
                         GpuOperatorArgs(GpuOperatorSettings.model_validate(settings), source="vendored",
                                         mig_config=mig_config.get(variant)),
-                        opts=provider_for(variant))  # fmt: skip
+                        opts=provider_for(variant))
 
     rendered = render_inline(tmp_path, lean_engine_env, program)
     flipped = read_rendered(rendered / "flipped")

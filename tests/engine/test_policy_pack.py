@@ -25,10 +25,10 @@ from tests.engine_fixtures import copy_project, dev_config
 
 ROOT = Path(__file__).resolve().parents[2]
 H100_POOL = {"name": "h100", "kind": "existing", "gpuProduct": "H100-80GB", "gpusPerNode": 8, "nodeCount": 1,
-             "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}  # fmt: skip
+             "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}
 # The dev model's weights, asked for on two H100s: dev's owner allows only the CPU pool and no GPUs.
 GPU_ENTRY = {**dev_config()["config"]["tkf-infra:models"][0], "name": "qwen-gpu", "servedName": "qwen-gpu",
-             "nodePool": "h100", "gpusPerNode": 2, "tensorParallelSize": 2}  # fmt: skip
+             "nodePool": "h100", "gpusPerNode": 2, "tensorParallelSize": 2}
 
 
 @dataclass
@@ -39,7 +39,7 @@ class Project:
 
     def cli(self, *args: str) -> tuple[int, dict[str, Any], str]:
         proc = subprocess.run([str(self.root / ".venv" / "bin" / "python"), "-m", "tkf_infra", *args, "--json"],
-                              cwd=self.root, env=self.env, capture_output=True, text=True, timeout=900)  # fmt: skip
+                              cwd=self.root, env=self.env, capture_output=True, text=True, timeout=900)
         try:
             return proc.returncode, json.loads(proc.stdout), proc.stderr
         except json.JSONDecodeError:
@@ -101,9 +101,9 @@ def test_dev_refuses_a_disallowed_pool_and_gpu_count_and_deploys_the_siblings(pr
     # dev's owner defines only the cpu pool: the H100 nodes the entry asks for are not dev's to use
     assert "nodeSelector {nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3} selects no node pool the platform owner " \
         "defined (pools: cpu {kubernetes.io/os=linux}). Fix: set the entry's nodePool to one of cpu" \
-        in by_policy["serving-node-pools"]  # fmt: skip
+        in by_policy["serving-node-pools"]
     assert "takes 2 GPUs (replicas x GPUs per replica); the default ceiling (defaultMaxGpus) is 0" \
-        in by_policy["model-gpu-ceiling"]  # fmt: skip
+        in by_policy["model-gpu-ceiling"]
     assert any(r.startswith("policy serving-node-pools (mandatory): model qwen-gpu:") for r in bad["reasons"])
     assert all(preview["models"][m]["status"] == "created" for m in siblings)
 
@@ -160,7 +160,7 @@ def test_committed_prod_stack_passes_its_pack(project: Project, tmp_path: Path) 
     pulumi = ["pulumi", "--non-interactive"]
     for args in (["stack", "init", "prod"], ["config", "set", "--secret", "apiKey", "sk-throwaway", "--stack", "prod"]):
         subprocess.run(pulumi + args, cwd=project.root, env={**project.env, "PATH": _path()}, check=True,
-                       capture_output=True)  # fmt: skip
+                       capture_output=True)
     code, preview, stderr = project.cli("preview", "--stack", "prod")
     assert code == 0, (preview, stderr[-2000:])
     assert preview["policyPack"] == {"name": "tkf-guardrails", "config": "policy/config/prod.json"}
@@ -202,7 +202,7 @@ def test_pack_process_serves_every_guardrail_and_judges_through_preview_unknowns
     w = workload(stack_objects("prod", "vllm"), "qwen-2-5-72b")
     python = ROOT / "policy" / ".venv" / "bin" / "python"
     proc = subprocess.run([str(python), "-c", PACK_PROBE, json.dumps(w.props), w.type], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+                          capture_output=True, text=True, timeout=120, check=True)
     out = json.loads(proc.stdout)
     assert out["names"] == sorted(g.name for g in GUARDRAILS)
     assert len(out["found"]) == 1

@@ -31,7 +31,7 @@ from tests.faults.harness import (
     still_running,
     wait_applying,
     wait_until,
-)  # fmt: skip
+)
 from tests.kube.apiserver import KubeAPIServer
 from tests.kube.client import KubeClient
 from tests.kube.jobs import complete_job

@@ -27,7 +27,7 @@ from tests.faults.harness import (
     run_cli,
     still_running,
     wait_applying,
-)  # fmt: skip
+)
 from tests.kube.apiserver import KubeAPIServer
 from tests.kube.client import KubeClient
 from tests.kube.jobs import complete_job

@@ -236,7 +236,7 @@ class KubeClient:
         spec = crd["spec"]
         api_version, kind = f"{spec['group']}/{spec['versions'][0]['name']}", spec["names"]["kind"]
         self.wait_condition("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd["metadata"]["name"],
-                            "Established", timeout=timeout)  # fmt: skip
+                            "Established", timeout=timeout)
 
         def listed() -> bool:
             try:

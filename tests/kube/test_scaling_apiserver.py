@@ -39,7 +39,7 @@ def _into(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
 
 @pytest.mark.apiserver
 def test_kserve_spec_scaling_is_accepted_and_stored_whole(kube: KubeClient, scaling_crds: None,
-                                                          kube_namespace: str) -> None:  # fmt: skip
+                                                          kube_namespace: str) -> None:
     (svc,) = [o for name, o in of_kind(rendered("kserve", SCALED), "LLMInferenceService").items()]
     stored = kube.apply(_into(svc, kube_namespace))
     assert stored["spec"]["scaling"] == svc["spec"]["scaling"] | {"wva": {**svc["spec"]["scaling"]["wva"],
@@ -74,7 +74,7 @@ def test_kserve_spec_scaling_is_accepted_and_stored_whole(kube: KubeClient, scal
 
 @pytest.mark.apiserver
 def test_vllm_scaled_object_and_its_deployment_are_accepted(kube: KubeClient, scaling_crds: None,
-                                                            kube_namespace: str) -> None:  # fmt: skip
+                                                            kube_namespace: str) -> None:
     objects = rendered("vllm", SCALED)
     (so,) = of_kind(objects, "ScaledObject").values()
     deployment = of_kind(objects, "Deployment")["qwen3-8b"]

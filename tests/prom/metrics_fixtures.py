@@ -233,12 +233,12 @@ def _cache_config_labels(model: FakeModel) -> dict[str, str]:
             "kv_sharing_fast_prefill": "False", "swa_bounded_replay": "True", "kv_cache_memory_bytes": "None",
             "kv_offloading_size": "None", "kv_offloading_backend": "native", "_block_size_resolved": "True",
             "engine": "0",
-        }  # fmt: skip
+        }
     common = {
         "block_size": str(kv.block_size), "gpu_memory_utilization": util, "swap_space": "4",
         "cache_dtype": kv.cache_dtype, "is_attention_free": "False", "num_gpu_blocks_override": "None",
         "sliding_window": "None", "enable_prefix_caching": "True",
-    }  # fmt: skip
+    }
     if model.vllm_release in ("0.10.2", "0.11.0"):  # same CacheConfig attributes in both releases
         cpu_space = str(2 * 2**30) if model.vllm_release == "0.11.0" else "None"  # the CPU model: 2 GiB
         return {
@@ -247,12 +247,12 @@ def _cache_config_labels(model: FakeModel) -> dict[str, str]:
             "mamba_ssm_cache_dtype": "auto", "num_gpu_blocks": blocks, "num_cpu_blocks": "None",
             "kv_sharing_fast_prefill": "False", "kv_cache_memory_bytes": "None", "swap_space_bytes": "4294967296",
             "engine": "0",
-        }  # fmt: skip
+        }
     assert model.vllm_release == "0.8.5", model.vllm_release
     return {
         **common, "prefix_caching_hash_algo": "builtin", "cpu_offload_gb": "0", "calculate_kv_scales": "False",
         "num_gpu_blocks": blocks, "num_cpu_blocks": "None", "swap_space_bytes": "4294967296",
-    }  # fmt: skip
+    }
 
 
 #: Tokens each replica serves per second per unit of its `volume` (linear counters: rate() is exact).

@@ -29,7 +29,7 @@ def fake_vllm(bin_dir: Path, version: str) -> Path:
     bin_dir.mkdir(parents=True, exist_ok=True)
     fake = bin_dir / "vllm"
     fake.write_text(f'#!/bin/sh\n[ "$1" = "--version" ] && {{ echo "{version}"; exit 0; }}\n'
-                    'printf \'%s\\0\' vllm "$@" > "$VLLM_ARGV_OUT"\n')  # fmt: skip
+                    'printf \'%s\\0\' vllm "$@" > "$VLLM_ARGV_OUT"\n')
     fake.chmod(0o755)
     return bin_dir
 
@@ -39,18 +39,18 @@ def run_recorded(argv: list[str], env: dict[str, str], bin_dir: Path) -> list[st
     out = bin_dir / "argv"
     out.unlink(missing_ok=True)
     proc = subprocess.run(argv, env={"PATH": f"{bin_dir}:/usr/bin:/bin", "VLLM_ARGV_OUT": str(out), **env},
-                          capture_output=True, text=True, timeout=30)  # fmt: skip
+                          capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0 and out.exists(), (argv, proc.stdout, proc.stderr)
     return [w.decode() for w in out.read_bytes().split(b"\0")[:-1]]
 
 
 def run_oracle(vllm_venv: Path, home: Path, cases: dict[str, list[str]],
-               show: tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
+               show: tuple[str, ...] = ()) -> dict[str, Any]:
     """vLLM's verdict per command line (and the parsed values of ``show``), run in the vLLM virtualenv."""
     payload = [{"id": k, "argv": v, "show": list(show)} for k, v in cases.items()]
     proc = subprocess.run([str(vllm_venv / "bin" / "python"), str(HERE / "oracle.py")], capture_output=True,
                           text=True, input=json.dumps(payload), timeout=600,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(home), **NO_TELEMETRY_ENV})  # fmt: skip
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(home), **NO_TELEMETRY_ENV})
     assert proc.returncode == 0, proc.stderr[-3000:]
     result: dict[str, Any] = json.loads(proc.stdout)
     return result

@@ -136,13 +136,13 @@ def start_pod(stack: RenderedStack, model: str, *, venv: Path, model_dir: Path, 
     argv, env = localize(command, model_dir=model_dir, port=port, scratch=scratch)
     server = start_vllm(argv, env, port=port, api_key=command.env.get("VLLM_API_KEY"), venv=venv, workdir=scratch)
     _TIMINGS.append(f"vLLM from the {stack.backend} backend's pod ({model}, {scratch.name}) ready in "
-                    f"{server.started_in_s:.1f} s")  # fmt: skip
+                    f"{server.started_in_s:.1f} s")
     try:
         sidecar = sidecar_command(manifests, workload)
         metrics_port = free_port()
         metrics = start_service("metrics", localize_sidecar(sidecar, port=metrics_port, upstream_port=port),
                                 sidecar.env, port=metrics_port, health_path="/metrics", workdir=scratch / "metrics",
-                                path=f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin", check_shm=False)  # fmt: skip
+                                path=f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin", check_shm=False)
     except BaseException:
         server.stop()
         raise

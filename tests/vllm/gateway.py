@@ -31,12 +31,12 @@ class Gateway:
 
     def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
         return httpx.post(f"{self.service.url}{path}", json=body, timeout=120,
-                          headers={"Authorization": f"Bearer {self.master_key}"})  # fmt: skip
+                          headers={"Authorization": f"Bearer {self.master_key}"})
 
 
 @contextmanager
 def run_gateway(pod: RunningPod, workdir: Path, *, api_base: str | None = None,
-                api_key: str | None = None) -> Iterator[Gateway]:  # fmt: skip
+                api_key: str | None = None) -> Iterator[Gateway]:
     """The LiteLLM proxy on the gateway config of ``pod``'s stack, the model's api_base on ``pod``
     (or on ``api_base``: a stand-in for the alias Service), holding the pod's key (or ``api_key``)
     in the variable the stack's ``apiKeyEnv`` names, as the gateway's Secret would."""
@@ -59,7 +59,7 @@ def run_gateway(pod: RunningPod, workdir: Path, *, api_base: str | None = None,
     litellm = Path(sys.executable).parent / "litellm"
     service = start_service("litellm", [str(litellm), "--config", str(workdir / "litellm.yaml"), "--host",
                                         "127.0.0.1", "--port", str(port), "--num_workers", "1"],
-                            env, port=port, health_path="/health/liveliness", workdir=workdir)  # fmt: skip
+                            env, port=port, health_path="/health/liveliness", workdir=workdir)
     try:
         yield Gateway(service, master_key, config)
     finally:

@@ -21,7 +21,7 @@ INSTALL_HINT = "run scripts/install_vllm.sh (make test and scripts/setup.sh --de
 def vllm_venv_path() -> Path:
     """The virtualenv scripts/install_vllm.sh made (fail, not skip: a skipped tier checks nothing)."""
     path = Path(subprocess.run(["bash", str(ROOT / "scripts" / "install_vllm.sh"), "--print"],
-                               capture_output=True, text=True, check=True).stdout.strip())  # fmt: skip
+                               capture_output=True, text=True, check=True).stdout.strip())
     if not (path / ".tkf-installed").is_file() or not (path / "bin" / "vllm").is_file():
         pytest.fail(f"vLLM is not installed at {path}: {INSTALL_HINT}", pytrace=False)
     return path
@@ -31,5 +31,5 @@ def build_tiny_model(venv: Path, out: Path, workdir: Path) -> Path:
     """The tiny Qwen2 checkpoint at ``out``, built in the vLLM virtualenv (``workdir``: its HOME and TMPDIR)."""
     env = {"HOME": str(workdir / "build-home"), "TMPDIR": str(workdir), "PATH": "/usr/bin:/bin"}
     subprocess.run([str(venv / "bin" / "python"), str(HERE / "tiny_model.py"), str(out)], check=True,
-                   capture_output=True, env=env)  # fmt: skip
+                   capture_output=True, env=env)
     return out

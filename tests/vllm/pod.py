@@ -130,7 +130,7 @@ def _probes(*containers: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _started(argv: list[str], env: Sequence[Mapping[str, Any]],
-             manifests: Manifests) -> tuple[list[str], dict[str, str]]:  # fmt: skip
+             manifests: Manifests) -> tuple[list[str], dict[str, str]]:
     """argv and env as the kubelet starts the process: env resolved, then ``$(VAR)`` expanded in argv."""
     values = resolve_env(env, manifests)
     return [kubelet_expand(a, values) for a in argv], values
@@ -181,7 +181,7 @@ def localize(cmd: PodCommand, *, model_dir: Path, port: int, scratch: Path) -> t
         argv.append(arg)
     assert hits == {"model": 1, "port": 1}, f"expected one model path and one --port {cmd.port} in {cmd.argv}"
     dirs = {mount: scratch / mount.strip("/").replace("/", "_") for mount, kind in cmd.mounts.items()
-            if kind == "emptyDir" and mount != "/dev/shm"}  # fmt: skip
+            if kind == "emptyDir" and mount != "/dev/shm"}
     assert "/tmp" in dirs, f"the pod's /tmp is not an emptyDir: {cmd.mounts}"
     for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)
@@ -312,10 +312,10 @@ def kserve_command(manifests: Manifests, workload: str, preset: Mapping[str, Any
     command = ours.get("command") or base["command"]
     # KServe templates the merged spec, ours included: our args pass through the same template.
     args: list[str] = (json.loads(render_go_template(json.dumps(ours["args"]), values, conditions)) if "args" in ours
-                       else base.get("args", []))  # fmt: skip
+                       else base.get("args", []))
     env = _merge_by_name(base.get("env", []), ours.get("env", []))
     pod = {"volumes": _merge_by_name(rendered["template"].get("volumes", []),
-                                     llmisvc["spec"]["template"].get("volumes", []))}  # fmt: skip
+                                     llmisvc["spec"]["template"].get("volumes", []))}
     container = {"volumeMounts": _merge_mounts(base.get("volumeMounts", []), ours.get("volumeMounts", []))}
     argv, values = _started([*command, *args], env, manifests)
     return PodCommand(argv, values, _mounts(container, pod), _probes(base, ours))

@@ -35,7 +35,7 @@ def list_routes(argv: list[str], tasks: list[str]) -> list[dict[str, Any]]:
     for route in app.routes:
         out.append({"kind": type(route).__name__, "path": getattr(route, "path", None),
                     "methods": sorted(getattr(route, "methods", None) or []),
-                    "schema": bool(getattr(route, "include_in_schema", False))})  # fmt: skip
+                    "schema": bool(getattr(route, "include_in_schema", False))})
     return out
 
 

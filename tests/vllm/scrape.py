@@ -36,7 +36,7 @@ scrape_configs:
     service = start_service("prometheus", [_prometheus_binary(), f"--config.file={workdir / 'prometheus.yml'}",
                                            f"--storage.tsdb.path={workdir / 'data'}",
                                            f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                            {}, port=port, health_path="/-/ready", workdir=workdir)  # fmt: skip
+                            {}, port=port, health_path="/-/ready", workdir=workdir)
     try:
         _wait_ready(service.process, service.url, service.log)
     except BaseException:

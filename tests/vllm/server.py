@@ -87,9 +87,9 @@ def shm_in_use(names: set[str]) -> set[str]:
             continue
         try:
             held = {line.rsplit("/dev/shm/", 1)[1].split()[0] for line in (proc / "maps").read_text().splitlines()
-                    if "/dev/shm/" in line}  # fmt: skip
+                    if "/dev/shm/" in line}
             held |= {os.readlink(fd).rsplit("/dev/shm/", 1)[1] for fd in (proc / "fd").iterdir()
-                     if os.readlink(fd).startswith("/dev/shm/")}  # fmt: skip
+                     if os.readlink(fd).startswith("/dev/shm/")}
         except OSError:  # gone meanwhile, or not ours to read
             continue
         used |= held & names
@@ -154,7 +154,7 @@ class Service:
 
 def start_service(name: str, argv: list[str], env: Mapping[str, str], *, port: int, health_path: str,
                   workdir: Path, api_key: str | None = None, path: str = "/usr/local/bin:/usr/bin:/bin",
-                  check_shm: bool = True) -> Service:  # fmt: skip
+                  check_shm: bool = True) -> Service:
     """Start ``argv`` in its own process group with exactly ``env`` (plus PATH) and wait for ``health_path``."""
     workdir.mkdir(parents=True, exist_ok=True)
     log = workdir / f"{name}.log"
@@ -163,13 +163,13 @@ def start_service(name: str, argv: list[str], env: Mapping[str, str], *, port: i
     started = time.monotonic()
     with log.open("wb") as out:
         process = subprocess.Popen(argv, env=full_env, cwd=workdir, stdout=out, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
     server = Service(name, f"http://127.0.0.1:{port}", port, api_key, process, log, 0.0, shm_before)
     deadline = started + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
             _stop_after_failed_start(server, f"{name} exited with {process.returncode} before {health_path} "
-                                             f"answered")  # fmt: skip
+                                             f"answered")
         try:
             if httpx.get(f"{server.url}{health_path}", timeout=2).status_code == 200:
                 server.started_in_s = time.monotonic() - started
@@ -192,7 +192,7 @@ def _stop_after_failed_start(server: Service, why: str) -> NoReturn:
 
 
 def start_vllm(argv: list[str], env: Mapping[str, str], *, port: int, api_key: str | None, venv: Path,
-               workdir: Path) -> Service:  # fmt: skip
+               workdir: Path) -> Service:
     """A pod's command + args (already localized), ``vllm`` found in the vLLM virtualenv as in the image."""
     return start_service("vllm", argv, {**HOST_ENV, **env}, port=port, health_path="/health", workdir=workdir,
-                         api_key=api_key, path=f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin")  # fmt: skip
+                         api_key=api_key, path=f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin")

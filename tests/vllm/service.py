@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "host",
-              "proxy-connection", "te", "trailer", "upgrade"}  # fmt: skip
+              "proxy-connection", "te", "trailer", "upgrade"}
 
 
 class RollingService:
@@ -148,7 +148,7 @@ class Traffic:
                     r = client.post(f"{url}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"})
                     ok = r.status_code == 200 and bool(r.json().get("choices"))
                     self.outcomes.append(Outcome(time.monotonic(), name, r.status_code if ok else -r.status_code,
-                                                 "" if ok else r.text[:300]))  # fmt: skip
+                                                 "" if ok else r.text[:300]))
                 except httpx.HTTPError as err:
                     self.outcomes.append(Outcome(time.monotonic(), name, 0, repr(err)))
                 finally:

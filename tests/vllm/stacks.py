@@ -55,7 +55,7 @@ class RenderedStack:
 
 def run_cli(root: Path, env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(root / ".venv" / "bin" / "python"), "-m", "tkf_infra", *args], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def priced_catalog() -> list[dict[str, Any]]:
@@ -63,7 +63,7 @@ def priced_catalog() -> list[dict[str, Any]]:
     models: list[dict[str, Any]] = dev_config()["config"]["tkf-infra:models"]
     chat = models[0]
     embed = {"name": EMBEDDING_MODEL, "repo": chat["repo"], "revision": chat["revision"],
-             "servedName": "qwen2.5-0.5b-embed", "mode": "embedding"}  # fmt: skip
+             "servedName": "qwen2.5-0.5b-embed", "mode": "embedding"}
     return [dict(m, cost=PRICES[m["name"]]) for m in [*models, embed]]
 
 
@@ -111,7 +111,7 @@ def _up(stack: RenderedStack) -> RenderedStack:
 def _pulumi(stack: RenderedStack, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**stack.env, "PULUMI_CONFIG_PASSPHRASE": DEV_PASSPHRASE, "PULUMI_SKIP_UPDATE_CHECK": "true"}
     return subprocess.run([str(pulumi_home() / "bin" / "pulumi"), *args, "--stack", "dev", "--non-interactive"],
-                          cwd=stack.root, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+                          cwd=stack.root, env=env, capture_output=True, text=True, timeout=120)
 
 
 def _config(stack: RenderedStack, *args: str) -> None:
@@ -120,7 +120,7 @@ def _config(stack: RenderedStack, *args: str) -> None:
 
 
 def apply_step(stack: RenderedStack, name: str, *, set_secrets: dict[str, str] | None = None,
-               remove: tuple[str, ...] = ()) -> RenderedStack:  # fmt: skip
+               remove: tuple[str, ...] = ()) -> RenderedStack:
     """One step of a key rotation on ``stack``: its secrets changed as an operator does, then ``up``.
     Returns the stack as of this step, its manifests copied aside (the next ``up`` rewrites them)."""
     for key, value in (set_secrets or {}).items():

@@ -37,7 +37,7 @@ def _vllm_tokens(pod: RunningPod) -> tuple[float, float]:
     metrics = parse_metrics(httpx.get(f"{pod.server.url}/metrics", timeout=10).text)
     served = pod.endpoint["servedName"]
     return (sample(metrics, "vllm:prompt_tokens_total", model_name=served),
-            sample(metrics, "vllm:generation_tokens_total", model_name=served))  # fmt: skip
+            sample(metrics, "vllm:generation_tokens_total", model_name=served))
 
 
 def test_chat_through_the_gateway_reaches_vllm_and_costs_the_catalog_price(gateway: Gateway,
@@ -61,10 +61,10 @@ def test_chat_through_the_gateway_reaches_vllm_and_costs_the_catalog_price(gatew
 def test_streaming_through_the_gateway(gateway: Gateway, vllm_pod: RunningPod) -> None:
     served = vllm_pod.endpoint["servedName"]
     body = {"model": served, "max_tokens": 12, "stream": True, "stream_options": {"include_usage": True},
-            "messages": [{"role": "user", "content": "Count to three"}]}  # fmt: skip
+            "messages": [{"role": "user", "content": "Count to three"}]}
     chunks: list[dict[str, Any]] = []
     with httpx.stream("POST", f"{gateway.service.url}/v1/chat/completions", json=body, timeout=120,
-                      headers={"Authorization": f"Bearer {gateway.master_key}"}) as response:  # fmt: skip
+                      headers={"Authorization": f"Bearer {gateway.master_key}"}) as response:
         assert response.status_code == 200, response.read()
         for line in response.iter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":

@@ -97,7 +97,7 @@ def test_the_stack_publishes_the_adapter_under_its_base_and_to_the_gateway(lora_
 
 
 def test_the_adapter_answers_by_its_name_through_the_gateway_and_differs_from_the_base(
-        lora_pod: RunningPod, tier_dir: Path) -> None:  # fmt: skip
+        lora_pod: RunningPod, tier_dir: Path) -> None:
     key = lora_pod.command.env["VLLM_API_KEY"]
     served = lora_pod.endpoint["servedName"]
     listed = httpx.get(f"{lora_pod.server.url}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=30)
@@ -168,7 +168,7 @@ def test_status_reports_the_adapter_in_flight_then_idle(lora_pod: RunningPod, ti
 
 
 def _wait_for(read: Callable[[], dict[str, Any]], ok: Callable[[dict[str, Any]], bool],
-              timeout: float = 180) -> dict[str, Any]:  # fmt: skip
+              timeout: float = 180) -> dict[str, Any]:
     deadline, last = time.monotonic() + timeout, None
     while time.monotonic() < deadline:
         last = read()

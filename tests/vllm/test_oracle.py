@@ -71,7 +71,7 @@ def _enum(field: str) -> list[Any]:
 
 def _base(profile: str) -> dict[str, Any]:
     return {"name": "m", "repo": "org/model", "revision": "0" * 40, "servedName": "org/model-served",
-            "maxModelLen": 4096, **PROFILES[profile]}  # fmt: skip
+            "maxModelLen": 4096, **PROFILES[profile]}
 
 
 def matrix(allowed: dict[str, list[str]]) -> Iterator[tuple[str, str, Any, dict[str, Any]]]:
@@ -79,14 +79,14 @@ def matrix(allowed: dict[str, list[str]]) -> Iterator[tuple[str, str, Any, dict[
     for profile in PROFILES:
         yield profile, "", None, _base(profile)
         for key, field in (("quantization", "quantization"), ("kvCacheDtype", "kv_cache_dtype"),
-                           ("dtype", "dtype"), ("blockSize", "block_size")):  # fmt: skip
+                           ("dtype", "dtype"), ("blockSize", "block_size")):
             for value in _enum(field):
                 yield profile, key, value, {**_base(profile), key: value}
         for value in WRONG_QUANTIZATION:
             yield profile, "quantization", value, {**_base(profile), "quantization": value}
         for value in [*allowed["toolCallParser"], *WRONG_PARSERS]:
             yield profile, "toolCallParser", value, {**_base(profile), "enableAutoToolChoice": True,
-                                                     "toolCallParser": value}  # fmt: skip
+                                                     "toolCallParser": value}
         for mode in ("chat", "embedding", "rerank"):
             yield profile, "mode", mode, {**_base(profile), "mode": mode}
 
@@ -147,7 +147,7 @@ def test_every_committed_stack_passes_vllms_checks(oracle: Any, fake_bin: Path) 
 
 
 def test_program_and_vllm_agree_on_every_catalog_value(oracle: Any, fake_bin: Path,
-                                                       allowed: dict[str, list[str]]) -> None:  # fmt: skip
+                                                       allowed: dict[str, list[str]]) -> None:
     version = oracle_version()
     cases: dict[str, list[str]] = {}
     program: dict[str, tuple[str, Any, str, set[str]]] = {}  # id -> (key, value, profile, fields refused)
@@ -177,7 +177,7 @@ def test_program_and_vllm_agree_on_every_catalog_value(oracle: Any, fake_bin: Pa
                 known_seen.add((key, value))
             else:
                 disagreements.append(f"{key}={value!r} ({profile}, {pod_case.rsplit('/', 1)[1]}): the program "
-                                     f"accepts it, vLLM refuses it at {r['stage']}: {r['error'][:200]}")  # fmt: skip
+                                     f"accepts it, vLLM refuses it at {r['stage']}: {r['error'][:200]}")
     assert not disagreements, "\n".join(disagreements)
     assert known_seen == set(KNOWN_DISAGREEMENTS), "a known disagreement is gone: drop it from KNOWN_DISAGREEMENTS"
     # Every value vLLM refuses was refused by the program, naming the field (checked above); and the

@@ -68,7 +68,7 @@ def steps(stacks: Stacks, tier_dir: Path) -> dict[str, RenderedStack]:
     rotating = render_stack("vllm", tier_dir / "rotation", secrets={"apiKeyNext": NEW_KEY})  # step 1
     out = {"before": before, "next-accepted": snapshot(rotating, "next-accepted")}
     out["previous-accepted"] = apply_step(rotating, "previous-accepted", remove=("apiKeyNext",),
-                                          set_secrets={"apiKey": NEW_KEY, "apiKeyPrevious": old})  # fmt: skip
+                                          set_secrets={"apiKey": NEW_KEY, "apiKeyPrevious": old})
     out["after"] = apply_step(rotating, "after", remove=("apiKeyPrevious",))
     return out
 
@@ -76,14 +76,14 @@ def steps(stacks: Stacks, tier_dir: Path) -> dict[str, RenderedStack]:
 def _deployments(stack: RenderedStack) -> dict[str, dict[str, Any]]:
     """The models' Deployments (the dev stack also renders the platform's)."""
     return {name: doc for (kind, name), doc in load_manifests(stack.render_dir).items()
-            if kind == "Deployment" and "tkf.io/model" in doc["metadata"].get("labels", {})}  # fmt: skip
+            if kind == "Deployment" and "tkf.io/model" in doc["metadata"].get("labels", {})}
 
 
 def test_pods_roll_only_when_the_accepted_keys_change_and_no_key_is_in_plaintext(
-        steps: dict[str, RenderedStack]) -> None:  # fmt: skip
+        steps: dict[str, RenderedStack]) -> None:
     old = steps["before"].outputs["runtimeApiKey"]
     accepted = {"before": (old,), "next-accepted": (old, NEW_KEY), "previous-accepted": (NEW_KEY, old),
-                "after": (NEW_KEY,)}  # fmt: skip
+                "after": (NEW_KEY,)}
     deployments = {step: _deployments(s) for step, s in steps.items()}
     assert len(deployments["before"]) == 3
     # The roll tests/vllm/service.py plays is the one these (CPU) Deployments ask for: surge, none down.
@@ -123,7 +123,7 @@ def _assert_keys(pod: RunningPod, accepted: tuple[str, ...], refused: tuple[str,
 
 @pytest.mark.vllm_solo
 def test_no_request_through_the_gateway_fails_during_the_rotation(steps: dict[str, RenderedStack], pods: PodServers,
-                                                                  tier_dir: Path) -> None:  # fmt: skip
+                                                                  tier_dir: Path) -> None:
     old = steps["before"].outputs["runtimeApiKey"]
     first = pods.get("vllm", TOOL_MODEL)  # step 0: the tier's pod (same stack, same spec)
     assert first.command.env[API_KEY_ENV] == old and API_KEY_EXTRA_ENV not in first.command.env
@@ -135,7 +135,7 @@ def test_no_request_through_the_gateway_fails_during_the_rotation(steps: dict[st
         cleanup.callback(service.close)
         service.add("before", first.server.url)
         gateway = cleanup.enter_context(run_gateway(first, tier_dir / "rotation-gateway-1", api_key=old,
-                                                    api_base=f"{service.url}/v1"))  # fmt: skip
+                                                    api_base=f"{service.url}/v1"))
         traffic = Traffic(("gateway-1", gateway.service.url, gateway.master_key), served).start()
         cleanup.callback(traffic.stop)
         traffic.wait_until(lambda: service.served["before"] >= OVERLAP_REQUESTS, "traffic through the first pod")
@@ -149,12 +149,12 @@ def test_no_request_through_the_gateway_fails_during_the_rotation(steps: dict[st
 
         # Step 2: the gateway is redeployed with the new runtimeApiKey; no pod restarts.
         gateway2 = cleanup.enter_context(run_gateway(second, tier_dir / "rotation-gateway-2", api_key=NEW_KEY,
-                                                     api_base=f"{service.url}/v1"))  # fmt: skip
+                                                     api_base=f"{service.url}/v1"))
         traffic.switch("gateway-2", gateway2.service.url, gateway2.master_key)
         gateway.service.stop(check_shm=False)
         through = sum(o.gateway == "gateway-2" for o in traffic.outcomes)
         traffic.wait_until(lambda: sum(o.gateway == "gateway-2" for o in traffic.outcomes) >= through + 3,
-                           "traffic through the new gateway")  # fmt: skip
+                           "traffic through the new gateway")
 
         # Step 3 rolls out: the pod accepting the new key only joins, then the step-1 pod leaves.
         third = pods.start(steps["after"], TOOL_MODEL, "rotation-after")
@@ -172,18 +172,18 @@ def test_no_request_through_the_gateway_fails_during_the_rotation(steps: dict[st
     assert {status for (_, status) in service.statuses} == {200}, service.statuses
     assert {o.gateway for o in traffic.outcomes} == {"gateway-1", "gateway-2"}
     print(f"rotation: {len(traffic.outcomes)} requests through the gateway, none failed; per pod "
-          f"{dict(service.served)}")  # fmt: skip
+          f"{dict(service.served)}")
 
 
 def _overlap(service: RollingService, traffic: Traffic, old: tuple[str, RunningPod],
-             new: tuple[str, RunningPod]) -> None:  # fmt: skip
+             new: tuple[str, RunningPod]) -> None:
     """The new pod joins the Service; both serve the gateway's requests; the old one leaves and stops."""
     (old_name, old_pod), (new_name, new_pod) = old, new
     service.add(new_name, new_pod.server.url)
     floor = service.served[old_name]
     traffic.wait_until(lambda: service.served[new_name] >= OVERLAP_REQUESTS
                        and service.served[old_name] >= floor + OVERLAP_REQUESTS,
-                       f"traffic to both the {old_name} and the {new_name} pod")  # fmt: skip
+                       f"traffic to both the {old_name} and the {new_name} pod")
     service.remove(old_name)
     if old_name != "before":  # the tier's own pod is stopped by its owner (PodServers)
         old_pod.stop(check_shm=False)  # the new pod runs: /dev/shm is checked after the rotation
@@ -196,7 +196,7 @@ def kserve_rotating(tier_dir: Path) -> Iterator[RenderedStack]:
 
 
 def test_kserve_and_multi_node_pods_hand_vllm_both_keys(kserve_rotating: RenderedStack, oracle: Any,
-                                                        fake_bin: Path) -> None:  # fmt: skip
+                                                        fake_bin: Path) -> None:
     old = kserve_rotating.outputs["runtimeApiKey"]
     kserve = kserve_command(load_manifests(kserve_rotating.render_dir), workload(TOOL_MODEL))
     assert kserve.env[API_KEY_ENV] == old and kserve.env[API_KEY_EXTRA_ENV] == ODD_KEY
@@ -205,7 +205,7 @@ def test_kserve_and_multi_node_pods_hand_vllm_both_keys(kserve_rotating: Rendere
     (multi,) = [e for e in prod.models if e.is_multi_node]
     leader = lws_command(multi, MODEL_MOUNT, leader=True, two_keys=True)
     env = {"LWS_LEADER_ADDRESS": "leader.invalid", "LWS_GROUP_SIZE": str(multi.node_count), "LWS_WORKER_INDEX": "0",
-           API_KEY_ENV: old, API_KEY_EXTRA_ENV: ODD_KEY}  # fmt: skip
+           API_KEY_ENV: old, API_KEY_EXTRA_ENV: ODD_KEY}
     argv["lws-leader"] = run_recorded(leader, env, fake_bin)
     results = oracle(argv, show=("api_key",))["results"]
     for pod, r in results.items():

@@ -43,7 +43,7 @@ GATEWAY_NS, MONITORING_NS = "llm-gateway", "monitoring"  # the dev stack's names
 #: are harmless; the rest is inference or control of the engine, which only the NetworkPolicy keeps
 #: to the gateway. Measured on vLLM 0.32.0 (docs/operations.md has the table).
 DOCS = {(m, p): "FastAPI's API docs" for p in ("/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")
-        for m in ("GET", "HEAD")}  # fmt: skip
+        for m in ("GET", "HEAD")}
 COMMON = {
     **DOCS,
     ("GET", "/health"): "probe",
@@ -73,7 +73,7 @@ OPEN: dict[str, dict[tuple[str, str], str]] = {
     },
 }
 HARMLESS = {"probe", "probe (SageMaker)", "server load figure", "vLLM version", "Prometheus metrics",
-            "Prometheus metrics (the mount: any method)", "KV-cache event endpoints", "FastAPI's API docs"}  # fmt: skip
+            "Prometheus metrics (the mount: any method)", "KV-cache event endpoints", "FastAPI's API docs"}
 
 
 @pytest.fixture(params=list(PODS))
@@ -103,7 +103,7 @@ def _routes(pod: RunningPod) -> list[dict[str, Any]]:
     request = json.dumps({"argv": ["vllm", *args], "tasks": _tasks(pod)})
     env = {"PATH": "/usr/bin:/bin", "HOME": str(pod.server.log.parent / "home"), **NO_TELEMETRY_ENV}
     proc = subprocess.run([python, "-m", "tests.vllm.routes"], input=request, capture_output=True, text=True,
-                          cwd=ROOT, timeout=600, env=env)  # fmt: skip
+                          cwd=ROOT, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     routes: list[dict[str, Any]] = json.loads(proc.stdout)
     return routes

@@ -24,7 +24,7 @@ def test_every_scaling_signal_is_served_under_the_name_the_query_selects(pods: P
     # The query as rendered for an entry of this served name: its series and its model_name selector.
     doc = {"serving": {"allowCpu": True}, "models": [{
         "name": "m", "repo": "a/b", "revision": "0" * 40, "servedName": served, "gpusPerNode": 0,
-        "maxModelLen": 512, "scaling": {"maxReplicas": 2, "metric": metric.value}}]}  # fmt: skip
+        "maxModelLen": 512, "scaling": {"maxReplicas": 2, "metric": metric.value}}]}
     (entry,) = validate_catalog(doc).models
     query = signal_query(entry, "ns")
     found = re.fullmatch(r'sum\(([^{]+)\{namespace="ns",' + vm.MODEL_LABEL + r'="([^"]+)"\}\)', query)

@@ -25,7 +25,7 @@ GENERATOR = ROOT / "scripts" / "vllm_serve_options.py"
 def generate(vllm_venv: Path, home: Path) -> dict[str, Any]:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home), **NO_TELEMETRY_ENV}
     proc = subprocess.run([str(vllm_venv / "bin" / "python"), str(GENERATOR)], capture_output=True, text=True,
-                          timeout=300, env=env)  # fmt: skip
+                          timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     data: dict[str, Any] = json.loads(proc.stdout)
     return data
@@ -38,7 +38,7 @@ def test_the_committed_option_table_is_the_installed_parsers(vllm_venv: Path, ti
     added = sorted(set(fresh["options"]) - set(committed["options"]))
     dropped = sorted(set(committed["options"]) - set(fresh["options"]))
     moved = sorted(o for o in set(fresh["options"]) & set(committed["options"])
-                   if fresh["options"][o] != committed["options"][o])  # fmt: skip
+                   if fresh["options"][o] != committed["options"][o])
     assert not (added or dropped or moved), (
         f"vLLM {fresh['vllm']}'s parser differs from {flags.SERVE_OPTIONS_FILE.name}: added {added}, dropped "
         f"{dropped}, other dest {moved}; regenerate it with scripts/vllm_serve_options.py and commit it")
@@ -52,7 +52,7 @@ def test_each_refused_spelling_sets_the_owned_dest_in_vllms_parser(vllm_venv: Pa
              "tp": (["-tp", "2"], "tensor_parallel_size", 2),
              "underscores": (["--tensor_parallel_size", "2"], "tensor_parallel_size", 2),
              "prefix": (["--max-model", "512"], "max_model_len", 512),
-             "dotted": (["--speculative_config.method", "ngram"], "speculative_config", None)}  # fmt: skip
+             "dotted": (["--speculative_config.method", "ngram"], "speculative_config", None)}
     argv = {k: ["vllm", "serve", "/m", *words] for k, (words, _, _) in cases.items()}
     argv["quant"] = ["vllm", "serve", "/m", "--quant", "awq"]
     shown = tuple(sorted({dest for _, dest, _ in cases.values()}))

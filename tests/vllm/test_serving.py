@@ -33,7 +33,7 @@ def pod(request: pytest.FixtureRequest, pods: PodServers) -> RunningPod:
 
 def _chat(pod: RunningPod, **body: Any) -> httpx.Response:
     payload = {"model": pod.endpoint["servedName"], "messages": [{"role": "user", "content": "Weather in Paris?"}],
-               "max_tokens": 8, **body}  # fmt: skip
+               "max_tokens": 8, **body}
     return httpx.post(f"{pod.server.url}/v1/chat/completions", json=payload, headers=pod.server.headers(), timeout=120)
 
 
@@ -78,7 +78,7 @@ def test_tool_calling_is_accepted_where_the_catalog_enables_it(pod: RunningPod) 
     assert auto.status_code == 200, auto.text
     assert _parser_calls(pod) == before + 1, "the hermes tool-call parser did not see the reply"
     forced = _chat(pod, tools=[WEATHER_TOOL], tool_choice={"type": "function", "function": {"name": "get_weather"}},
-                   max_tokens=64)  # fmt: skip
+                   max_tokens=64)
     assert forced.status_code == 200, forced.text
     (call,) = forced.json()["choices"][0]["message"]["tool_calls"]
     assert call["function"]["name"] == "get_weather"
@@ -87,7 +87,7 @@ def test_tool_calling_is_accepted_where_the_catalog_enables_it(pod: RunningPod) 
 def _parser_calls(pod: RunningPod) -> float:
     metrics = parse_metrics(httpx.get(f"{pod.server.url}/metrics", timeout=10).text)
     return sum(value for labels, value in metrics.get("vllm:tool_call_parser_invocations_total", [])
-               if labels.get("model_name") == pod.endpoint["servedName"])  # fmt: skip
+               if labels.get("model_name") == pod.endpoint["servedName"])
 
 
 def test_cpu_kv_cache_is_the_size_the_pod_asks_for(pod: RunningPod) -> None:

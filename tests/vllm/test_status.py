@@ -30,7 +30,7 @@ from tests.vllm.server import Service
 #: No keep-alive: uvicorn closes an idle connection after 5 s, and a pooled one it has just closed
 #: fails the next request with "Server disconnected" (it failed a load run here).
 HTTP = httpx.Client(timeout=httpx.Timeout(30, read=900),
-                    limits=httpx.Limits(max_connections=64, max_keepalive_connections=0))  # fmt: skip
+                    limits=httpx.Limits(max_connections=64, max_keepalive_connections=0))
 #: How long to keep vLLM loaded while waiting for a `status` call that caught a steady queue.
 STATUS_PATIENCE_S = 300
 
@@ -42,7 +42,7 @@ def _target_labels(pod: RunningPod) -> dict[str, str]:
 
     deployment = load_manifests(pod.stack.render_dir)[("Deployment", pod.model)]
     labels = {k.replace(".", "_").replace("/", "_").replace("-", "_"): v
-              for k, v in deployment["spec"]["template"]["metadata"]["labels"].items()}  # fmt: skip
+              for k, v in deployment["spec"]["template"]["metadata"]["labels"].items()}
     return {"namespace": deployment["metadata"]["namespace"], **labels}
 
 
@@ -139,7 +139,7 @@ def test_status_reports_the_real_vllms_load(vllm_pod: RunningPod, prometheus: Se
             proc = vllm_pod.stack.cli("status", "--stack", "dev", "--json", "--prometheus-url", prometheus.url)
             instants = _queried_at(query_log, skip)
             seen = {(_value(prometheus, f"sum(vllm:num_requests_running{sel})", t),
-                     _value(prometheus, f"sum(vllm:num_requests_waiting{sel})", t)) for t in instants}  # fmt: skip
+                     _value(prometheus, f"sum(vllm:num_requests_waiting{sel})", t)) for t in instants}
             attempts.append(f"{len(instants)} queries at {sorted(instants)[:1]}: (running, waiting) {seen}")
             if len(seen) == 1 and (only := seen.pop())[0] == max_num_seqs and (only[1] or 0) > 0:
                 expected = {"requestsRunning": only[0], "requestsWaiting": only[1],
@@ -158,7 +158,7 @@ def test_status_reports_the_real_vllms_load(vllm_pod: RunningPod, prometheus: Se
     assert record is not None, f"no `status` call caught vLLM with a steady queue: {attempts}"
     assert record["servedName"] == served and record["hasData"] is True, (record, proc.stderr)
     assert {k: record[k] for k in ("requestsRunning", "requestsWaiting")} == {
-        k: expected[k] for k in ("requestsRunning", "requestsWaiting")}, (record, expected)  # fmt: skip
+        k: expected[k] for k in ("requestsRunning", "requestsWaiting")}, (record, expected)
     assert record["kvCacheUsage"] == pytest.approx(expected["kvCacheUsage"], abs=1e-4) and record["kvCacheUsage"] > 0
     assert record["readyReplicas"] == 1 and record["scrapeTargets"] == 1, record
     # `status` reports the token counters too: the count Prometheus held while `status` asked.

@@ -58,10 +58,10 @@ def build(out: Path) -> None:
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     bpe.train_from_iterator(CORPUS * 20, trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                        additional_special_tokens=SPECIAL_TOKENS[1:])  # fmt: skip
+                                        additional_special_tokens=SPECIAL_TOKENS[1:])
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.save_pretrained(out)
 
@@ -71,7 +71,7 @@ def build(out: Path) -> None:
         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
         pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
         bos_token_id=None, tie_word_embeddings=True, torch_dtype="bfloat16",
-    )  # fmt: skip
+    )
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(out)

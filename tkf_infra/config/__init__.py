@@ -22,4 +22,4 @@ __all__ = [
     "Namespaces", "NodePool", "Platform", "Problem", "Rejected", "Serving", "SettingsError", "StackSettings",
     "Taint", "Topology", "catalog_json_schema", "deep_merge", "read_pulumi_config", "read_stack_file",
     "validate_catalog",
-]  # fmt: skip
+]

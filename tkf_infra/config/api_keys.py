@@ -120,7 +120,7 @@ def missing_key_problem(stack: str) -> Problem | None:
     return Problem("tkf-infra", API_KEY, f"is not set or is empty on stack {stack!r}, so vLLM would serve without "
                                          f"authentication, which only the {DEV_STACK} stack may; set it with "
                                          f"`pulumi config set --secret {API_KEY} \"$(openssl rand -hex 32)\" "
-                                         f"--stack {stack}`")  # fmt: skip
+                                         f"--stack {stack}`")
 
 
 def key_problems(values: Mapping[str, str | None], is_secret: Callable[[str], bool] | None = None) -> list[Problem]:
@@ -132,21 +132,21 @@ def key_problems(values: Mapping[str, str | None], is_secret: Callable[[str], bo
             continue
         if not KEY_PATTERN.fullmatch(value):
             problems.append(Problem(where, name, f"may contain only {KEY_ALPHABET} (it reaches vLLM's command line "
-                                                 f"during a rotation); {KEY_HOWTO}"))  # fmt: skip
+                                                 f"during a rotation); {KEY_HOWTO}"))
         if is_secret is not None and not is_secret(name):
             problems.append(Problem(where, name, "is stored in plaintext in the stack file; remove it and set it "
-                                                 f"with `pulumi config set --secret {name} …`"))  # fmt: skip
+                                                 f"with `pulumi config set --secret {name} …`"))
     current, nxt, prev = (values.get(k) for k in CONFIG_KEYS)
     if current is None and (nxt or prev):
         problems.append(Problem(where, API_KEY_NEXT if nxt else API_KEY_PREVIOUS,
                                 f"is set but {API_KEY} is not: a rotation needs the key the gateway sends; set "
-                                f"`{API_KEY}` first"))  # fmt: skip
+                                f"`{API_KEY}` first"))
     if nxt and prev:
         problems.append(Problem(where, API_KEY_PREVIOUS,
                                 f"is set together with {API_KEY_NEXT}: a rotation accepts two keys, not three; "
-                                f"finish the current step first (docs/operations.md)"))  # fmt: skip
+                                f"finish the current step first (docs/operations.md)"))
     for name, other in ((API_KEY_NEXT, nxt), (API_KEY_PREVIOUS, prev)):
         if other is not None and other == current:
             problems.append(Problem(where, name, f"equals {API_KEY}: nothing would rotate; set a new key, or "
-                                                 f"remove `{name}`"))  # fmt: skip
+                                                 f"remove `{name}`"))
     return problems

@@ -113,7 +113,7 @@ def _keys_at(model: type[BaseModel] | None, loc: Sequence[int | str]) -> tuple[s
 
 
 def problems_from(err: ValidationError, where: str, prefix: str = "", model: type[BaseModel] | None = None,
-                  also: Sequence[str] = ()) -> list[Problem]:  # fmt: skip
+                  also: Sequence[str] = ()) -> list[Problem]:
     """pydantic's errors as Problems, with the stack file's own key names and an actionable hint.
 
     ``model``: the model validated, so an unknown key gets the nearest valid one; ``also``: keys its

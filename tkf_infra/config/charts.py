@@ -23,7 +23,7 @@ ChartSource = Literal["upstream", "vendored"]
 #: The chart sources shipped in components/data/charts/ (`platform.charts: vendored`), one version each;
 #: components/data/charts/SOURCES.md records their upstream repository, tag and commit.
 VENDORED_CHARTS = {"gpuOperator": "v26.7.0", "certManager": "v1.21.1", "gatewayApi": "v1.5.1",
-                   "kserve": "v0.20.0", "lws": "v0.8.0"}  # fmt: skip
+                   "kserve": "v0.20.0", "lws": "v0.8.0"}
 
 #: Namespaces the upstream charts hard-code: KServe's CRDs name their conversion webhook
 #: kserve/llmisvc-webhook-server-service and its presets live in `kserve`; the LWS CRD (crds/, not
@@ -36,7 +36,7 @@ LWS_NAMESPACE = "lws-system"
 RENDER_BLOCKERS = {"certManager": "its kubeVersion >= 1.22 gate; Helm assumes v1.20 offline",
                    "kserve": "the `lookup` in its CRD chart",
                    "gatewayApi": "the scope of its ValidatingAdmissionPolicy, which pulumi-kubernetes 4.25 asks a "
-                                 "cluster for"}  # fmt: skip
+                                 "cluster for"}
 
 #: Pieces whose charts create objects of another piece's kinds. The provider must know each object's
 #: scope before it renders it; in render mode there is no cluster to ask, so it can learn a kind only

@@ -85,7 +85,7 @@ class Platform(SettingsModel):
     def pieces(self) -> dict[str, Component]:
         """Each piece under its stack-file key."""
         return {"gpuOperator": self.gpu_operator, "certManager": self.cert_manager, "gatewayApi": self.gateway_api,
-                "kserve": self.kserve, "lws": self.lws}  # fmt: skip
+                "kserve": self.kserve, "lws": self.lws}
 
 
 def installed_pieces(platform: Platform, backend: Backend) -> dict[str, Component]:

@@ -16,7 +16,7 @@ _SUFFIX = {
     "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
     "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1), "k": Decimal("1e3"),
     "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"), "P": Decimal("1e15"), "E": Decimal("1e18"),
-}  # fmt: skip
+}
 _QUANTITY_RE = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))((?:[eE][+-]?\d+)|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?")
 GIB = 2**30
 MIB = 2**20

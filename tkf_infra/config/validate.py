@@ -141,7 +141,7 @@ def validate_catalog(raw: Mapping[str, Any]) -> Catalog:
         Rejected(i, str(settings.models[i].get("name", "")) if isinstance(settings.models[i], Mapping) else "",
                  tuple(per_entry[i]))
         for i in sorted(per_entry)
-    )  # fmt: skip
+    )
     if (rejected or pool_problems or adapter_problems) and settings.strict:
         raise SettingsError([*pool_problems, *(p for r in rejected for p in r.problems), *adapter_problems],
                             headline="strict: true and the stack has bad entries; nothing was registered")
@@ -194,7 +194,7 @@ def _raw_step_budget_problems(raw: Mapping[str, Any], label: str) -> list[Proble
     mnbt, seqs, mml = raw.get("maxNumBatchedTokens"), raw.get("maxNumSeqs", 256), raw.get("maxModelLen")
     args = raw.get("extraArgs", [])
     if not (isinstance(mnbt, int) and isinstance(seqs, int) and isinstance(mml, int)) or any(
-            isinstance(v, bool) for v in (mnbt, seqs, mml)):  # fmt: skip
+            isinstance(v, bool) for v in (mnbt, seqs, mml)):
         return []
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         return []
@@ -203,7 +203,7 @@ def _raw_step_budget_problems(raw: Mapping[str, Any], label: str) -> list[Proble
 
 def _cross_entry_rules(settings: StackSettings, pools: list[NodePool], bad_pools: Mapping[str, str],
                        parsed: dict[int, ModelEntry], labels: Mapping[int, str],
-                       per_entry: dict[int, list[Problem]], dropped: dict[int, list[Problem]]) -> None:  # fmt: skip
+                       per_entry: dict[int, list[Problem]], dropped: dict[int, list[Problem]]) -> None:
     """Rules that need more than one entry, or the node pools: uniqueness, placement, CPU policy.
 
     An adapter whose served name is taken is left out of its entry (into `dropped`), not the entry."""

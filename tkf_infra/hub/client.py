@@ -126,7 +126,7 @@ def fetch_facts(
         config_path = hf_hub_download(
             repo, "config.json", revision=sha, token=token, endpoint=ep, cache_dir=cache_dir,
             etag_timeout=timeout,
-        )  # fmt: skip
+        )
         config = json.loads(Path(config_path).read_text())
         meta = api.get_safetensors_metadata(repo, revision=sha, token=token, timeout=timeout)
     except HubError:

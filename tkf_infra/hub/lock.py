@@ -154,7 +154,7 @@ def refresh_lock(
 
 
 def refresh_adapters(lock: Lock, adapters: list[tuple[str, str]], token: str | None = None,
-                     endpoint: str | None = None) -> list[str]:  # fmt: skip
+                     endpoint: str | None = None) -> list[str]:
     """Add missing LoRA adapters' adapter_config.json from the Hub, one line per adapter (as `refresh_lock`)."""
     from tkf_infra.hub.client import HubError, fetch_adapter_facts
 

@@ -40,7 +40,7 @@ CASE_KEYS = (
     "activation_peak_gib", "non_torch_gib", "cuda_graph_gib", "peak_torch_memory_gib_v0", "error_max_tokens_in_kv",
     "error_kv_needed_gib", "error_kv_available_gib", "error_estimated_max_model_len", "fail_message",
     "other_printed", "inferred_fields", "notes", "derived", "model_facts", "source", "log_quote",
-)  # fmt: skip
+)
 
 # Inline model facts the shared cases carry beside config_file (bench/sizing_accuracy.py reads either).
 _FACT_KEYS = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",

@@ -81,7 +81,7 @@ class Lifecycle:
         if self.scaling is not None:
             replicas.update(min=self.scaling[0], max=self.scaling[1])
         return {"phase": self.phase.value, "replicas": replicas,
-                "weightCache": self.cache.value, "reason": self.reason}  # fmt: skip
+                "weightCache": self.cache.value, "reason": self.reason}
 
 
 def _conditions(obj: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
@@ -144,7 +144,7 @@ def judge(model: str, w: Workload) -> Lifecycle:
     placed = [p for p in w.pods if (p.get("spec") or {}).get("nodeName")]
     if placed:
         return Lifecycle(model, Phase.LOADING, desired, ready, cache,
-                         f"{len(placed)} pod(s) on nodes, none ready yet")  # fmt: skip
+                         f"{len(placed)} pod(s) on nodes, none ready yet")
     reason = f"{len(w.pods)} pod(s), none on a node yet" if w.pods else "no pod yet"
     return Lifecycle(model, Phase.PENDING, desired, ready, cache, reason)
 
@@ -171,16 +171,16 @@ def _get(client: httpx.Client, path: str) -> dict[str, Any] | None:
 
 
 def read_workload(client: httpx.Client, namespace: str, model: str, repo: str | None,
-                  revision: str | None) -> Workload:  # fmt: skip
+                  revision: str | None) -> Workload:
     """One model's objects: KServe's if it has an LLMInferenceService, else our own Deployment/LWS."""
     name = names.workload(model)
     isvc = _get(client, _LLMISVC.format(ns=namespace, name=name))
     candidates = ([_DEPLOYMENT.format(ns=namespace, name=f"{name}-kserve"),
                    _LWS.format(ns=namespace, name=f"{name}-kserve-mn")] if isvc is not None
-                  else [_DEPLOYMENT.format(ns=namespace, name=name), _LWS.format(ns=namespace, name=name)])  # fmt: skip
+                  else [_DEPLOYMENT.format(ns=namespace, name=name), _LWS.format(ns=namespace, name=name)])
     workload = next((o for o in (_get(client, p) for p in candidates) if o is not None), None)
     job = (_get(client, _JOB.format(ns=namespace, name=names.weight_download_job(repo, revision)))
-           if repo and revision else None)  # fmt: skip
+           if repo and revision else None)
     response = client.get(_PODS.format(ns=namespace), params={"labelSelector": f"{names.MODEL_LABEL}={model}"})
     response.raise_for_status()
     pods = tuple(p for p in response.json().get("items", []) if isinstance(p, Mapping))
@@ -218,7 +218,7 @@ def render_table(rows: Iterable[Lifecycle]) -> str:
 
 
 def lifecycle_of(endpoints: Iterable[Mapping[str, Any]], kubeconfig: str,
-                 context: str | None) -> tuple[list[Lifecycle] | None, str | None]:  # fmt: skip
+                 context: str | None) -> tuple[list[Lifecycle] | None, str | None]:
     """(rows, None), or (None, why the cluster could not be read): a reason, never a traceback."""
     from tkf_infra.live.cluster import KubeconfigError, client_from_kubeconfig
 

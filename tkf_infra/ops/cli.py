@@ -211,7 +211,7 @@ def split_command(stack: StackOpt = "dev") -> None:
     err_console.print(f"moved {len(done.moved)} resources from {done.source} to {done.dest}. Next: set "
                       f"`tkf-infra:layer: fleet` in Pulumi.{done.source}.yaml, then `python -m tkf_infra up --stack "
                       f"{done.source}` (platform first; both report no change to the cluster)",
-                      highlight=False, soft_wrap=True)  # fmt: skip
+                      highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -359,7 +359,7 @@ def size(
             speculative_config=json.loads(speculative_config) if speculative_config else None,
             max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
             kv_cache_dtype=kv_cache_dtype, quantization=quantization,
-            max_num_seqs=max_num_seqs, vllm_version=vllm_version or Serving().version)  # fmt: skip
+            max_num_seqs=max_num_seqs, vllm_version=vllm_version or Serving().version)
     except ValidationError as err:
         # The option each field came from (as passed above), spelled as the command declares it.
         option = {"tensor_parallel_size": "tp", "pipeline_parallel_size": "pp", "data_parallel_size": "dp"}
@@ -437,12 +437,12 @@ def status(
         rows, unreadable = lifecycle.lifecycle_of(endpoints, cluster.kubeconfig, cluster.context)
     if not url and rows is None:
         raise _fail(f"stack {stack!r} sets no prometheusUrl; pass --prometheus-url"
-                    + (f" (and its cluster could not be read: {unreadable})" if unreadable else ""))  # fmt: skip
+                    + (f" (and its cluster could not be read: {unreadable})" if unreadable else ""))
     failed = rows is not None and any(r.phase.value == "Failed" for r in rows)
     if not url:  # the cluster's view only
         assert rows is not None
         print(json.dumps({"lifecycle": {r.model: r.to_json() for r in rows}}, indent=2) if as_json
-              else lifecycle.render_table(rows))  # fmt: skip
+              else lifecycle.render_table(rows))
         raise typer.Exit(ExitCode.REFUSED if failed else ExitCode.OK)
     text, code = status_command(endpoints, url, as_json)
     if rows is not None and as_json:

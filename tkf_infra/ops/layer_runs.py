@@ -29,4 +29,4 @@ def layer_stacks(stack: str, only: Only) -> list[str]:
     if not split:
         return [stack]
     return {Only.both: [layers.platform_stack(stack), stack], Only.platform: [layers.platform_stack(stack)],
-            Only.fleet: [stack]}[only]  # fmt: skip
+            Only.fleet: [stack]}[only]

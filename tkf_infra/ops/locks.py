@@ -144,7 +144,7 @@ class S3Store:
         self.client: Any = session.client(
             "s3", region_name=q.get("region"), endpoint_url=endpoint,
             config=Config(s3={"addressing_style": "path"} if path_style else {}, retries={"max_attempts": 2},
-                          connect_timeout=10, read_timeout=30))  # fmt: skip
+                          connect_timeout=10, read_timeout=30))
 
     def _full(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key

@@ -28,7 +28,7 @@ from tkf_infra.sizing.suggest import doubt_text, suggest
 
 
 def shares(facts: ModelFacts, repo: str, revision: str, gpu: GpuSpec, params: SizingParams,
-           time_slices: int) -> list[dict[str, Any]]:  # fmt: skip
+           time_slices: int) -> list[dict[str, Any]]:
     """The model on each MIG profile of the GPU, and on k of `time_slices` time-sliced replicas, smallest first.
 
     The same sizing the plan does for `gpuShare` (`tkf_infra.plan.share`): a MIG device at the given
@@ -109,7 +109,7 @@ def size_command(model: str, gpu_name: str, params: SizingParams, *, as_json: bo
          f"{est.max_concurrency_bound:.2f}x"),
         ("largest maxModelLen that fits", "", f"{est.max_fitting_model_len or 0:,}"),
         ("verdict (taken on the bound)", "", "fits" if est.fits else "does NOT fit"),
-    ]  # fmt: skip
+    ]
     for name, value, bound in rows:
         table.add_row(name, value, bound)
     console = Console(record=True, width=110, force_terminal=False, file=io.StringIO())

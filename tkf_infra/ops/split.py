@@ -67,7 +67,7 @@ def split(stack: str, *, project_dir: Path = stacks.PROJECT_DIR, backend_url: st
     binary = stacks.pulumi_home() / "bin" / "pulumi"
     proc = subprocess.run([str(binary), "state", "move", "--source", stack, "--dest", dest, "--yes",
                            "--non-interactive", *urns],
-                          cwd=project_dir, env=env, capture_output=True, text=True)  # fmt: skip
+                          cwd=project_dir, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         known = stacks.engine_error(proc.stderr, stack, env["PULUMI_BACKEND_URL"], project_dir)
         raise known or stacks.UsageError(f"pulumi state move failed: "

@@ -89,7 +89,7 @@ class ModelReport:
 _OP_KIND = {
     "create": "create", "create-replacement": "replace", "replace": "replace", "delete-replaced": "replace",
     "update": "update", "delete": "delete", "same": "same", "read": "same", "refresh": "refresh",
-}  # fmt: skip
+}
 
 
 def urn_type_and_name(urn: str) -> tuple[str, str]:
@@ -241,7 +241,7 @@ def weight_cache_failure(urn: str, message: str) -> str:
 
 # Fields the server changes by itself; a difference there is bookkeeping, not drift.
 _VOLATILE = {"resourceVersion", "managedFields", "generation", "uid", "creationTimestamp", "status",
-             "__inputs", "__initialApiVersion", "kubectl.kubernetes.io/last-applied-configuration"}  # fmt: skip
+             "__inputs", "__initialApiVersion", "kubectl.kubernetes.io/last-applied-configuration"}
 
 
 def changed_paths(old: Any, new: Any, prefix: str = "", limit: int = 5) -> list[str]:
@@ -332,7 +332,7 @@ def mark_interrupted(final: dict[str, Any], preview: dict[str, Any] | None, sign
 _BARE_OP_FAILURES = {f"{op} failed" for op in ("create", "update", "delete", "replace", "read", "refresh",
                                                "create-replacement", "delete-replaced")}
 _PENDING_KIND = {"creating": "create", "updating": "update", "deleting": "delete", "reading": "read",
-                 "importing": "import"}  # fmt: skip
+                 "importing": "import"}
 
 
 def clear_pending_command(stack_name: str) -> str:

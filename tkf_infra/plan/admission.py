@@ -180,7 +180,7 @@ def node_room(node: LiveNode, gpus: bool, gpus_if_unadvertised: int = 0) -> Node
 def live_pool_nodes(pool: str, listed: Sequence[str], selector: Mapping[str, str],
                     tolerations: Sequence[Mapping[str, object]], nodes: Sequence[LiveNode], source: str,
                     gpus: bool, gpus_per_node: int = 0,
-                    operator_installed_here: bool = False) -> tuple[PoolNodes | None, list[str]]:  # fmt: skip
+                    operator_installed_here: bool = False) -> tuple[PoolNodes | None, list[str]]:
     """The pool's usable nodes from the cluster (None: no registered node matches, use the settings).
 
     A GPU node that advertises no `nvidia.com/gpu` at all is counted at the pool's gpusPerNode when this
@@ -218,7 +218,7 @@ def live_pool_nodes(pool: str, listed: Sequence[str], selector: Mapping[str, str
 
 def settings_pool_nodes(pool: str, count: int, gpus_per_node: int, cpu: str | float | None,
                         memory: str | float | None, ephemeral: str | float | None, pods: int | None,
-                        gpus: bool, names: Sequence[str] = ()) -> PoolNodes:  # fmt: skip
+                        gpus: bool, names: Sequence[str] = ()) -> PoolNodes:
     """`count` nodes of the pool's figures, named as the pool lists them (`nodes`) or `<pool>-<n>`."""
     known = cpu is not None and memory is not None
     room = NodeRoom("", millicores(cpu) if known else 0, mebibytes(memory) if known else 0,
@@ -291,7 +291,7 @@ def _ran_out(ask: PodAsk, free: Sequence[_Free], pools: PoolNodes) -> tuple[_Fre
 
 
 def pack_pool(pools: PoolNodes, demands: Sequence[Demand], pinned: Mapping[str, list[list[str]]] | None = None,
-              ) -> tuple[dict[str, str], dict[str, list[list[str]]]]:  # fmt: skip
+              ) -> tuple[dict[str, str], dict[str, list[list[str]]]]:
     """(model → refusal reason, model → nodes of each replica), replicas first fit in the given order.
 
     `pinned`: model → the nodes of each replica already chosen (a MIG layout's, which checked their room):

@@ -53,7 +53,7 @@ class Admitted:
 
 
 def pool_nodes(pf: PoolFacts, cluster: adm.ClusterState | None, ec2: Mapping[str, InstanceGpus],
-                render: bool, operator_installed_here: bool) -> tuple[adm.PoolNodes, list[str]]:  # fmt: skip
+                render: bool, operator_installed_here: bool) -> tuple[adm.PoolNodes, list[str]]:
     """Where a pool's node figures come from: the cluster's Nodes, else EC2 (eks), else the pool's settings."""
     gpus = pf.mig is None
     warnings: list[str] = []
@@ -139,7 +139,7 @@ def _rooms(pf: PoolFacts, nodes: adm.PoolNodes | None) -> tuple[list[tuple[int, 
 
 def plan_layouts(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], version: str,
                  asks: Mapping[str, tuple[int, int]] | None = None, rooms: Mapping[str, adm.PoolNodes] | None = None,
-                 held: frozenset[str] = frozenset()) -> dict[str, PoolLayout]:  # fmt: skip
+                 held: frozenset[str] = frozenset()) -> dict[str, PoolLayout]:
     """Lay out every MIG pool, and prove every time-sliced pool that hosts shares (`tkf_infra.plan.layout`).
 
     `asks`: model → (CPU millicores, memory MiB) of one pod; `rooms`: pool → its nodes' figures. With both,
@@ -186,7 +186,7 @@ def _pinned(layout: PoolLayout | None, models: Sequence[ModelPlan]) -> dict[str,
 
 def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: Catalog,
           cluster: adm.ClusterState | None, fp: adm.Footprints, ec2: Mapping[str, InstanceGpus],
-          held: frozenset[str] = frozenset()) -> Admitted:  # fmt: skip
+          held: frozenset[str] = frozenset()) -> Admitted:
     """Topology, layouts, node capacity and storage for the planned models, in the given order (module docstring)."""
     s = catalog.settings
     render = s.cluster.mode == "render"
@@ -241,7 +241,7 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
 
 def _storage(models: Sequence[ModelPlan], refused: Mapping[str, tuple[str, str]], catalog: Catalog,
              cluster: adm.ClusterState | None, fp: adm.Footprints, prints: dict[str, dict[str, Any]],
-             warnings: list[str]) -> Refusals:  # fmt: skip
+             warnings: list[str]) -> Refusals:
     """One cache per repo@revision, in the order of its first model, against what the storage class has left."""
     s = catalog.settings
     limits, notes, shown = storage_limits(cluster, s.serving.storage_class, s.serving.weight_cache_budget_gib)

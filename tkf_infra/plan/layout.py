@@ -208,7 +208,7 @@ Rooms = Sequence[tuple[int, int]]
 
 def _pack(order: Sequence[Demand], keys: list[tuple[int, int]],
           rooms: Rooms | None = None) -> tuple[dict[tuple[int, int], str], _Held, dict[str, int],
-                                               dict[str, list[tuple[int, int, bool]]]]:  # fmt: skip
+                                               dict[str, list[tuple[int, int, bool]]]]:
     """Place the demands in this order (first fit, all replicas of a model or none): whole GPUs, instances,
     and for each model that did not fit, how many of its replicas did. With `rooms`, a replica goes only
     to a node that still has its pod's CPU and memory; for a model that did not fit, each node's
@@ -275,7 +275,7 @@ def _pack(order: Sequence[Demand], keys: list[tuple[int, int]],
 
 
 def _gpu_spots(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: _Held, used: _Used,
-               d: Demand) -> set[int]:  # fmt: skip
+               d: Demand) -> set[int]:
     """The nodes whose GPUs could still take one replica of `d`, whatever their CPU and memory."""
     out: set[int] = set()
     for n in dict.fromkeys(k[0] for k in keys):
@@ -290,7 +290,7 @@ def _gpu_spots(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], h
 
 
 def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: int, demands: Sequence[Demand],
-             rooms: Rooms | None = None, rooms_from: str = "") -> PoolLayout:  # fmt: skip
+             rooms: Rooms | None = None, rooms_from: str = "") -> PoolLayout:
     """Pack the demands into the pool's GPUs (see module docstring); refuse what cannot be placed.
 
     Models are admitted deployed ones first, then by priority, then smallest first (so an overfull
@@ -331,7 +331,7 @@ def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: in
 
 
 def _whole_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: dict[tuple[int, int], list[Any]],
-                gpus: int, room: Callable[[int], bool]) -> list[tuple[int, int]] | None:  # fmt: skip
+                gpus: int, room: Callable[[int], bool]) -> list[tuple[int, int]] | None:
     for node in dict.fromkeys(n for n, _ in keys):
         if not room(node):
             continue
@@ -352,7 +352,7 @@ def _per_gpu(profile: MigProfile) -> int:
 
 def _mig_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: _Held, used: _Used,
               profile: MigProfile, room: Callable[[int], bool],
-              fills: Callable[[int], bool] | None = None) -> list[tuple[int, int]] | None:  # fmt: skip
+              fills: Callable[[int], bool] | None = None) -> list[tuple[int, int]] | None:
     """The first partitioned GPU the instance still fits on, else the first unused GPU (of a node with room;
     first of a node that `fills` says can fill it, if any).
 
@@ -391,7 +391,7 @@ def _mig_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], he
 
 def _refusal(pool: str, board: MigBoard, d: Demand, replica: int, keys: list[tuple[int, int]],
              whole: dict[tuple[int, int], str], held: dict[tuple[int, int], list[Any]], nodes: int,
-             per_node: int) -> str:  # fmt: skip
+             per_node: int) -> str:
     where = f"node pool {pool} ({nodes} node(s) x {per_node} {board.gpu})"
     if d.profile is None:
         free = sum(1 for k in keys if k not in whole and not held.get(k))

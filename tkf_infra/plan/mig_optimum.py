@@ -34,7 +34,7 @@ def cards_used(whole: Whole, held: _Held) -> int:
 
 
 def fewest_gpus(order: Sequence[Demand], keys: list[tuple[int, int]], rooms: Rooms | None, whole: Whole,
-                held: _Held) -> tuple[Whole, _Held]:  # fmt: skip
+                held: _Held) -> tuple[Whole, _Held]:
     """First fit's layout (`whole`, `held`) or this packer's, whichever uses fewer GPUs (first fit on a tie or
     when this one cannot place every replica within the nodes' room)."""
     other = pack_patterns(order, keys, rooms)
@@ -52,7 +52,7 @@ def patterns(profiles: frozenset[MigProfile]) -> tuple[tuple[tuple[MigProfile, .
     found = [combo for size in range(1, COMPUTE_SLICES + 1)
              for combo in itertools.combinations_with_replacement(ordered, size)
              if sum(p.slices for p in combo) <= MEMORY_SLICES and sum(p.compute for p in combo) <= COMPUTE_SLICES
-             and placement(combo) is not None]  # fmt: skip
+             and placement(combo) is not None]
 
     def fullest(combo: tuple[MigProfile, ...]) -> tuple[Any, ...]:
         used = sum(p.slices for p in combo) * COMPUTE_SLICES + sum(p.compute for p in combo) * MEMORY_SLICES
@@ -62,7 +62,7 @@ def patterns(profiles: frozenset[MigProfile]) -> tuple[tuple[tuple[MigProfile, .
 
 
 def pack_patterns(order: Sequence[Demand], keys: list[tuple[int, int]],
-                  rooms: Rooms | None = None) -> tuple[Whole, _Held] | None:  # fmt: skip
+                  rooms: Rooms | None = None) -> tuple[Whole, _Held] | None:
     """Whole GPUs as first fit places them, then each remaining GPU, in order, given the fullest set of
     instances the demand left can fill and its node's room can run; None if a replica is left over.
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 def room_refusal(pool: str, nodes: Sequence[str], d: Demand, placed: int,
-                 left: Sequence[tuple[int, int, bool]], rooms_from: str) -> str:  # fmt: skip
+                 left: Sequence[tuple[int, int, bool]], rooms_from: str) -> str:
     """The refusal of `d` after `placed` of its replicas found a node; `left`: per node (CPU m, MiB, GPU spot)."""
     what = f"MIG {d.profile.name}" if d.profile is not None else f"{d.gpus} whole GPU(s) with MIG off"
     ask = f"{cpu_text(d.cpu_millis)}, {gib_text(d.memory_mib)} memory"

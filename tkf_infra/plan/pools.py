@@ -191,7 +191,7 @@ def resolve_pool(pool: NodePool, ec2: Mapping[str, InstanceGpus], shared: bool, 
         {"key": t["key"], "operator": "Exists", "effect": t["effect"]} if t["key"] == GPU_TAINT_KEY
         else {"key": t["key"], "operator": "Equal", "value": t["value"], "effect": t["effect"]}
         for t in taints
-    )  # fmt: skip
+    )
     board = _mig_board(pool, gpu, mig_strategy, time_slices)
     return PoolFacts(pool=pool, gpu=gpu, gpus_per_node=per_node, node_labels=node_labels, node_selector=selector,
                      taints=tuple(taints), tolerations=tolerations, mig=board,

@@ -41,7 +41,7 @@ def at_maximum(entry: ModelEntry, reason: str) -> str:
 
 
 def scaling_checks(entries: Sequence[ModelEntry], settings: StackSettings,
-                   cluster: ClusterState | None) -> tuple[dict[str, str], list[str]]:  # fmt: skip
+                   cluster: ClusterState | None) -> tuple[dict[str, str], list[str]]:
     """(model → refusal, warnings) for the autoscaled entries, from the settings and the cluster's APIs."""
     scaled = [e for e in entries if e.scaling is not None]
     if not scaled:

@@ -111,7 +111,7 @@ def slice_utilization(total_gib: float, k: int, n: int, vllm_version: str) -> fl
 
 
 def slice_fit(inputs: FitInputs, k: int, n: int, kv_bytes: int | None = None) -> tuple[float, int, FitInputs,
-                                                                                     FitResult]:  # fmt: skip
+                                                                                     FitResult]:
     """k of N replicas of the (time-sliced) GPU of `inputs`: (utilization, KV bytes, inputs, verdict).
 
     The KV cache is pinned at the bound of what the budget leaves once co-tenants cannot change it

@@ -47,7 +47,7 @@ class Cache:
 
 
 def storage_limits(state: ClusterState | None, storage_class: str | None,
-                   budget_gib: float | None) -> tuple[list[StorageLimit], list[str], str]:  # fmt: skip
+                   budget_gib: float | None) -> tuple[list[StorageLimit], list[str], str]:
     """Limits from the cluster (CSIStorageCapacity, quotas) or the budget setting, warnings, the class named."""
     warnings: list[str] = []
     klass = storage_class or (state.default_storage_class if state else None)
@@ -90,7 +90,7 @@ def storage_limits(state: ClusterState | None, storage_class: str | None,
 
 
 def admit_storage(caches: Sequence[Cache], limits: Sequence[StorageLimit], existing: Mapping[str, LivePvc],
-                  shown: str) -> dict[str, str]:  # fmt: skip
+                  shown: str) -> dict[str, str]:
     """Model → refusal, caches admitted in the given order (admission order of their first model)."""
     free = {lim.name: lim.free_gib for lim in limits}
     claimed = 0.0

@@ -23,7 +23,7 @@ class SliceDemand:
 
 
 def prove_time_slicing(pool: str, gpu: str, replicas: int, gpus: int, total_gib: float,
-                       demands: Sequence[SliceDemand]) -> PoolLayout:  # fmt: skip
+                       demands: Sequence[SliceDemand]) -> PoolLayout:
     """Admit models, smallest footprint first, while any `replicas` pods on one GPU still fit in it.
 
     Why one replica per pod and "any N pods": the device plugin hands a request for several replicas

@@ -20,13 +20,13 @@ VOCAB_PADDING = 64  # vLLM pads the vocabulary to a multiple of 64 before splitt
 _MLA_MODEL_TYPES = frozenset({
     "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_mtp", "kimi_k2", "kimi_linear",
     "longcat_flash", "pangu_ultra_moe", "pangu_ultra_moe_mtp", "kimi_vl",
-})  # fmt: skip
+})
 # Models whose config leaves num_key_value_heads implicit use these aliases.
 _KV_HEAD_KEYS = ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num")
 _MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
-                 "model_max_length", "max_target_positions", "max_sequence_length")  # fmt: skip
+                 "model_max_length", "max_target_positions", "max_sequence_length")
 _NON_GATED = frozenset({"phi", "mixformer-sequential", "gpt2", "gpt_neox", "falcon", "starcoder2", "gpt_bigcode",
-                        "opt", "bloom"})  # fmt: skip
+                        "opt", "bloom"})
 
 
 @dataclass(frozen=True)
@@ -197,7 +197,7 @@ def _layer_kinds(f: Fields, mt: str, layers: int, mla: bool, recurrent: Recurren
     if window and use_sw is not False and mt in ("gemma2", "gemma3", "gemma3_text"):
         pattern = f.integer("sliding_window_pattern", hi=MAX_LAYERS) or (6 if mt.startswith("gemma3") else 2)
         return [LayerKind("full") if (i + 1) % pattern == 0 else LayerKind("sliding", int(window))
-                for i in range(layers)]  # fmt: skip
+                for i in range(layers)]
     if (window and use_sw is not False and mt in ("mistral", "mixtral", "phi3", "starcoder2", "qwen2")
             and (mt != "qwen2" or cfg.get("use_sliding_window"))):
         # Qwen2 only slides when use_sliding_window is true; Mistral-style configs slide every layer.
@@ -355,7 +355,7 @@ def parse_arch(config: dict[str, Any], full_config: dict[str, Any] | None = None
         torch_dtype=dtype if isinstance(dtype, str) else None, quant=quant, multimodal=bool(cfg.get("_multimodal")),
         recurrent=recurrent, mtp_layers=mtp, q_gate=f.flag("attn_output_gate"),
         vision=_vision(full_config or {}), layer_heads=layer_heads, layer_intermediate=per_layer_inter,
-    )  # fmt: skip
+    )
 
 
 def _moe_layers(f: Fields, layers: int) -> list[bool]:

@@ -70,7 +70,7 @@ class FitInputs(_Wire):
             "gpuMemoryGiB": self.gpu.memory_gib if self.gpu else None,
             **({"interconnect": self.gpu.interconnect, "sharedGpu": self.gpu.shared} if self.gpu else {}),
             "params": self.params.model_dump(by_alias=False, exclude_none=True),
-        }  # fmt: skip
+        }
 
 
 class FitFigures(_Wire):
@@ -172,7 +172,7 @@ def result_of(est: Estimate, message: str | None = None) -> FitResult:
         lora_gib=round(est.lora_gib, 2),
         activation_gib=round(est.activation_gib, 2), problems=tuple(est.problems), doubts=tuple(est.doubts),
         message=message,
-    )  # fmt: skip
+    )
 
 
 def fit_record(inputs: FitInputs, result: FitResult) -> dict[str, object]:

@@ -62,4 +62,4 @@ def estimate_cpu(arch: Arch, facts: ModelFacts | dict[str, Any], name: str, para
         max_concurrency=conc, available_kv_gib_bound=space / GIB, kv_cache_tokens_bound=tokens,
         max_concurrency_bound=conc, fits=not problems, problems=problems, warnings=warnings,
         max_fitting_model_len=largest_fitting_len(layout, space, mnbt, block, max_len), cpu=True,
-    )  # fmt: skip
+    )

@@ -290,7 +290,7 @@ def _weights(facts: ModelFacts | dict[str, Any], arch: Arch, params: SizingParam
 
 
 def estimate(facts: ModelFacts | dict[str, Any], gpu: GpuSpec | None, params: SizingParams,
-             model: str = "", prefix_caching: bool | None = None) -> Estimate:  # fmt: skip
+             model: str = "", prefix_caching: bool | None = None) -> Estimate:
     """Predict what vLLM prints for ``params`` on ``gpu`` (None = CPU profile) and judge the fit.
 
     `prefix_caching`: whether the deployment turns prefix caching on (None: the release default, and
@@ -418,5 +418,5 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
         max_concurrency_bound=low.concurrency(blocks_low, max_len, mnbt),
         doubts=[d for d in doubts if d.gib > 0.005 or d.gib == 0.0], fits=not problems, problems=problems,
         warnings=warnings, max_fitting_model_len=fit_len, lora_gib=run.lora, lora_host_gib=run.lora_host,
-    )  # fmt: skip
+    )
 

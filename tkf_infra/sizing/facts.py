@@ -21,7 +21,7 @@ DTYPE_BYTES: dict[str, float] = {
     "F16": 2, "BF16": 2, "I16": 2, "U16": 2,
     "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I8": 1, "U8": 1, "BOOL": 1,
     "F4": 0.5, "F6_E2M3": 0.75, "F6_E3M2": 0.75,
-}  # fmt: skip
+}
 
 def bytes_of_counts(counts: Mapping[str, int]) -> int:
     """Tensor bytes of safetensors element counts by storage dtype (unknown dtypes count 2 bytes)."""

@@ -43,7 +43,6 @@ _SRC = {
     "GB10": "'CUDA free caps at ~102/121.69 GiB' on DGX Spark (GB10), MiaAI-Lab/GLM-5.3-Flash-EXL3-2x-DGX-Sparks#47",
 }
 
-# fmt: off
 GPUS: tuple[GpuSpec, ...] = (
     # --- Hopper (9.0) ---
     _g("H100-80GB", "NVIDIA H100 80GB HBM3", 80, "9.0", "nvlink", mem=79.19, src=_PR205,
@@ -334,4 +333,3 @@ GPUS: tuple[GpuSpec, ...] = (
     _g("Jetson-AGX-Thor", "NVIDIA Thor", 128, "11.0", "pcie", unified=True, twin=True,
        aliases=("Jetson AGX Thor", "AGX Thor", "Jetson T5000", "Thor T5000", "Thor 128GB")),
 )
-# fmt: on

@@ -141,7 +141,7 @@ def lora_problems(arch: Arch, architecture: str) -> list[str]:
 
 
 def reserve(arch: Arch, architecture: str, slots: LoraSlots, tp: int, pp: int, max_num_seqs: int,
-            max_num_batched_tokens: int, elem_bytes: float) -> LoraReserve:  # fmt: skip
+            max_num_batched_tokens: int, elem_bytes: float) -> LoraReserve:
     """LoRA's memory for `slots` on this base at TP `tp` x PP `pp` (see the module docstring for each term)."""
     la = lora_arch(architecture)
     n, r = slots.max_adapters, slots.max_rank
@@ -168,7 +168,7 @@ def architecture_of(facts: ModelFacts | dict[str, Any]) -> str:
 
 
 def lora_reserve(arch: Arch, architecture: str, params: SizingParams, max_num_seqs: int, max_num_batched_tokens: int,
-                 elem_bytes: float) -> LoraReserve | None:  # fmt: skip
+                 elem_bytes: float) -> LoraReserve | None:
     """What `params.lora` reserves at this batch (None without `lora`): the estimate's one entry point."""
     if params.lora is None:
         return None

@@ -42,7 +42,7 @@ COMPUTE_SLICES = 7
 PLACEMENTS: dict[tuple[int, int], tuple[int, ...]] = {
     (1, 1): (0, 1, 2, 3, 4, 5, 6), (1, 2): (0, 2, 4, 6), (2, 2): (0, 2, 4), (3, 4): (0, 4), (4, 4): (0,),
     (7, 8): (0,),
-}  # fmt: skip
+}
 
 _PROFILE = re.compile(r"(\d+)g\.(\d+)gb")  # with fullmatch: `$` passes "1g.10gb\n"
 
@@ -129,7 +129,6 @@ def _eighths(sizes: tuple[int, int, int, int]) -> list[tuple[str, int, float | N
 _H100_80 = [("1g.10gb", 1, 9.62), ("1g.20gb", 2, None), ("2g.20gb", 2, 19.50), ("3g.40gb", 4, 39.25),
             ("4g.40gb", 4, None), ("7g.80gb", 8, 79.25)]
 _H200 = _eighths((18, 35, 71, 141))
-# fmt: off
 BOARDS: tuple[MigBoard, ...] = (
     _board("A100-40GB", [("1g.5gb", 1, 4.75), ("1g.10gb", 2, 9.62), ("2g.10gb", 2, 9.62), ("3g.20gb", 4, 19.50),
                          ("4g.20gb", 4, 19.50), ("7g.40gb", 8, 39.25)], _LGIP_A100_40),
@@ -145,7 +144,6 @@ BOARDS: tuple[MigBoard, ...] = (
     _board("H200-NVL", _H200, ""),
     _board("B200", _eighths((23, 45, 90, 180)), ""),
 )
-# fmt: on
 
 
 def mig_board(gpu: GpuSpec | str) -> MigBoard | None:

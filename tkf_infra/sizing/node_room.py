@@ -63,7 +63,7 @@ def eks_reserved_memory_mib(max_pods: int) -> int:
 
 
 def eks_node_room(name: str, vcpus: int, memory_mib: int, gpus: int, default_max_enis: int,
-                  ipv4_per_eni: int) -> NodeRoom:  # fmt: skip
+                  ipv4_per_eni: int) -> NodeRoom:
     """Allocatable of an EKS AMI node of an instance type (see the module docstring for the formula)."""
     pods = eks_max_pods(default_max_enis, ipv4_per_eni)
     return NodeRoom(name, vcpus * 1000 - eks_reserved_cpu_millis(vcpus),

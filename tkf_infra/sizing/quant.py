@@ -40,14 +40,14 @@ ACCEPTED_BY: dict[str, tuple[tuple[int, int], tuple[int, int], str]] = {
 MIN_CAPABILITY: dict[str, tuple[int, int]] = {
     "mxfp4": (8, 0), "fp8": (7, 5), "modelopt": (8, 0), "modelopt_fp4": (8, 0), "nvfp4": (8, 0),
     "fbgemm_fp8": (8, 0), "compressed-tensors-fp8": (7, 5), "awq": (7, 5), "gptq": (6, 0),
-}  # fmt: skip
+}
 
 # ggml block layouts (ggml-common.h): bytes per block / weights per block.
 GGML_BITS: dict[str, float] = {
     "F32": 32, "F16": 16, "BF16": 16, "Q8_0": 8.5, "Q8_1": 9.0, "Q6_K": 6.5625, "Q5_0": 5.5, "Q5_1": 6.0,
     "Q5_K": 5.5, "Q4_0": 4.5, "Q4_1": 5.0, "Q4_K": 4.5, "Q3_K": 3.4375, "Q2_K": 2.625, "IQ4_XS": 4.25,
     "IQ4_NL": 4.5, "IQ3_S": 3.4375, "IQ3_XXS": 3.0625, "IQ2_XS": 2.3125, "IQ2_XXS": 2.0625, "IQ1_S": 1.5625,
-}  # fmt: skip
+}
 # llama.cpp file types that mix block types: the larger type's bits are used for the whole file
 # (the mix keeps some tensors, e.g. attn_v/ffn_down, at the larger type), which never undercounts.
 GGML_MIX_UPPER = {"Q4_K_M": "Q6_K", "Q4_K_S": "Q5_K", "Q5_K_M": "Q6_K", "Q5_K_S": "Q6_K", "Q3_K_M": "Q5_K",

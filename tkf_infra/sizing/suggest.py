@@ -40,7 +40,7 @@ class Suggestion:
 
 
 def suggest(facts: ModelFacts | dict[str, Any], gpu: GpuSpec, params: SizingParams, max_tp: int = 8,
-            current: Estimate | None = None, prefix_caching: bool | None = None) -> Suggestion:  # fmt: skip
+            current: Estimate | None = None, prefix_caching: bool | None = None) -> Suggestion:
     """Smallest TP (<= max_tp) that fits, and the largest fitting maxModelLen (both judged on the bound)."""
 
     def estimate(f: ModelFacts | dict[str, Any], g: GpuSpec, p: SizingParams) -> Estimate:
