@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tkf_infra.hub.client import HubError, fetch_facts
-from tkf_infra.hub.lock import LockMissError, load_lock, lock_command, resolve_facts
+from tkf_infra.hub.client import HubError, fetch_adapter_facts, fetch_facts
+from tkf_infra.hub.lock import LockMissError, load_lock, lock_command, refresh_adapters, resolve_facts
 from tkf_infra.sizing.facts import ModelFacts
 
 SHA = "a" * 40
@@ -65,6 +65,16 @@ FILES: dict[str, bytes] = {
     "model-00001-of-00002.safetensors": SHARD1,
     "model-00002-of-00002.safetensors": SHARD2,
 }
+#: A LoRA adapter repo over org/tiny: what `lock --adapter` reads (its adapter_config.json only).
+ADAPTER = "org/tiny-lora"
+ADAPTER_CONFIG = {"peft_type": "LORA", "base_model_name_or_path": "org/tiny", "r": 8, "lora_alpha": 16,
+                  "target_modules": ["q_proj", "v_proj"], "bias": "none"}
+ADAPTER_FILES: dict[str, bytes] = {"adapter_config.json": json.dumps(ADAPTER_CONFIG).encode(),
+                                   "adapter_model.safetensors": safetensors_blob({"x": ("BF16", [8, 64])})}
+
+
+def _files(repo: str) -> dict[str, bytes]:
+    return ADAPTER_FILES if repo == ADAPTER else FILES
 
 
 class FakeHub(BaseHTTPRequestHandler):
@@ -90,14 +100,14 @@ class FakeHub(BaseHTTPRequestHandler):
             repo, _, rev = rest.partition("/revision/")
             if repo == "org/gated" and not authed:
                 return self._error(401, "GatedRepo")
-            if repo not in ("org/tiny", "org/gated"):
+            if repo not in ("org/tiny", "org/gated", ADAPTER):
                 return self._error(404, "RepoNotFound")
             if rev not in (SHA, "main", GATED_SHA):
                 return self._error(404, "RevisionNotFound")
             sha = GATED_SHA if repo == "org/gated" else SHA
             body = json.dumps({
                 "id": repo, "sha": sha, "gated": "manual" if repo == "org/gated" else False, "private": False,
-                "siblings": [{"rfilename": f, "size": len(b)} for f, b in FILES.items()],
+                "siblings": [{"rfilename": f, "size": len(b)} for f, b in _files(repo).items()],
             }).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -113,9 +123,9 @@ class FakeHub(BaseHTTPRequestHandler):
                 return self._error(401, "GatedRepo")
             if rev not in (SHA, GATED_SHA):
                 return self._error(404, "RevisionNotFound")
-            if filename not in FILES:
+            if filename not in _files(repo):
                 return self._error(404, "EntryNotFound")
-            data = FILES[filename]
+            data = _files(repo)[filename]
             status = 200
             rng = self.headers.get("Range")
             if rng and rng.startswith("bytes="):
@@ -226,3 +236,19 @@ def test_committed_lock_has_dev_stack_models() -> None:
         assert entry is not None
         assert entry.config["num_key_value_heads"] == 2
         assert "NOT a verbatim copy" in entry.source
+
+
+def test_an_adapter_is_locked_from_its_adapter_config_alone_at_its_commit(hub: str, tmp_path: Path) -> None:
+    facts = fetch_adapter_facts(ADAPTER, "main", endpoint=hub, cache_dir=tmp_path / "cache")
+    assert facts.revision == SHA and facts.config == ADAPTER_CONFIG and facts.rank == 8
+    assert facts.base_model == "org/tiny" and facts.target_modules == ["q_proj", "v_proj"]
+    # Only the config was downloaded: the adapter's weights are the download Job's, never the preview's.
+    assert not [r for r in FakeHub.requests if "adapter_model.safetensors" in r]
+    lock = load_lock(tmp_path / "models.lock.json")
+    lines = refresh_adapters(lock, [(ADAPTER, "main"), (ADAPTER, "d" * 40)], endpoint=hub)
+    assert lines[0] == f"{ADAPTER}@main: resolved to commit {SHA}; pin that SHA in the catalog"
+    assert lines[1] == f"{ADAPTER}@{SHA}: adapter locked (rank 8)"
+    assert lines[2].startswith(f"{ADAPTER}@{'d' * 40}: FAILED - ") and "does not exist" in lines[2]
+    locked = lock.get_adapter(ADAPTER, SHA)
+    assert locked is not None and (locked.revision, locked.config) == (SHA, ADAPTER_CONFIG)
+    assert refresh_adapters(lock, [(ADAPTER, SHA)], endpoint=hub) == [f"{ADAPTER}@{SHA}: adapter already locked"]
