@@ -212,7 +212,7 @@ def pool_figures(plan: FleetPlan, doc: dict[str, Any]) -> list[PoolFigures]:
         for m in [*plan.models, *refused_plans]:
             if m.pool is None or m.pool.name != name:
                 continue
-            cpu, mem = fp.pod(m.entry, m.weight_bytes)
+            cpu, mem = fp.pod(m.entry, m.weight_bytes, m.fit.lora_host_gib)
             share = m.share
             figs.items.append(Item(m.entry.name, m.entry.replicas, cpu, mem,
                                    0 if share else m.entry.gpus_per_pod,

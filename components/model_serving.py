@@ -98,7 +98,8 @@ class ModelServingArgs:
         return PodInputs(entry=self.entry, serving=self.serving, weight_bytes=self.weight_bytes,
                          placement=self.placement, cache=self.cache, api_key=self.api_key,
                          service_account=service_account,
-                         gpu_resource=self.plan.share.resource if self.plan.share else GPU_RESOURCE)
+                         gpu_resource=self.plan.share.resource if self.plan.share else GPU_RESOURCE,
+                         lora_host_gib=self.plan.fit.lora_host_gib)
 
     @property
     def pod_annotations(self) -> dict[str, str]:

@@ -69,6 +69,8 @@ class PodInputs:
     service_account: str | None = None
     gpu_resource: str = GPU_RESOURCE
     """What each GPU of the pod is requested as (`nvidia.com/mig-<profile>` for a MIG slice)."""
+    lora_host_gib: float = 0.0
+    """One worker's CPU cache of LoRA adapters (`FitResult.lora_host_gib`), for the memory request."""
 
     @property
     def two_keys(self) -> bool:
@@ -117,10 +119,11 @@ def env(p: PodInputs, *, offline: bool = True) -> list[core.EnvVarArgs]:
     return out
 
 
-def resources(e: ModelEntry, weight_bytes: int, gpu_resource: str = GPU_RESOURCE) -> core.ResourceRequirementsArgs:
+def resources(e: ModelEntry, weight_bytes: int, gpu_resource: str = GPU_RESOURCE,
+              lora_host_gib: float = 0.0) -> core.ResourceRequirementsArgs:
     """Requests/limits; GPUs equal in both (extended resources cannot be overcommitted, and KServe
     never sets ``nvidia.com/gpu`` itself). A MIG share asks for its slice (`nvidia.com/mig-<profile>`)."""
-    mem = f"{pod_sizes.memory_gib(e, weight_bytes)}Gi"
+    mem = f"{pod_sizes.memory_gib(e, weight_bytes, lora_host_gib)}Gi"
     requests: dict[str, str] = {"cpu": str(pod_sizes.cpu_cores(e)), "memory": mem}
     limits: dict[str, str] = {"memory": mem}
     if e.gpus_per_pod:
@@ -191,7 +194,8 @@ def container(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.Contai
                    + (va.two_key_args(ArgvPath.EXEC) if two_keys else []))
     return core.ContainerArgs(
         name="main", image=pod_meta.image(e, p.serving), command=command, args=args,
-        env=env(p, offline=kserve or p.cache is not None), resources=resources(e, p.weight_bytes, p.gpu_resource),
+        env=env(p, offline=kserve or p.cache is not None),
+        resources=resources(e, p.weight_bytes, p.gpu_resource, p.lora_host_gib),
         security_context=container_security(), volume_mounts=mounts,
         ports=[core.ContainerPortArgs(name="http", container_port=SERVING_PORT, protocol="TCP")] if leader else None,
         # /health needs no API key. Start-up patience grows with the weights a pod loads.

@@ -41,12 +41,16 @@ def weights_per_pod_bytes(entry: ModelEntry, weight_bytes: int) -> int:
     return math.ceil(weight_bytes / entry.node_count)
 
 
-def memory_gib(entry: ModelEntry, weight_bytes: int) -> int:
-    """Host memory request (= limit) of one serving pod, /dev/shm included."""
+def memory_gib(entry: ModelEntry, weight_bytes: int, lora_host_gib: float = 0.0) -> int:
+    """Host memory request (= limit) of one serving pod, /dev/shm included.
+
+    `lora_host_gib`: one worker's CPU cache of LoRA adapters (`FitResult.lora_host_gib`); every GPU rank of
+    the pod runs its own worker with its own cache (the CPU profile one), so the pod holds that many."""
     if entry.is_cpu:
         body = weight_bytes / GIB + entry.cpu_kv_cache_gib + 2
     else:
         body = 16 + weights_per_pod_bytes(entry, weight_bytes) / GIB / 4
+    body += lora_host_gib * max(1, entry.gpus_per_pod)
     return math.ceil(body) + shm_gib(entry)
 
 

@@ -318,3 +318,23 @@ def test_the_size_command_shows_the_lora_line_and_its_host_memory() -> None:
     assert code == 0
     assert f"LoRA slots (4 x rank 64)        │  {est.lora_gib:.2f} GiB" in text
     assert f"keeps up to 4 adapter(s) loaded in host memory: at most {est.lora_host_gib:.2f} GiB" in text
+
+
+def test_the_pod_asks_host_memory_for_each_ranks_cpu_adapter_cache() -> None:
+    """vLLM keeps up to maxCpuAdapters whole adapters on the CPU in every GPU rank's worker
+    (vllm/lora/worker_manager.py@v0.32.0:106-145): the pod's memory request holds them, TP ranks each."""
+    from components.pod import resources
+    from components.pod_sizes import memory_gib
+    from tests.mocks import TP4
+
+    lock = lock_with(adapter_facts("org/qwen-sql", str(TP4["repo"]), r=64))
+    big = with_lora(TP4, adapter("sql"), maxAdapters=2, maxRank=64, maxCpuAdapters=16)
+    plan = plan_fleet(validate_catalog(stack_doc(big)), lock=lock).model("qwen-72b")
+    host = plan.fit.lora_host_gib
+    assert host == pytest.approx(estimate(plan.facts, lookup_gpu("H100-80GB"), plan.fit_inputs.params).lora_host_gib)
+    assert host > 4  # 16 whole rank-64 adapters of a 72B base: GiBs a worker holds beside its buffers
+    entry, wb = plan.entry, plan.weight_bytes
+    assert memory_gib(entry, wb, host) == math.ceil(16 + wb / 4 / GIB + 4 * host) + 8  # 4 ranks, /dev/shm 8
+    asked = resources(entry, wb, lora_host_gib=host).requests
+    assert isinstance(asked, dict) and asked["memory"] == f"{memory_gib(entry, wb, host)}Gi"
+    assert memory_gib(entry, wb, host) > memory_gib(entry, wb)

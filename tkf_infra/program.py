@@ -158,11 +158,12 @@ def previous_deployment() -> dict[str, Any]:
     return dict(deployed) if isinstance(deployed, dict) else {}
 
 
-def pod_requests(entry: Any, weight_bytes: int) -> tuple[int, int]:
+def pod_requests(entry: Any, weight_bytes: int, lora_host_gib: float = 0.0) -> tuple[int, int]:
     """(CPU millicores, memory MiB) one serving pod requests: the main container and the metrics sidecar."""
     from components.pod_sizes import SIDECAR_CPU_MILLIS, SIDECAR_MEMORY_MIB, cpu_cores, memory_gib
 
-    return (cpu_cores(entry) * 1000 + SIDECAR_CPU_MILLIS, memory_gib(entry, weight_bytes) * 1024 + SIDECAR_MEMORY_MIB)
+    return (cpu_cores(entry) * 1000 + SIDECAR_CPU_MILLIS,
+            memory_gib(entry, weight_bytes, lora_host_gib) * 1024 + SIDECAR_MEMORY_MIB)
 
 
 def cache_gib(weight_bytes: int, headroom: float) -> int:

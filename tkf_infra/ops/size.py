@@ -76,7 +76,7 @@ def size_command(model: str, gpu_name: str, params: SizingParams, *, as_json: bo
             return json.dumps({"error": message}), ExitCode.USAGE
         return f"error: {message}", ExitCode.USAGE
     code = ExitCode.OK if est.fits else ExitCode.REFUSED
-    print_ = footprint(repo, revision, facts, params)
+    print_ = footprint(repo, revision, facts, params, est.lora_host_gib)
     if as_json:
         data = est.model_dump()
         data["uncertainty"] = doubt_text(est)
@@ -140,7 +140,8 @@ def size_command(model: str, gpu_name: str, params: SizingParams, *, as_json: bo
     return console.export_text(), code
 
 
-def footprint(repo: str, revision: str, facts: ModelFacts, params: SizingParams) -> dict[str, Any] | None:
+def footprint(repo: str, revision: str, facts: ModelFacts, params: SizingParams,
+              lora_host_gib: float = 0.0) -> dict[str, Any] | None:
     """What one replica asks of a node and of storage (the node capacity and storage checks' figures), on
     one node at the sizing's parallelism; None when the checkpoint's size is not known."""
     from tkf_infra.config import ModelEntry, Serving
@@ -156,7 +157,7 @@ def footprint(repo: str, revision: str, facts: ModelFacts, params: SizingParams)
             "pipelineParallelSize": params.pipeline_parallel_size, "dataParallelSize": params.data_parallel_size})
     except (SizingError, KeyError, ValueError):
         return None
-    cpu, memory = pod_requests(entry, weight_bytes)
+    cpu, memory = pod_requests(entry, weight_bytes, lora_host_gib)
     headroom = float(Serving.model_fields["weight_cache_headroom"].default)  # the stack's default
     return {"pod": {"cpuMillis": cpu, "memoryMiB": memory, "gpus": gpus}, "weightCacheGiB": cache_gib(weight_bytes,
             headroom), "weightCacheHeadroom": headroom}

@@ -131,8 +131,9 @@ class Footprints:
     """How the program sizes pods and caches (components/vllm_args.py, components/weight_cache.py),
     handed in so the plan stays free of the components package."""
 
-    pod: Callable[[object, int], tuple[int, int]]
-    """(entry, weight bytes) → (CPU millicores, memory MiB) one serving pod requests."""
+    pod: Callable[[object, int, float], tuple[int, int]]
+    """(entry, weight bytes, one worker's LoRA host cache GiB) → (CPU millicores, memory MiB) one serving pod
+    requests."""
     cache_gib: Callable[[int], int]
     """weight bytes → the weight cache PVC's GiB."""
     cache_name: Callable[[str, str], str]

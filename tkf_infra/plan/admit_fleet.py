@@ -193,7 +193,8 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
     refused, warnings = topology(models, catalog, cluster)
     installed = installed_pieces(s.platform, s.serving.backend)
     prints: dict[str, dict[str, Any]] = {}
-    asks: dict[str, tuple[int, int]] = {m.entry.name: fp.pod(m.entry, m.weight_bytes) for m in models}
+    asks: dict[str, tuple[int, int]] = {m.entry.name: fp.pod(m.entry, m.weight_bytes, m.fit.lora_host_gib)
+                                        for m in models}
     # Where each pool's node figures come from (only pools that host a model).
     rooms: dict[str, adm.PoolNodes] = {}
     for name, pf in sorted(pools.items()):

@@ -122,6 +122,9 @@ class FitResult(FitFigures):
     """The verdict with its reasons: `message` is the refusal a user reads (numbers, bound and the way out)."""
 
     activation_gib: float = 0.0
+    lora_host_gib: float = 0.0
+    """Host memory of one GPU rank's CPU cache of LoRA adapters (`maxCpuAdapters` full adapters: each rank's
+    worker loads its own, vllm/lora/worker_manager.py@v0.32.0:106-145); the pod's memory request adds it."""
     problems: tuple[str, ...] = ()
     doubts: tuple[Doubt, ...] = ()
     """Each term between estimate and bound: GiB of KV memory it may cost and the input that pins it."""
@@ -170,7 +173,8 @@ def result_of(est: Estimate, message: str | None = None) -> FitResult:
         kv_cache_tokens_bound=est.kv_cache_tokens_bound, max_concurrency_bound=round(est.max_concurrency_bound, 2),
         vllm_profile=est.vllm_profile, uncertainty=doubt_text(est), warnings=tuple(est.warnings),
         lora_gib=round(est.lora_gib, 2),
-        activation_gib=round(est.activation_gib, 2), problems=tuple(est.problems), doubts=tuple(est.doubts),
+        activation_gib=round(est.activation_gib, 2), lora_host_gib=est.lora_host_gib,
+        problems=tuple(est.problems), doubts=tuple(est.doubts),
         message=message,
     )
 
