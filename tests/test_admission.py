@@ -450,3 +450,9 @@ def test_an_eks_type_without_host_figures_falls_back_to_the_settings_by_name() -
     assert plan.deployed == {"qwen3-8b"}
     (warning,) = [w for w in plan.warnings if W_NODES_NOT_LIVE in w]
     assert "EC2 gave no vCPU and memory figures for p5.48xlarge" in warning and "nodeResources" in warning
+
+
+def test_a_stack_with_no_models_says_nothing_of_storage() -> None:
+    """A platform stack (no models) has no weight cache to check: no storage warning to act on."""
+    plan = planned(stack_doc(nodePools=[h100_pool(1, nodeResources=H100_NODE)], serving={"weightCacheBudgetGiB": 60}))
+    assert not plan.models and not {W_STORAGE_NOT_LIVE, W_STORAGE_UNCHECKED} & set(codes(plan))

@@ -245,6 +245,8 @@ def _storage(models: Sequence[ModelPlan], refused: Mapping[str, tuple[str, str]]
              warnings: list[str]) -> Refusals:
     """One cache per repo@revision, in the order of its first model, against what the storage class has left."""
     s = catalog.settings
+    if not models:  # nothing to cache (a platform stack): nothing to warn about the storage's figures either
+        return {}
     limits, notes, shown = storage_limits(cluster, s.serving.storage_class, s.serving.weight_cache_budget_gib)
     warnings += notes
     caches: dict[str, Cache] = {}
