@@ -124,8 +124,11 @@ def test_the_adapter_answers_by_its_name_through_the_gateway_and_differs_from_th
 def _lora_report(pod: RunningPod, prom_url: str) -> dict[str, Any]:
     """`status --json` as a user runs it, this model's `lora` block."""
     proc = pod.stack.cli("status", "--stack", "dev", "--json", "--prometheus-url", prom_url, timeout=120)
-    # NO_DATA: the stack's other models have no series here (only this pod is scraped).
-    assert proc.returncode in (ExitCode.OK, ExitCode.NO_DATA), proc.stderr
+    # The exit code is the KV-cache check's (REFUSED) by construction here: the tier serves a tiny stand-in
+    # under the real repo's name, so vLLM reports ~24x the tokens the fit check predicts for the real
+    # checkpoint (measured: 4,194,304 against 174,752); it also carries the stack's other models (no series:
+    # only this pod is scraped). tests/prom/ tests those codes; this test reads the report.
+    assert proc.returncode in (ExitCode.OK, ExitCode.NO_DATA, ExitCode.REFUSED), (proc.returncode, proc.stderr)
     (model,) = [m for m in json.loads(proc.stdout)["models"] if m["name"] == TOOL_MODEL]
     lora: dict[str, Any] = model["lora"]
     return lora
