@@ -8,6 +8,7 @@ API mode, what a token costs.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from enum import StrEnum
 
 from pydantic import Field, field_validator, model_validator
@@ -241,3 +242,12 @@ class ModelEntry(ServingSpec):
     @property
     def model_ref(self) -> str:
         return f"{self.repo}@{self.revision}"
+
+    def without_adapters(self, names: Iterable[str]) -> ModelEntry:
+        """This entry with these LoRA adapters left out (a bad one must not take its base down); the limits
+        it is sized with (`maxAdapters`, `maxRank`) stay, so fixing the adapter later changes one flag."""
+        if self.lora is None:
+            return self
+        drop = set(names)
+        kept = [a for a in self.lora.adapters if a.name not in drop]
+        return self.model_copy(update={"lora": self.lora.model_copy(update={"adapters": kept})})

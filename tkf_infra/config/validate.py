@@ -237,8 +237,7 @@ def _cross_entry_rules(settings: StackSettings, pools: list[NodePool], bad_pools
             else:
                 served[name] = what
         if taken and m.lora is not None:
-            kept = [a for a in m.lora.adapters if a.served_name not in taken]
-            m = parsed[i] = m.model_copy(update={"lora": m.lora.model_copy(update={"adapters": kept})})
+            m = parsed[i] = m.without_adapters(a.name for a in m.lora.adapters if a.served_name in taken)
         pool = by_name.get(m.node_pool or "")
         if m.node_pool is not None and m.node_pool in bad_pools:
             problems.append(Problem(labels[i], "nodePool", f"{m.node_pool!r} is not usable: {bad_pools[m.node_pool]} "

@@ -24,7 +24,7 @@ from tkf_infra.plan import admission as adm
 from tkf_infra.plan.admit_fleet import admit, plan_layouts
 from tkf_infra.plan.exclusion import Exclusion, Refusal, Stage, verdict
 from tkf_infra.plan.layout import PoolLayout
-from tkf_infra.plan.lora import adapter_problems, without_adapters
+from tkf_infra.plan.lora import adapter_problems
 from tkf_infra.plan.pools import PoolFacts, PoolProblem, resolve_pool
 from tkf_infra.plan.scaling import at_maximum, scaling_checks
 from tkf_infra.plan.share import Share, ShareProblem, size_share
@@ -169,7 +169,7 @@ def _plan_model(entry: ModelEntry, index: int, ctx: _Context) -> ModelPlan | Exc
         if bad.base:
             return Exclusion.of(entry.name, index, Stage.LOCK if bad.missing else Stage.CATALOG,
                                 tuple(f"model {entry.name}: {r}" for r in bad.reasons), "lora")
-        entry = without_adapters(entry, bad.adapters)
+        entry = entry.without_adapters(bad.adapters)
         refused_adapters = tuple(f"model {entry.name}: {r}; deployed without that adapter"
                                  for rs in bad.adapters.values() for r in rs)
     pool = ctx.pools.get(entry.node_pool or "")

@@ -13,7 +13,7 @@ leaves the model out.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tkf_infra.config import ModelEntry
@@ -137,10 +137,3 @@ def adapter_problems(entry: ModelEntry, base: ModelFacts, lock: Lock) -> Adapter
         return None
     return AdapterProblems(missing, tuple(base_reasons), per_adapter)
 
-
-def without_adapters(entry: ModelEntry, names: Iterable[str]) -> ModelEntry:
-    """The entry with these adapters left out of its `lora` block (the limits it is sized with unchanged)."""
-    assert entry.lora is not None
-    drop = set(names)
-    kept = [a for a in entry.lora.adapters if a.name not in drop]
-    return entry.model_copy(update={"lora": entry.lora.model_copy(update={"adapters": kept})})
