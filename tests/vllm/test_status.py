@@ -81,10 +81,29 @@ def _wait_until(prom: Service, promql: str, ok: Any, timeout: float = 120) -> fl
     raise AssertionError(f"Prometheus never showed the expected {promql}; last {last}")
 
 
-def _queried_at(query_log: Path, skip: int) -> set[str]:
-    """Evaluation times of the vLLM queries logged after the first ``skip`` lines (Prometheus' query log)."""
+def _queried_at(query_log: Path, skip: int) -> list[str]:
+    """Evaluation times of the vLLM queries logged after the first ``skip`` lines (Prometheus' query log),
+    in the order they were asked."""
     lines = query_log.read_text().splitlines()[skip:]
-    return {entry["params"]["end"] for entry in map(json.loads, lines) if "vllm:" in entry["params"]["query"]}
+    return [entry["params"]["end"] for entry in map(json.loads, lines) if "vllm:" in entry["params"]["query"]]
+
+
+#: A scrape's samples carry its start time but are committed after it is read and parsed: the
+#: duration Prometheus records, plus this much for parsing and appending on a loaded machine.
+SCRAPE_COMMIT_MARGIN_S = 0.5
+
+
+def _landed_after(prom: Service, sel: str, instant: str) -> float | None:
+    """How long after ``instant`` the scrape Prometheus now shows for it was committed (negative: before).
+
+    A scrape that starts before the instant and is committed after it (vLLM slow to answer, often
+    after a failed scrape left the series stale) is history written later: ``status`` asking at that
+    instant could not see it, and Prometheus asked afterwards for the same instant does. Such a call
+    proves nothing either way and is repeated.
+    """
+    late = _value(prom, f'timestamp(vllm:num_requests_running{sel}) + scalar(scrape_duration_seconds{{job="vllm"}})'
+                        " - time()", instant)
+    return None if late is None else late + SCRAPE_COMMIT_MARGIN_S
 
 
 
@@ -138,12 +157,21 @@ def test_status_reports_the_real_vllms_load(vllm_pod: RunningPod, prometheus: Se
             skip = len(query_log.read_text().splitlines())
             proc = vllm_pod.stack.cli("status", "--stack", "dev", "--json", "--prometheus-url", prometheus.url)
             instants = _queried_at(query_log, skip)
-            seen = {(_value(prometheus, f"sum(vllm:num_requests_running{sel})", t),
-                     _value(prometheus, f"sum(vllm:num_requests_waiting{sel})", t)) for t in instants}
-            attempts.append(f"{len(instants)} queries at {sorted(instants)[:1]}: (running, waiting) {seen}")
-            if len(seen) == 1 and (only := seen.pop())[0] == max_num_seqs and (only[1] or 0) > 0:
-                expected = {"requestsRunning": only[0], "requestsWaiting": only[1],
-                            "kvCacheUsage": _value(prometheus, f"avg(vllm:kv_cache_usage_perc{sel})", min(instants)),
+            if not instants:
+                attempts.append(f"no vLLM query logged: {proc.returncode} {proc.stderr[-300:]}")
+                continue
+            at = instants[0]  # the figures' query; a pinned snapshot asks everything after it at the same instant
+            late = _landed_after(prometheus, sel, at)
+            if late is not None and late > 0:
+                attempts.append(f"at {at}: the scrape shown for it was committed {late:.2f} s later")
+                continue
+            running = _value(prometheus, f"sum(vllm:num_requests_running{sel})", at)
+            waiting = _value(prometheus, f"sum(vllm:num_requests_waiting{sel})", at)
+            attempts.append(f"{len(instants)} queries at {sorted(set(instants))}: (running, waiting) "
+                            f"{running, waiting}")
+            if running == max_num_seqs and (waiting or 0) > 0:
+                expected = {"requestsRunning": running, "requestsWaiting": waiting,
+                            "kvCacheUsage": _value(prometheus, f"avg(vllm:kv_cache_usage_perc{sel})", at),
                             "generationTokensLow": _value(prometheus, f"sum(vllm:generation_tokens_total{sel})",
                                                        min(instants)),
                             "generationTokensHigh": _value(prometheus, f"sum(vllm:generation_tokens_total{sel})",
@@ -156,9 +184,10 @@ def test_status_reports_the_real_vllms_load(vllm_pod: RunningPod, prometheus: Se
             t.join(timeout=900)
     assert not errors, errors
     assert record is not None, f"no `status` call caught vLLM with a steady queue: {attempts}"
-    assert record["servedName"] == served and record["hasData"] is True, (record, proc.stderr)
+    assert record["servedName"] == served and record["hasData"] is True, (record, proc.stderr, attempts)
+    assert len(set(instants)) == 1, f"status asked at several instants, not one snapshot: {instants}"
     assert {k: record[k] for k in ("requestsRunning", "requestsWaiting")} == {
-        k: expected[k] for k in ("requestsRunning", "requestsWaiting")}, (record, expected)
+        k: expected[k] for k in ("requestsRunning", "requestsWaiting")}, (record, expected, attempts)
     assert record["kvCacheUsage"] == pytest.approx(expected["kvCacheUsage"], abs=1e-4) and record["kvCacheUsage"] > 0
     assert record["readyReplicas"] == 1 and record["scrapeTargets"] == 1, record
     # `status` reports the token counters too: the count Prometheus held while `status` asked.

@@ -12,6 +12,12 @@ and a deviation over KV_DEVIATION_LIMIT is flagged — the live fleet is the est
 Queries aggregate all models at once (`by (model_name, namespace)`) so the number of requests does
 not grow with the catalog; series are matched to endpoints in Python, which avoids escaping served
 names such as "meta-llama/Llama-3.1-8B-Instruct" into PromQL regexes.
+
+The per-model figures travel in one query, each tagged with FIGURE_LABEL: Prometheus evaluates one
+query against one view of its head block (TSDB isolation), so a scrape is seen whole or not at all.
+Separate queries at one pinned instant are not enough: a scrape that started before the instant but
+lands between two queries (a slow vLLM after a failed scrape) gave a queue length of "no data" beside
+the running count of the same instant — seen on a loaded 2-core CI run.
 """
 
 from __future__ import annotations
@@ -38,6 +44,9 @@ KV_DEVIATION_LIMIT = 0.05
 
 _BY = f"{vm.MODEL_LABEL}, {vm.NAMESPACE_LABEL}"
 
+#: The label the combined query adds to say which figure a series is; no vLLM series carries it.
+FIGURE_LABEL = "tkf_figure"
+
 # The outputs' `fit` key of the predicted tokens, named like every FitFigures field (sizing/contract.py).
 _PREDICTED_KEY = wire_name("kv_cache_tokens")
 
@@ -63,6 +72,22 @@ def _queries(window: str) -> dict[str, str]:
         "prompt_tps": f"sum by ({_BY}) (rate({vm.PROMPT_TOKENS}[{window}]))",
         "generation_tps": f"sum by ({_BY}) (rate({vm.GENERATION_TOKENS}[{window}]))",
     }
+
+
+def _combined(queries: Mapping[str, str]) -> str:
+    """One PromQL expression returning every figure's series, each tagged with its FIGURE_LABEL value."""
+    return " or ".join(f'label_replace(({promql}), "{FIGURE_LABEL}", "{figure}", "", "")'
+                       for figure, promql in queries.items())
+
+
+def _read_figures(client: PrometheusClient, queries: Mapping[str, str]) -> dict[str, list[Sample]]:
+    """Every figure's series from one query (module docstring: why one). Raises PrometheusQueryError."""
+    by_figure: dict[str, list[Sample]] = {figure: [] for figure in queries}
+    for s in client.vector(_combined(queries)):
+        figure = s.labels.get(FIGURE_LABEL, "")
+        if figure in by_figure:
+            by_figure[figure].append(s)
+    return by_figure
 
 
 def _round(value: float | None) -> float | None:
@@ -270,23 +295,17 @@ def read_model_status(
     rate_window: str = "5m",
     target_label: str = DEFAULT_TARGET_LABEL,
 ) -> StatusResult:
-    """Query Prometheus once per figure and build one ModelStatus per endpoint. Never raises."""
+    """Query Prometheus (the figures in one query) and build one ModelStatus per endpoint. Never raises."""
     result = StatusResult(prometheus_url=prometheus_url, reachable=True)
-    indexes: dict[str, _Index] = {}
     kv_observations: list[vm.KvObservation] = []
     with PrometheusClient(prometheus_url, timeout_s, snapshot=True) as client:
-        for figure, promql in _queries(rate_window).items():
-            try:
-                indexes[figure] = _index(client.vector(promql))
-            except PrometheusQueryError as exc:
-                if not indexes:  # the very first query failed: Prometheus itself is the problem
-                    result.reachable = False
-                    result.warnings.append(
-                        f"Prometheus at {prometheus_url} is unavailable: {exc}; no live status to show."
-                    )
-                    return result
-                result.warnings.append(f"Prometheus at {prometheus_url}: the query for {figure} failed: {exc}.")
-                indexes[figure] = {}
+        try:
+            figures = _read_figures(client, _queries(rate_window))
+        except PrometheusQueryError as exc:
+            result.reachable = False
+            result.warnings.append(f"Prometheus at {prometheus_url} is unavailable: {exc}; no live status to show.")
+            return result
+        indexes = {figure: _index(samples) for figure, samples in figures.items()}
         try:
             kv_observations = vm.read_kv_observations(client)
         except PrometheusQueryError as exc:
