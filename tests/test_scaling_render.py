@@ -106,8 +106,8 @@ def test_the_endpoint_publishes_the_range_the_plan_reserved(monkeypatch: pytest.
     h = program(stack_doc(SCALED, CPU, prometheusUrl=PROM), api_key="k")
     assert h.error is None, h.error
     endpoints = exported["endpoints"]
-    assert endpoints["qwen3-8b"]["scaling"] == {"minReplicas": 2, "maxReplicas": 6, "metric": "kvCacheUsage",
-                                                "target": 0.75, "cooldownSeconds": 120}
+    assert endpoints["qwen3-8b"]["scaling"] == {"minReplicas": 2, "maxReplicas": 6, "reservedReplicas": 6,
+                                                "metric": "kvCacheUsage", "target": 0.75, "cooldownSeconds": 120}
     assert endpoints["qwen3-8b"]["replicas"] == 2 and "scaling" not in endpoints["qwen2.5-0.5b"]
 
 

@@ -161,15 +161,15 @@ def footprint_output(plan: FleetPlan, m: ModelPlan) -> dict[str, Any]:
     return {"footprint": {k: fp[k] for k in keys if k in fp}}
 
 
-def scaling_output(m: ModelPlan) -> dict[str, Any]:
-    """`scaling` of an autoscaled model: its range (the plan reserved its maximum), signal and target.
-
-    Fixed-count models have no `scaling` key (docs/scaling.md)."""
+def scaling_output(plan: FleetPlan, m: ModelPlan) -> dict[str, Any]:
+    """`scaling` of an autoscaled model: its range, the replicas the plan holds room for (the maximum, or
+    the minimum under `overcommit: allow`), signal and target. Fixed-count models have none (docs/scaling.md)."""
     s = m.entry.scaling
     if s is None:
         return {}
-    return {"scaling": {"minReplicas": s.min_replicas, "maxReplicas": s.max_replicas, "metric": s.metric.value,
-                        "target": s.target_value, "cooldownSeconds": s.cooldown_seconds}}
+    held = s.min_replicas if m.entry.name in plan.floors else s.max_replicas
+    return {"scaling": {"minReplicas": s.min_replicas, "maxReplicas": s.max_replicas, "reservedReplicas": held,
+                        "metric": s.metric.value, "target": s.target_value, "cooldownSeconds": s.cooldown_seconds}}
 
 
 def api_key_rotation(keys: ApiKeys) -> dict[str, Any]:
@@ -192,7 +192,7 @@ def export_outputs(plan: FleetPlan, api_keys: ApiKeys | None = None) -> None:
     catalog = plan.catalog
     ns = catalog.settings.namespaces.serving
     endpoints = {m.entry.served_name: {**endpoint(m.entry, ns), "fit": m.fit.published(), **share_output(plan, m),
-                                       **footprint_output(plan, m), **scaling_output(m),
+                                       **footprint_output(plan, m), **scaling_output(plan, m),
                                        **adapters_output(m.entry)}
                  for m in plan.models}
     pulumi.export(CONTRACT_VERSION_OUTPUT, CONTRACT_VERSION)

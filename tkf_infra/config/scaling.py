@@ -16,6 +16,7 @@ and where autoscaling cannot go.
   every request would fail until someone scaled it by hand. A model scales down to `minReplicas` (at
   least 1) after `cooldownSeconds` without load.
 - `replicas` and `scaling` are exclusive (as in KServe's CRD): the autoscaler owns the count.
+- **Overcommit** is the stack's choice, never a silent one (`serving.overcommit`, Overcommit).
 """
 
 from __future__ import annotations
@@ -41,6 +42,19 @@ DEFAULT_TARGETS: dict[ScalingMetric, float] = {
 }
 
 MAX_REPLICAS = 100  # as `replicas`
+
+
+class Overcommit(StrEnum):
+    """What the plan does with an autoscaled model whose maxReplicas its pool cannot hold beside the others.
+
+    `refuse` (the default) fails closed: the model is left out by name, so no busy hour ends in Pending
+    pods or evicted neighbours. `allow` admits it with room held for minReplicas only, in admission order
+    (deployed, `priority`, catalog), and says per model how many replicas the autoscaler may ask for
+    that would sit Pending: for a stack that would rather serve a model at its floor than not at all.
+    """
+
+    REFUSE = "refuse"
+    ALLOW = "allow"
 
 
 class Scaling(SettingsModel):

@@ -28,6 +28,7 @@ from tkf_infra.config.charts import (
     same_release,
 )
 from tkf_infra.config.platform import Platform, installed_pieces
+from tkf_infra.config.scaling import Overcommit
 
 #: The vLLM release the platform deploys and the fit check sizes for: the one pin. The images below
 #: are derived from it; what cannot import Python (requirements-vllm.txt for the test tier, the
@@ -304,6 +305,10 @@ class Serving(SettingsModel):
         description="GiB the weight caches may still claim on storageClass, where no API says (render mode, no "
                     "CSIStorageCapacity and no storage quota); caches beyond it are refused: the last deployed models "
                     "are admitted first, then by `priority`, then catalog order.")
+    overcommit: Overcommit = Field(
+        Overcommit.REFUSE, description="refuse: an autoscaled model whose maxReplicas does not fit is left out. "
+                                       "allow: it is admitted with room for minReplicas, and a warning says how "
+                                       "many replicas the autoscaler may ask for that would sit Pending.")
     prune_weight_cache: bool = Field(False, description="Delete a removed model's weight PVC (default: keep it).")
     protect: bool = Field(False, description="Protect PVCs and namespaces from deletion (prod).")
     api_key_env: str = Field("TKF_VLLM_API_KEY", description="Env var the gateway reads the runtime API key from.")

@@ -137,28 +137,36 @@ def _rooms(pf: PoolFacts, nodes: adm.PoolNodes | None) -> tuple[list[tuple[int, 
     return rooms, nodes.source
 
 
+def reserved(m: ModelPlan, floors: frozenset[str] = frozenset()) -> int:
+    """Replicas the plan holds room for: an autoscaled model's maximum, its minimum when it is in `floors`
+    (admitted under `serving.overcommit: allow` after its maximum did not fit), else the fixed count."""
+    scaling = m.entry.scaling
+    return scaling.min_replicas if scaling is not None and m.entry.name in floors else m.entry.reserved_replicas
+
+
 def plan_layouts(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], version: str,
                  asks: Mapping[str, tuple[int, int]] | None = None, rooms: Mapping[str, adm.PoolNodes] | None = None,
-                 held: frozenset[str] = frozenset()) -> dict[str, PoolLayout]:
+                 held: frozenset[str] = frozenset(), floors: frozenset[str] = frozenset()) -> dict[str, PoolLayout]:
     """Lay out every MIG pool, and prove every time-sliced pool that hosts shares (`tkf_infra.plan.layout`).
 
     `asks`: model → (CPU millicores, memory MiB) of one pod; `rooms`: pool → its nodes' figures. With both,
-    a MIG instance goes only to a node with room for its pod. `held`: the models the last run deployed."""
+    a MIG instance goes only to a node with room for its pod. `held`: the models the last run deployed.
+    `floors`: the autoscaled models held at their minimum (`reserved`)."""
     layouts: dict[str, PoolLayout] = {}
     for name, pool in sorted(pools.items()):
         on = [m for m in models if m.pool is not None and m.pool.name == name and not m.entry.is_cpu]
         if pool.mig is not None and pool.gpu is not None:
             node_rooms, source = _rooms(pool, (rooms or {}).get(name)) if asks is not None else (None, "")
             # A multi-node model's replica is one pod per node, each with gpusPerNode GPUs of its node.
-            demands = [Demand(m.entry.name, m.entry.reserved_replicas * m.entry.node_count,
+            demands = [Demand(m.entry.name, reserved(m, floors) * m.entry.node_count,
                               m.share.profile if m.share else None, m.entry.gpus_per_node,
                               *((asks or {}).get(m.entry.name, (0, 0))), priority=m.entry.priority or 0,
                               held=m.entry.name in held)
-                       for m in on if m.entry.reserved_replicas > 0]
+                       for m in on if reserved(m, floors) > 0]
             layouts[name] = plan_mig(name, pool.mig, pool.pool.nodes, pool.gpus_per_node, demands, node_rooms, source)
         elif pool.time_slices > 1 and pool.gpu is not None and any(m.share for m in on):
             total, context = pool.gpu.memory_gib, context_gib(version)
-            demands_ts = [SliceDemand(m.entry.name, m.entry.reserved_replicas * (1 if m.share else m.entry.gpus),
+            demands_ts = [SliceDemand(m.entry.name, reserved(m, floors) * (1 if m.share else m.entry.gpus),
                                       m.share.memory_gib if m.share else
                                       m.entry.gpu_memory_utilization * total + context) for m in on]
             layouts[name] = prove_time_slicing(name, pool.gpu.name, pool.time_slices,
@@ -186,8 +194,10 @@ def _pinned(layout: PoolLayout | None, models: Sequence[ModelPlan]) -> dict[str,
 
 def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: Catalog,
           cluster: adm.ClusterState | None, fp: adm.Footprints, ec2: Mapping[str, InstanceGpus],
-          held: frozenset[str] = frozenset()) -> Admitted:
-    """Topology, layouts, node capacity and storage for the planned models, in the given order (module docstring)."""
+          held: frozenset[str] = frozenset(), floors: frozenset[str] = frozenset()) -> Admitted:
+    """Topology, layouts, node capacity and storage for the planned models, in the given order (module docstring).
+
+    `floors`: autoscaled models held at minReplicas rather than maxReplicas (`reserved`)."""
     s = catalog.settings
     render = s.cluster.mode == "render"
     refused, warnings = topology(models, catalog, cluster)
@@ -202,7 +212,7 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
             rooms[name], notes = pool_nodes(pf, cluster, ec2, render, "gpuOperator" in installed)
             warnings += notes
     alive = [m for m in models if m.entry.name not in refused]
-    layouts = plan_layouts(alive, pools, s.serving.version, asks, rooms, held)
+    layouts = plan_layouts(alive, pools, s.serving.version, asks, rooms, held, floors)
     laid_out = _layout_refusals(layouts)
     refused.update(laid_out)
     before = set(refused)  # what the layouts already left out (topology, their own refusals)
@@ -214,11 +224,13 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
         for m in on:
             cpu, mem = asks[m.entry.name]
             gpus = 0 if m.entry.is_cpu or pf.mig is not None else (1 if m.share else m.entry.gpus_per_pod)
-            key = "scaling.maxReplicas" if m.entry.scaling else "replicas"  # room for the autoscaler's maximum
-            demands.append(adm.Demand(m.entry.name, m.entry.reserved_replicas, m.entry.node_count,
+            # Room for the autoscaler's maximum, or for its minimum when overcommit allowed that.
+            key = ("replicas" if not m.entry.scaling else
+                   "scaling.minReplicas" if m.entry.name in floors else "scaling.maxReplicas")
+            demands.append(adm.Demand(m.entry.name, reserved(m, floors), m.entry.node_count,
                                       adm.PodAsk(cpu, mem, gpus), key))
             prints[m.entry.name] = {"pool": name, "pod": {"cpuMillis": cpu, "memoryMiB": mem, "gpus": gpus},
-                                    "podsPerReplica": m.entry.node_count, "replicas": m.entry.reserved_replicas,
+                                    "podsPerReplica": m.entry.node_count, "replicas": reserved(m, floors),
                                     "nodesFrom": nodes.source}
         no_room, placed = adm.pack_pool(nodes, demands, _pinned(layouts.get(name), on))
         refused.update({model: ("capacity", reason) for model, reason in no_room.items()})
@@ -231,7 +243,7 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
         for m in models)}
     if again:
         kept = [m for m in models if m.entry.name not in refused]
-        fresh = plan_layouts(kept, {n: pools[n] for n in again}, s.serving.version, asks, rooms, held)
+        fresh = plan_layouts(kept, {n: pools[n] for n in again}, s.serving.version, asks, rooms, held, floors)
         for name, lay in fresh.items():
             layouts[name] = lay
             refused.update({k: v for k, v in _layout_refusals({name: lay}).items() if k not in refused})

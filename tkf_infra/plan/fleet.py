@@ -19,14 +19,15 @@ from pydantic import ValidationError
 
 from tkf_infra.config import Catalog, ModelEntry
 from tkf_infra.config.flags import row, sized_fields
+from tkf_infra.config.scaling import Overcommit
 from tkf_infra.hub.lock import Lock
 from tkf_infra.plan import admission as adm
-from tkf_infra.plan.admit_fleet import admit, plan_layouts
+from tkf_infra.plan.admit_fleet import admit, plan_layouts, reserved
 from tkf_infra.plan.exclusion import Exclusion, Refusal, Stage, verdict
 from tkf_infra.plan.layout import PoolLayout
 from tkf_infra.plan.lora import adapter_problems
 from tkf_infra.plan.pools import PoolFacts, PoolProblem, resolve_pool
-from tkf_infra.plan.scaling import at_maximum, scaling_checks
+from tkf_infra.plan.scaling import at_maximum, at_minimum, over_maximum, overcommitted, scaling_checks
 from tkf_infra.plan.share import Share, ShareProblem, size_share
 from tkf_infra.sizing.arch import parse_arch
 from tkf_infra.sizing.contract import FitInputs, FitResult
@@ -74,6 +75,8 @@ class FleetPlan:
     """Node pool → its layout, for MIG pools and time-sliced pools with shares (`tkf_infra.plan.layout`)."""
     footprints: Mapping[str, dict[str, Any]] = field(default_factory=dict)
     """Model → what it asks of nodes and storage (pod CPU/memory/GPUs, nodes per replica, cache GiB)."""
+    floors: frozenset[str] = frozenset()
+    """Autoscaled models admitted with room for minReplicas only (`serving.overcommit: allow`)."""
 
     @property
     def deployed(self) -> set[str]:
@@ -291,38 +294,47 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
     warnings += scale_warnings
     planned = [m for m in planned if m.entry.name not in scale_refused]
     prints: dict[str, dict[str, Any]] = {}
+    entries = {m.entry.name: m.entry for m in planned}
+    floors: frozenset[str] = frozenset()
     if footprints is not None:
         # Models the last run deployed hold their room; the others follow by priority, then catalog order.
         order = sorted(planned, key=lambda m: (m.entry.name not in (previous or {}), -(m.entry.priority or 0),
                                                positions.get(m.entry.name, -1)))
         done = admit(order, pools, catalog, cluster, footprints, ec2 or {}, frozenset(previous or {}))
+        if s.serving.overcommit is Overcommit.ALLOW and (floors := over_maximum(done.refused, entries)):
+            at_max = done.refused  # the same order again, those models at their floor
+            done = admit(order, pools, catalog, cluster, footprints, ec2 or {}, frozenset(previous or {}), floors)
+            warnings += [overcommitted(entries[n], at_max[n][1]) for n in sorted(floors) if n not in done.refused]
         layouts, refusals, prints, laid_out = done.layouts, done.refused, done.prints, done.laid_out_refused
         warnings += done.warnings
     else:
         layouts = plan_layouts(planned, pools, s.serving.version)
         refusals = {name: ("placement", reason) for lay in layouts.values() for name, reason in lay.refused.items()}
         laid_out = frozenset(refusals)
-    entries = {m.entry.name: m.entry for m in planned}
     excluded += [Exclusion.of(name, positions.get(name, -1), Stage(stage),
-                              (at_maximum(entries[name], reason) if name in entries else reason,))
+                              ((at_minimum if name in floors else at_maximum)(entries[name], reason)
+                               if name in entries else reason,))
                  for name, (stage, reason) in refusals.items()]
     sized = [m for m in planned if m.entry.name not in laid_out]
     warnings += [f"model {m.entry.name}: {w}" for m in sized for w in m.fit.warnings]
-    errors += capacity_errors(sized, pools)
+    errors += capacity_errors(sized, pools, floors)
     errors += [r for m in planned for r in m.refused_adapters]
     placed = [m for m in planned if m.entry.name not in refusals]
     return FleetPlan(catalog=catalog, pools=pools, models=tuple(placed),
                      excluded=tuple(sorted(excluded, key=lambda e: (e.index, e.name))),
-                     errors=tuple(errors), warnings=tuple(warnings), layouts=layouts, footprints=prints)
+                     errors=tuple(errors), warnings=tuple(warnings), layouts=layouts, footprints=prints,
+                     floors=floors - set(refusals))
 
 
-def capacity_errors(models: list[ModelPlan], pools: Mapping[str, PoolFacts]) -> list[str]:
-    """Pools whose models ask, over all replicas (an autoscaled model's maximum), more GPUs than the pool has."""
+def capacity_errors(models: list[ModelPlan], pools: Mapping[str, PoolFacts],
+                    floors: frozenset[str] = frozenset()) -> list[str]:
+    """Pools whose models ask, over all replicas (an autoscaled model's maximum, or its minimum in `floors`),
+    more GPUs than the pool has."""
     demand: dict[str, list[tuple[str, int]]] = {}
     for m in models:  # MIG pools and shares are counted by the layout planner
         if m.entry.is_cpu or m.pool is None or m.pool.mig is not None or m.share is not None:
             continue
-        demand.setdefault(m.pool.name, []).append((m.entry.name, m.entry.reserved_replicas * m.entry.gpus))
+        demand.setdefault(m.pool.name, []).append((m.entry.name, reserved(m, floors) * m.entry.gpus))
     errors = []
     for name, asks in demand.items():
         pool = pools[name]

@@ -20,7 +20,7 @@ preview rather than sitting at its minimum for ever (docs/scaling.md):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from tkf_infra.config import ModelEntry, StackSettings
 from tkf_infra.config.catalog import Backend
@@ -38,6 +38,37 @@ def at_maximum(entry: ModelEntry, reason: str) -> str:
         return reason
     return (f"{reason} (planned at scaling.maxReplicas {entry.scaling.max_replicas}, the most its autoscaler may "
             f"run, not minReplicas {entry.scaling.min_replicas}: lower maxReplicas to what fits)")
+
+
+#: Admission stages that refuse a model for want of room for its replicas (its count matters there).
+ROOM_STAGES = frozenset({"capacity", "placement"})
+
+
+def over_maximum(refused: Mapping[str, tuple[str, str]], entries: Mapping[str, ModelEntry]) -> frozenset[str]:
+    """Autoscaled models refused room at their maximum whose minimum is lower: what `overcommit: allow`
+    admits at their floor (config/scaling.py Overcommit)."""
+    return frozenset(name for name, (stage, _) in refused.items()
+                     if stage in ROOM_STAGES and (e := entries.get(name)) is not None and e.scaling is not None
+                     and e.scaling.min_replicas < e.scaling.max_replicas)
+
+
+def overcommitted(entry: ModelEntry, reason_at_maximum: str) -> str:
+    """The warning of a model admitted at its floor: what was not held, why, and what may then happen."""
+    assert entry.scaling is not None
+    lo, hi = entry.scaling.min_replicas, entry.scaling.max_replicas
+    why = reason_at_maximum.removeprefix(f"model {entry.name}: ")
+    return (f"model {entry.name}: serving.overcommit is allow, so room is held for scaling.minReplicas {lo}, not "
+            f"maxReplicas {hi}, which does not fit — {why}. Its autoscaler may ask for up to {hi - lo} "
+            "replicas the plan holds no room for; they would sit Pending until room frees. Lower maxReplicas to what "
+            "fits to hold them all, or set serving.overcommit refuse to leave the model out instead")
+
+
+def at_minimum(entry: ModelEntry, reason: str) -> str:
+    """A room refusal of a model tried at its floor under `overcommit: allow`: even that does not fit."""
+    assert entry.scaling is not None
+    return (f"{reason} (planned at scaling.minReplicas {entry.scaling.min_replicas} under serving.overcommit allow, "
+            f"after maxReplicas {entry.scaling.max_replicas} did not fit either: lower minReplicas, or free room in "
+            "the pool)")
 
 
 def scaling_checks(entries: Sequence[ModelEntry], settings: StackSettings,
