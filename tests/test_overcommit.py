@@ -101,3 +101,29 @@ def test_an_unknown_choice_names_the_key_and_the_choices() -> None:
         validate_catalog(base_doc(serving={"overcommit": "sometimes"}))
     text = str(err.value)
     assert "serving.overcommit" in text and "'sometimes'" in text and "refuse" in text and "allow" in text, text
+
+
+def test_pool_headroom_shows_both_ends_and_the_overcommit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """a (3-5) and b (3-5) on 8 GPUs under allow: 6 GPUs at the minimum, 10 at the maximum, 2 over."""
+    exported: dict[str, Any] = {}
+    monkeypatch.setattr(pulumi, "export", lambda name, value: exported.__setitem__(name, value))
+    a, b = named("a", scaled(5, 3), priority=10), named("b", scaled(5, 3))
+    h = program(stack_doc(a, b, CPU, nodePools=ONE_NODE, serving=ALLOW), api_key="k")
+    assert h.error is None, h.error
+    assert exported["poolHeadroom"] == {"h100": {"gpus": 8, "atMinimum": {"gpus": 6, "free": 2},
+                                                 "atMaximum": {"gpus": 10, "free": -2}}}
+    fixed = {k: v for k, v in named("c", scaled(1)).items() if k != "scaling"}
+    program(stack_doc(dict(fixed, replicas=3), nodePools=ONE_NODE), api_key="k")
+    assert exported["poolHeadroom"]["h100"]["atMinimum"] == exported["poolHeadroom"]["h100"]["atMaximum"] == {
+        "gpus": 3, "free": 5}
+
+
+def test_pool_headroom_counts_shares_by_replica_not_as_whole_gpus() -> None:
+    from tkf_infra.outputs import pool_headroom
+
+    small = {"name": "q05", **QWEN05, "servedName": "q05", "maxModelLen": 4096, "gpuShare": "mig:1g.10gb",
+             "scaling": {"minReplicas": 2, "maxReplicas": 9}}
+    plan = planned(stack_doc(**mig_settings([small])))
+    ((_pool, headroom),) = pool_headroom(plan).items()
+    assert headroom["sharedReplicas"] == {"atMinimum": 2, "atMaximum": 9}
+    assert headroom["atMaximum"] == {"gpus": 0, "free": headroom["gpus"]}

@@ -31,9 +31,12 @@ DEPLOYED_OUTPUT = "deployed"
 API_KEY_ENV_OUTPUT = "apiKeyEnv"
 RUNTIME_API_KEY_OUTPUT = "runtimeApiKey"
 API_KEY_ROTATION_OUTPUT = "apiKeyRotation"
+#: Per GPU pool: its GPUs, and what the deployed models hold at their minimum and at their maximum.
+POOL_HEADROOM_OUTPUT = "poolHeadroom"
 #: Every output a stack may export (the last two only when the stack sets `apiKey`).
 OUTPUT_KEYS = (CONTRACT_VERSION_OUTPUT, ENDPOINTS_OUTPUT, GATEWAY_MODEL_LIST_OUTPUT, REJECTED_OUTPUT, PROBLEMS_OUTPUT,
-               GPU_LAYOUT_OUTPUT, DEPLOYED_OUTPUT, API_KEY_ENV_OUTPUT, RUNTIME_API_KEY_OUTPUT, API_KEY_ROTATION_OUTPUT)
+               GPU_LAYOUT_OUTPUT, POOL_HEADROOM_OUTPUT, DEPLOYED_OUTPUT, API_KEY_ENV_OUTPUT, RUNTIME_API_KEY_OUTPUT,
+               API_KEY_ROTATION_OUTPUT)
 
 # LiteLLM provider prefixes by serving mode. `openai/` serves chat and embeddings against vLLM's
 # OpenAI-compatible API. Rerank needs its own provider, and the choice is about billing:
@@ -172,6 +175,39 @@ def scaling_output(plan: FleetPlan, m: ModelPlan) -> dict[str, Any]:
                         "metric": s.metric.value, "target": s.target_value, "cooldownSeconds": s.cooldown_seconds}}
 
 
+def pool_headroom(plan: FleetPlan) -> dict[str, Any]:
+    """`poolHeadroom`: per GPU pool, the whole GPUs the deployed models take with every autoscaler at its
+    minimum and at its maximum, and what is left at each end.
+
+    Why both ends: the plan holds room for the maximum (or, under `serving.overcommit: allow`, the floor
+    of the models named in its warnings), so `atMaximum.free` is what a new model can still count on, and
+    is negative by exactly what the autoscalers may ask beyond the pool; `atMinimum.free` is what a quiet
+    hour leaves idle. Models on part of a GPU (MIG, time-slicing) are counted by `sharedReplicas` only:
+    their room is proven slice by slice in `gpuLayout`, not in whole GPUs.
+    """
+    out: dict[str, Any] = {}
+    for name, pool in sorted(plan.pools.items()):
+        if pool.gpu is None or pool.gpus_per_node == 0:
+            continue
+        total = pool.gpus_per_node * pool.node_count
+        whole = {"atMinimum": 0, "atMaximum": 0}
+        shared = {"atMinimum": 0, "atMaximum": 0}
+        for m in plan.models:
+            if m.pool is None or m.pool.name != name or m.entry.is_cpu:
+                continue
+            s = m.entry.scaling
+            low, high = (s.min_replicas, s.max_replicas) if s is not None else (m.entry.replicas, m.entry.replicas)
+            if m.share is not None:
+                shared["atMinimum"] += low
+                shared["atMaximum"] += high
+            else:
+                whole["atMinimum"] += low * m.entry.gpus
+                whole["atMaximum"] += high * m.entry.gpus
+        out[name] = {"gpus": total, **{end: {"gpus": used, "free": total - used} for end, used in whole.items()},
+                     **({"sharedReplicas": shared} if any(shared.values()) else {})}
+    return out
+
+
 def api_key_rotation(keys: ApiKeys) -> dict[str, Any]:
     """Where the stack is in a key rotation, without any key: the step, how many keys the pods accept,
     and digests to check against (``tkf.io/api-keys-scrypt`` on every pod once it has rolled; the
@@ -201,6 +237,7 @@ def export_outputs(plan: FleetPlan, api_keys: ApiKeys | None = None) -> None:
     pulumi.export(REJECTED_OUTPUT, [x.as_output() for x in plan.excluded])
     pulumi.export(PROBLEMS_OUTPUT, list(plan.errors))
     pulumi.export(GPU_LAYOUT_OUTPUT, {name: layout.published() for name, layout in sorted(plan.layouts.items())})
+    pulumi.export(POOL_HEADROOM_OUTPUT, pool_headroom(plan))
     pulumi.export(DEPLOYED_OUTPUT, {m.entry.name: deployed_entry(m.entry) for m in plan.models})
     pulumi.export(API_KEY_ENV_OUTPUT, catalog.settings.serving.api_key_env)
     if api_keys is not None:
