@@ -1,5 +1,5 @@
 # The two commands of the README, and their parts. Every target sets itself up first (idempotent).
-.PHONY: preview up test lint typecheck unit setup setup-dev bench clean
+.PHONY: preview preview-fleet up test lint typecheck unit setup setup-dev bench clean
 
 # Main job: `pulumi preview` of the dev stack through the real engine (no cluster needed), with the
 # platform owner's guardrails (docs/policy.md).
@@ -8,6 +8,12 @@ PLATFORM_POLICY = --policy-pack policy/analyzer --policy-pack-config policy/conf
 # Both stacks of the dev environment, platform first (docs/stacks.md): dev-platform, then the fleet dev.
 preview: setup
 	scripts/pulumi.sh dev-platform preview $(PLATFORM_POLICY)
+	scripts/pulumi.sh dev preview $(POLICY)
+
+# The catalog editor's quick loop: the fleet stack alone (models, fit check, caches, outputs), seconds
+# instead of the platform's charts; before dev-platform is applied it previews against what
+# Pulumi.dev.yaml asks of the platform, and says so.
+preview-fleet: setup
 	scripts/pulumi.sh dev preview $(POLICY)
 
 # Second form: `pulumi up` of both, rendering every manifest into rendered/dev/ (plaintext Secrets!).
