@@ -1,7 +1,8 @@
 """A one-stack environment split in two on a real kube-apiserver (docs/stacks.md): `split` moves the
 platform's state to `<env>-platform`; the platform's `up`, then the fleet's, change nothing on the
 server (every object keeps its uid and resourceVersion); a catalog edit then updates the fleet's one
-model and the platform stack has nothing to do.
+model and the platform stack has nothing to do; a platform upgrade (LWS's controller to another release)
+then rewrites LWS's objects only, with the fleet running: not one fleet object changes.
 
 The platform here is LeaderWorkerSet from its vendored chart (CRD, controller, RBAC, webhook objects)
 on the vllm backend, which needs no other piece; the fleet the two dev CPU models.
@@ -10,13 +11,16 @@ on the vllm backend, which needs no other piece; the fleet the two dev CPU model
 from __future__ import annotations
 
 import contextlib
+import shutil
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from pulumi import automation as auto
 
+from components.platform_charts import local_dir
 from tests.apiserver.readback import CRD_API, release_pvcs
 from tests.apiserver.test_up_against_apiserver import CPU_MODELS, target_config, wait_namespaces_gone
 from tests.engine.test_layers import changed, run_up
@@ -24,6 +28,7 @@ from tests.engine_fixtures import EngineStack
 from tests.kube.apiserver import KubeAPIServer
 from tests.kube.client import KubeClient
 from tkf_infra import names
+from tkf_infra.config.platform import Platform
 from tkf_infra.ops import split
 from tkf_infra.ops.stacks import DEV_PASSPHRASE, pulumi_home
 
@@ -57,9 +62,13 @@ def identities(kube: KubeClient, serving: str) -> dict[str, tuple[str, str]]:
     return found
 
 
+def _lws_object(label: str) -> bool:
+    return label.startswith(("crd/leaderworkersets", "namespace/lws-system", "lws-system/"))
+
+
 def test_a_one_stack_environment_splits_on_a_live_server_with_nothing_recreated(
     kube: KubeClient, kube_apiserver: KubeAPIServer, lean_engine_env: dict[str, str],
-    make_stack: Callable[..., EngineStack], monkeypatch: pytest.MonkeyPatch,
+    make_stack: Callable[..., EngineStack], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
 ) -> None:
     es = make_stack(extra_env=lean_engine_env)
     serving = target_config(es, kube_apiserver, "vllm", models=CPU_MODELS)
@@ -90,6 +99,24 @@ def test_a_one_stack_environment_splits_on_a_live_server_with_nothing_recreated(
                                                                       if model not in k}
         assert after[f"deployment/{model}"][0] == before[f"deployment/{model}"][0], "updated in place"
         assert set(platform.preview().change_summary) <= {auto.events.OpType.SAME}
+
+        # A platform upgrade with the fleet running: LWS's next release (its chart, from a chartPath as an
+        # air-gapped site would keep it, pinned to the new image). Only LWS's objects change.
+        fleet_before = {k: v for k, v in identities(kube, serving).items() if not _lws_object(k)}
+        pieces = Platform()
+        chart = local_dir("lws", pieces.lws, "vendored")
+        assert chart is not None
+        shutil.copytree(chart, tmp_path / "lws")
+        edit(es, lambda c: c["tkf-infra:platform"]["lws"].update(version="v0.8.1", chartPath=str(tmp_path / "lws")))
+        upgraded = changed(run_up(platform))
+        assert upgraded and all("lws" in name for _, _, name in upgraded), upgraded
+        lws_ns = "lws-system"
+        controller = next(d for d in kube.list_objects("apps/v1", "Deployment", namespace=lws_ns))
+        images = [c["image"] for c in controller["spec"]["template"]["spec"]["containers"]]
+        assert any(i.endswith(":v0.8.1") for i in images), images
+        assert {k: v for k, v in identities(kube, serving).items() if not _lws_object(k)} == fleet_before, \
+            "the platform's upgrade rewrote a fleet object"
+        assert set(es.stack.preview().change_summary) <= {auto.events.OpType.SAME}, "the fleet has nothing to do"
     finally:
         release_pvcs(kube, serving)
         for st in (es.stack, platform):
