@@ -14,7 +14,8 @@ from tkf_infra.config.api_keys import CONFIG_KEYS as API_KEY_CONFIG_KEYS
 from tkf_infra.config.api_keys import ApiKeys, key_problems
 from tkf_infra.config.base import Problem, SecretValue, SettingsError, keys_of
 from tkf_infra.config.catalog import ModelEntry
-from tkf_infra.config.stack import NodePool, StackSettings
+from tkf_infra.config.node_pool import NodePool
+from tkf_infra.config.stack import StackSettings
 
 #: The settings keys of the project namespace: the stack settings model's fields, in its order (the
 #: secrets, `apiKey*`, are read apart by `read_api_keys`).

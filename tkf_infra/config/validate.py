@@ -20,7 +20,8 @@ from tkf_infra.config.api_keys import CONFIG_KEYS as API_KEY_CONFIG_KEYS
 from tkf_infra.config.base import Problem, SettingsError, label_name, problems_from, short
 from tkf_infra.config.catalog import ModelEntry, parallelism_problem, step_budget_problems
 from tkf_infra.config.lora import AdapterEntry
-from tkf_infra.config.stack import NodePool, StackSettings, image_version
+from tkf_infra.config.node_pool import NodePool
+from tkf_infra.config.stack import StackSettings, image_version
 
 
 @dataclass(frozen=True)
