@@ -144,7 +144,7 @@ def _platform(plan: FleetPlan, provider: k8s.Provider, *, mig_config: str | None
             platform=s.platform, namespaces=s.namespaces, backend=s.serving.backend,
             pipeline_parallel_preset=pp_preset,
             vllm_image=s.serving.vllm_image, source=s.chart_source, render=s.cluster.mode == "render",
-            skip_await=s.cluster.skip_await,
+            skip_await=s.cluster.skip_await, wva_prometheus_url=s.prometheus_url,
         ),
         opts=k8s_opts,
     )

@@ -19,6 +19,7 @@ waits on. The vllm backend needs only LeaderWorkerSet.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,39 @@ class ServingPrerequisitesArgs:
     render: bool = False
     """Render mode: cert-manager and the KServe CRDs go through their stand-ins (platform_charts)."""
     skip_await: bool = False
+    wva_prometheus_url: str | None = None
+    """The Prometheus KServe's scaling path reads (the stack's prometheusUrl): written into its
+    inferenceservice-config (`kserve_wva_config`); None leaves KServe's chart as it is."""
+
+
+#: The inferenceservice-config key KServe v0.20.0 reads its WVA/KEDA settings from
+#: (pkg/controller/v1alpha2/llmisvc/config_loader.go `autoscalingConfigName`, l. 152).
+WVA_CONFIG_KEY = "autoscaling-wva-controller-config"
+#: The ConfigMap KServe's controller loads (pkg/constants `InferenceServiceConfigMapName`).
+KSERVE_CONFIG_MAP = "inferenceservice-config"
+
+
+def kserve_wva_config(prometheus_url: str) -> pulumi.ResourceTransform:
+    """Add KServe's WVA settings to the inferenceservice-config its chart renders.
+
+    Why: KServe v0.20.0 writes the KEDA ScaledObject of an autoscaled LLMInferenceService only when
+    `autoscaling-wva-controller-config` names a Prometheus (`validateAutoscalingConfig`, scaling.go l. 338:
+    `prometheus.url is required`), and fails the whole reconcile otherwise; its chart has no value that
+    sets the key (kserve-llmisvc-resources/files/common/configmap.yaml), so an install of ours must add it.
+    The shape is its `WVAAutoscalingConfig` (config_loader.go l. 119-147): `{"prometheus": {"url": ...}}`.
+    """
+    text = json.dumps({"prometheus": {"url": prometheus_url}})
+
+    def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+        # A chart's children arrive as plain values (the provider rendered them).
+        meta, data = args.props.get("metadata"), args.props.get("data")
+        if (args.type_ != "kubernetes:core/v1:ConfigMap" or not isinstance(meta, dict)
+                or meta.get("name") != KSERVE_CONFIG_MAP):
+            return None
+        merged = {**(data if isinstance(data, dict) else {}), WVA_CONFIG_KEY: text}
+        return pulumi.ResourceTransformResult({**args.props, "data": merged}, args.opts)
+
+    return transform
 
 
 def cert_manager_values() -> dict[str, Any]:
@@ -131,8 +165,9 @@ class ServingPrerequisites(pulumi.ComponentResource):
 
         controller: list[pulumi.Resource] = []
         if "kserve" in installed:
+            wva = [kserve_wva_config(args.wva_prometheus_url)] if args.wva_prometheus_url else []
             controller = [self._chart("kserve-llmisvc-resources", "kserve", "kserve-llmisvc-resources", ns.kserve, {},
-                                      after=[*cert_manager, *crds, *third])]
+                                      after=[*cert_manager, *crds, *third], transforms=wva)]
             if p.kserve.presets:
                 controller.append(self._chart("kserve-runtime-configs", "kserve", "kserve-runtime-configs",
                                               ns.kserve, runtime_configs_values(), after=controller))
@@ -202,12 +237,14 @@ class ServingPrerequisites(pulumi.ComponentResource):
     # -- helpers --------------------------------------------------------------------------------
 
     def _chart(self, step: str, key: str, chart: str, namespace: str, values: dict[str, Any], *,
-               after: list[pulumi.Resource]) -> pulumi.Resource:
+               after: list[pulumi.Resource], transforms: Sequence[pulumi.ResourceTransform] = ()) -> pulumi.Resource:
         piece = self._args.platform.pieces()[key]
         spec = chart_spec(key, chart, piece, self._args.source)
+        opts = self._opts(after=after, namespace=namespace)
+        if transforms:
+            opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(transforms=list(transforms)))
         return self._add(step, helm_chart(f"{self._name}-{step}", chart, spec, namespace, values,
-                                          skip_await=self._args.skip_await,
-                                          opts=self._opts(after=after, namespace=namespace)))
+                                          skip_await=self._args.skip_await, opts=opts))
 
     def _opts(self, *, after: Sequence[pulumi.Resource] = (), namespace: str | None = None) -> pulumi.ResourceOptions:
         deps = list(after)

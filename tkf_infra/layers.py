@@ -23,8 +23,9 @@ from tkf_infra.config.base import Problem, SettingsError
 
 PLATFORM_SUFFIX = "-platform"
 #: The stack-file keys the platform stack is applied from. `serving` is read for its backend (which
-#: pieces are needed) and image (the pipeline-parallel preset's); the fleet owns everything else.
-PLATFORM_KEYS = ("cluster", "namespaces", "nodePools", "platform", "serving")
+#: pieces are needed) and image (the pipeline-parallel preset's), `prometheusUrl` for KServe's scaling
+#: settings (components/prerequisites.py `kserve_wva_config`); the fleet owns everything else.
+PLATFORM_KEYS = ("cluster", "namespaces", "nodePools", "platform", "serving", "prometheusUrl")
 LAYER_KEY = "layer"
 
 
