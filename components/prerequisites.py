@@ -20,7 +20,7 @@ waits on. The vllm backend needs only LeaderWorkerSet.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,7 +73,8 @@ WVA_CONFIG_KEY = "autoscaling-wva-controller-config"
 KSERVE_CONFIG_MAP = "inferenceservice-config"
 
 
-def kserve_wva_config(prometheus_url: str) -> pulumi.ResourceTransform:
+def kserve_wva_config(prometheus_url: str) -> Callable[[pulumi.ResourceTransformArgs],
+                                                         pulumi.ResourceTransformResult | None]:
     """Add KServe's WVA settings to the inferenceservice-config its chart renders.
 
     Why: KServe v0.20.0 writes the KEDA ScaledObject of an autoscaled LLMInferenceService only when

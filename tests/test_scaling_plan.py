@@ -104,3 +104,14 @@ def test_a_refused_edit_keeps_an_autoscaled_model_at_its_last_deployed_range() -
     assert svc["scaling"]["maxReplicas"] == 3 and "replicas" not in svc
     assert "qwen3-8b: the new settings were refused (fit); it keeps serving at its last deployed settings" in " ".join(
         h.errors())
+
+
+def test_kserve_installed_here_needs_the_prometheus_its_scaling_path_reads() -> None:
+    """KServe v0.20.0 writes an autoscaled model's ScaledObject only once its inferenceservice-config names
+    a Prometheus; tkf-infra writes that from prometheusUrl when it installs KServe, so without one it refuses."""
+    doc = stack_doc(scaled(2), dict(SINGLE_GPU, name="fixed", servedName="fixed"), installed=False)
+    stage, reason = refused(planned(doc))["qwen3-8b"]
+    assert stage == "topology" and "autoscaling-wva-controller-config" in reason and "tkf-infra:prometheusUrl" in reason
+    assert planned(doc).deployed == {"fixed"}
+    assert planned(stack_doc(scaled(2), installed=False, prometheusUrl=PROM)).deployed == {"qwen3-8b"}
+    assert planned(stack_doc(scaled(2))).deployed == {"qwen3-8b"}, "someone else's KServe: its config is theirs"

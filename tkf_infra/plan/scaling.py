@@ -12,7 +12,10 @@ preview rather than sitting at its minimum for ever (docs/scaling.md):
   VariantAutoscaling (`llmd.ai/v1alpha1`) for llm-d's Workload Variant Autoscaler, whose
   `wva_desired_replicas` the ScaledObject follows. tkf-infra installs neither KEDA nor WVA (no chart
   of theirs is vendored): a cluster that does not serve their APIs refuses the model;
-- on `vllm` the trigger queries the stack's Prometheus (`prometheusUrl`), which must be set;
+- on `vllm` the trigger queries the stack's Prometheus (`prometheusUrl`), which must be set; on `kserve`
+  too when tkf-infra installs KServe: its controller writes the ScaledObject only once
+  `inferenceservice-config` names a Prometheus, which our install sets from `prometheusUrl`
+  (components/prerequisites.py `kserve_wva_config`) — without it every reconcile of the model fails;
 - on `kserve`, WVA decides from its own saturation thresholds (its ConfigMap, fleet-wide): an entry's
   `metric`/`target`/`cooldownSeconds` have no KServe v0.20.0 field that takes them (components/autoscaling.py
   says why not the cool-down), so setting them there is a warning, not silence.
@@ -24,6 +27,7 @@ from collections.abc import Mapping, Sequence
 
 from tkf_infra.config import ModelEntry, StackSettings
 from tkf_infra.config.catalog import Backend
+from tkf_infra.config.platform import installed_pieces
 from tkf_infra.config.scaling import Scaling
 from tkf_infra.plan.admission import ClusterState
 
@@ -83,8 +87,17 @@ def scaling_checks(entries: Sequence[ModelEntry], settings: StackSettings,
     warnings: list[str] = []
     served = cluster.api_versions if cluster is not None else None
     missing = [api for api in needs if served is not None and api not in served]
+    ours = "kserve" in installed_pieces(settings.platform, backend)
     for e in scaled:
-        if backend == Backend.VLLM and settings.prometheus_url is None:
+        if backend == Backend.KSERVE and ours and settings.prometheus_url is None:
+            refused[e.name] = (f"model {e.name}: scaling on the kserve backend needs KServe's "
+                               "inferenceservice-config to name a Prometheus (autoscaling-wva-controller-config: "
+                               "without it KServe v0.20.0 refuses to write the ScaledObject and fails every "
+                               "reconcile of the model), which tkf-infra sets from prometheusUrl when it installs "
+                               "KServe, but the stack sets no prometheusUrl; set tkf-infra:prometheusUrl (the "
+                               "Prometheus that scrapes WVA's wva_desired_replicas) or drop `scaling` and set "
+                               "`replicas`")
+        elif backend == Backend.VLLM and settings.prometheus_url is None:
             refused[e.name] = (f"model {e.name}: scaling on the vllm backend is a KEDA ScaledObject whose trigger "
                                "reads vLLM's metrics from Prometheus, but the stack sets no prometheusUrl; set "
                                "tkf-infra:prometheusUrl (the Prometheus that scrapes the serving namespace) or drop "
