@@ -79,17 +79,29 @@ MANAGERS: list[Manager] = []
 RECONCILE_TIMEOUT_S = 240.0
 
 
-def catalog(marker: Path) -> list[dict[str, Any]]:
+DATA = Path(__file__).resolve().parents[1] / "data"
+#: The single-GPU model autoscales: KServe writes its VariantAutoscaling and ScaledObject (the vllm backend: ours).
+SCALING = {"minReplicas": 1, "maxReplicas": 3}
+#: The Prometheus the stack names (nothing answers there: no KEDA or WVA controller runs in this tier).
+PROMETHEUS_URL = "http://prometheus.monitoring.svc:9090"
+SCALING_CRDS = (DATA / "crds" / "keda.sh_scaledobjects-v2.18.0.yaml",
+                DATA / "crds" / "llmd.ai_variantautoscalings-v0.7.0.yaml")
+
+
+def catalog(marker: Path, scaled: bool = False) -> list[dict[str, Any]]:
+    """``scaled``: the single-GPU model autoscales (`SCALING`); the stack then names a Prometheus."""
     hostile = ["--chat-template", HOSTILE_TEMPLATE.format(marker=marker), "--override-generation-config", GENERATION]
     tp = {**QWEN_72B, "speculativeConfig": {k: v for k, v in SPECULATIVE.items() if k != "prompt_lookup_max"}}
-    return [{**QWEN3_8B, "extraArgs": hostile}, tp, LLAMA_405B, *CPU_MODELS]
+    first = {**QWEN3_8B, "extraArgs": hostile, **({"scaling": SCALING} if scaled else {})}
+    return [first, tp, LLAMA_405B, *CPU_MODELS]
 
 
 #: The CRDs each manager watches, served before it starts: KServe decides at start whether to watch
 #: HTTPRoutes, Gateways and LeaderWorkerSets (IsCrdAvailable, pkg/controller/v1alpha2/llmisvc/controller.go).
 LWS_CRDS = ["leaderworkersets.leaderworkerset.x-k8s.io"]
 KSERVE_CRDS = ["llminferenceservices.serving.kserve.io", "llminferenceserviceconfigs.serving.kserve.io",
-               "httproutes.gateway.networking.k8s.io", "gateways.gateway.networking.k8s.io", *LWS_CRDS]
+               "httproutes.gateway.networking.k8s.io", "gateways.gateway.networking.k8s.io", *LWS_CRDS,
+               "scaledobjects.keda.sh", "variantautoscalings.llmd.ai"]
 
 
 @pytest.fixture
@@ -106,8 +118,8 @@ def reconciled_deploys(kube_apiserver: KubeAPIServer, kube: KubeClient, webhooks
                        tmp_path: Path) -> Iterator[Callable[..., Deployed]]:
     """`up` of a stack on one backend, LWS's manager (and on kserve KServe's) started during it.
 
-    `deploy(backend, models=None)`: ``models`` is the catalog (default: this module's, whose hostile
-    template writes the returned marker if any string runs)."""
+    `deploy(backend, models=None, scaled=False)`: ``models`` is the catalog (default: this module's, whose
+    hostile template writes the returned marker if any string runs; ``scaled``: its autoscaled form)."""
     managers = MANAGERS
     stacks: list[EngineStack] = []
     starters: list[StartWhenServed] = []
@@ -119,11 +131,23 @@ def reconciled_deploys(kube_apiserver: KubeAPIServer, kube: KubeClient, webhooks
             return m
         return launch
 
-    def deploy(backend: str, models: list[dict[str, Any]] | None = None) -> Deployed:
+    def deploy(backend: str, models: list[dict[str, Any]] | None = None, scaled: bool = False) -> Deployed:
         marker = tmp_path / f"ran-{backend}"
         es = make_stack(platform=True, extra_env=lean_engine_env)
         stacks.append(es)
-        serving = target_config(es, kube_apiserver, backend, catalog(marker) if models is None else models)
+        models = catalog(marker, scaled) if models is None else models
+        serving = target_config(es, kube_apiserver, backend, models)
+        # KEDA's and WVA's CRDs stand in for their installations (tkf-infra installs neither): the plan
+        # reads that the cluster serves their APIs, and KServe watches what it writes for an autoscaled model.
+        for crd_file in SCALING_CRDS:
+            crd = yaml.load(crd_file.read_text(), Loader=yaml.CSafeLoader)
+            kube.apply(crd)
+            kube.wait_crd_served(crd, timeout=120)
+        if any("scaling" in m for m in models):
+            path = es.project / f"Pulumi.{es.stack.name}.yaml"
+            doc = yaml.safe_load(path.read_text())
+            doc["config"]["tkf-infra:prometheusUrl"] = PROMETHEUS_URL
+            path.write_text(yaml.safe_dump(doc, sort_keys=False))
         first = len(starters)  # this deploy's
         starters.append(StartWhenServed(kube_apiserver.client, LWS_CRDS, launcher(start_lws, "lws")))
         if backend == "kserve":
@@ -152,6 +176,24 @@ def reconciled_deploys(kube_apiserver: KubeAPIServer, kube: KubeClient, webhooks
     # platform's charts) that make_stack's teardown would otherwise run against it.
     for es in stacks:
         es.stack.workspace.remove_stack(es.stack.name, force=True)
+
+
+def assert_kserve_scaling(kube: KubeClient, namespace: str, name: str, scaling: dict[str, int]) -> None:
+    """KServe wrote the autoscaler path of an autoscaled model (scaling.go at v0.20.0): WVA's
+    VariantAutoscaling and a KEDA ScaledObject on its Deployment with our range, whose Prometheus trigger
+    reads WVA's `wva_desired_replicas` from the Prometheus our install put in its inferenceservice-config."""
+    va = wait(f"KServe's VariantAutoscaling of {name}",
+              partial(kube.get, "llmd.ai/v1alpha1", "VariantAutoscaling", f"{name}-kserve-va", namespace))
+    assert (va["spec"]["minReplicas"], va["spec"]["maxReplicas"]) == (scaling["minReplicas"], scaling["maxReplicas"])
+    assert va["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": f"{name}-kserve"}
+    so = wait(f"KServe's ScaledObject of {name}",
+              partial(kube.get, "keda.sh/v1alpha1", "ScaledObject", f"{name}-kserve-keda", namespace))
+    spec = so["spec"]
+    assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (scaling["minReplicas"], scaling["maxReplicas"])
+    assert spec["scaleTargetRef"]["name"] == f"{name}-kserve"
+    (trigger,) = spec["triggers"]
+    assert trigger["type"] == "prometheus" and trigger["metadata"]["serverAddress"] == PROMETHEUS_URL, trigger
+    assert f'variant_name="{name}-kserve-va"' in trigger["metadata"]["query"], trigger
 
 
 def assert_webhooks_judged(kube: KubeClient, pieces: list[str]) -> None:
@@ -253,10 +295,10 @@ def flag_value(argv: list[str], flag: str) -> str:
 
 
 def test_kserve_reconciles_every_profile_and_hands_vllm_the_catalog_as_written(
-        kube: KubeClient, deployed: Callable[[str], Deployed], tmp_path: Path) -> None:
-    serving, marker, _ = deployed("kserve")
+        kube: KubeClient, deployed: Callable[..., Deployed], tmp_path: Path) -> None:
+    serving, marker, _ = deployed("kserve", scaled=True)
     bin_dir = fake_vllm(tmp_path / "bin", vllm_version())
-    models = catalog(marker)
+    models = catalog(marker, scaled=True)
     single = [m for m in models if m.get("nodeCount", 1) == 1]
 
     for m in models:
@@ -274,9 +316,13 @@ def test_kserve_reconciles_every_profile_and_hands_vllm_the_catalog_as_written(
         # Nothing runs without a kubelet: Ready waits, and says it is the workload that is not ready.
         assert conds["Ready"]["status"] == "False", conds
         assert conds["RouterReady"]["status"] == "True", conds
-        failed = {t: c for t, c in conds.items() if c["status"] == "False" and t not in ("Ready", "WorkloadsReady",
-                  "MainWorkloadReady", "WorkerWorkloadReady")}
+        # No KEDA controller runs: an autoscaled model's ScaledObject never gets the conditions KServe waits for.
+        waiting = {"Ready", "WorkloadsReady", "MainWorkloadReady", "WorkerWorkloadReady"}
+        failed = {t: c for t, c in conds.items() if c["status"] == "False" and t not in waiting
+                  and not (t == "ScalingReady" and c.get("reason") == "ScaledObjectProgressing")}
         assert not failed, f"{name}: KServe could not reconcile: {json.dumps(failed, indent=1)}"
+        if "scaling" in m:
+            assert_kserve_scaling(kube, serving, name, m["scaling"])
 
     for m in single:
         name = names.workload(m["name"])
