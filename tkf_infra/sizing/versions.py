@@ -208,12 +208,13 @@ ROWS: tuple[VersionRow, ...] = (
     VersionRow(
         "v0.26", (0, 26, 0), (0, 26, 99), "v1",
         sources=("vllm/v1/worker/gpu_worker.py@v0.26.0:448-608 (determine_available_memory)",
-                 "vllm/config/model.py@v0.26.0:1895-1897 (hybrid models: prefix caching on by default)",
+                 "vllm/engine/arg_utils.py@v0.26.0:2518-2522 (hybrid models: prefix caching opt-in by default; "
+                 "config/model.py@v0.26.0:1895-1897 only says they support it)",
                  "vllm/v1/kv_cache_interface.py@v0.26.0:710-720 (align mode: 2 + spec state blocks per request)",
                  "vllm/config/vllm.py@v0.26.0:550-621 (model runner V2 by default for dense decoders)",
                  "vllm/v1/worker/gpu/model_runner.py@v0.26.0:705-707 (V2: no CUDA-graph memory estimate)"),
         sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, graphs_reserved=True, tokens_from_concurrency=True,
-        hybrid_prefix_caching=True, runner_v2="dense", v2_graph_estimate=False,
+        hybrid_prefix_caching=False, runner_v2="dense", v2_graph_estimate=False,
         calibration="accounting as 0.21 (no 0.26 start-up in the case files)"),
     VersionRow(
         "v0.27", (0, 27, 0), (0, 27, 99), "v1",
@@ -224,9 +225,10 @@ ROWS: tuple[VersionRow, ...] = (
                  "vllm/v1/worker/gpu/model_runner.py@v0.27.1:749-751 (V2: no CUDA-graph memory estimate)",
                  "vllm/v1/worker/gpu/model_runner.py@v0.27.1:350-360 (sampler built after the weights are measured)",
                  "vllm/v1/worker/gpu/sample/penalties.py@v0.27.1:32-42 (output_bin_counts: seqs x vocab int32)",
-                 "vllm/engine/arg_utils.py@v0.27.1:2515-2562 (70 GiB tier only: no 16384-token tier yet)"),
+                 "vllm/engine/arg_utils.py@v0.27.1:2515-2562 (70 GiB tier only: no 16384-token tier yet)",
+                 "vllm/engine/arg_utils.py@v0.27.1:2602-2606 (hybrid models: prefix caching still opt-in)"),
         sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, graphs_reserved=True, tokens_from_concurrency=True,
-        hybrid_prefix_caching=True, runner_v2="dense", v2_graph_estimate=False,
+        hybrid_prefix_caching=False, runner_v2="dense", v2_graph_estimate=False,
         calibration="three 0.27.1 start-ups (Qwen3-32B, RTX PRO 6000, utilization 0.426: TP 1, TP 2, PP 2), all on "
                     "model runner V2"),
     VersionRow(
@@ -235,7 +237,8 @@ ROWS: tuple[VersionRow, ...] = (
                  "vllm/engine/arg_utils.py@v0.28.0:2582-2590 (16384 batched tokens on >= 160 GiB)",
                  "vllm/config/vllm.py@v0.28.0:615-712 (model runner V2 by default for dense decoders)",
                  "vllm/v1/worker/gpu/model_runner.py@v0.28.0:843-845 (V2: no CUDA-graph memory estimate)",
-                 "vllm/v1/worker/gpu/sample/penalties.py@v0.28.0:32-42 (output_bin_counts)"),
+                 "vllm/v1/worker/gpu/sample/penalties.py@v0.28.0:32-42 (output_bin_counts)",
+                 "vllm/engine/arg_utils.py@v0.28.0:2650 (prefix caching on by default, hybrid models included)"),
         sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, graphs_reserved=True, tokens_from_concurrency=True,
         defaults_xl_gib=160.0, hybrid_prefix_caching=True, runner_v2="dense", v2_graph_estimate=False,
         calibration="accounting as 0.27 (no 0.28 start-up in the case files)"),
