@@ -39,17 +39,21 @@ def params(version: str, **kw: Any) -> SizingParams:
     return SizingParams(vllm_version=version, **(base | kw))
 
 
-def test_a_dense_model_at_tp2_on_pcie_on_0_27_fits_as_it_started() -> None:
+def test_a_dense_model_at_tp2_on_pcie_on_0_27_is_estimated_closer_and_its_bound_keeps_the_v2_doubt() -> None:
+    """The estimate drops the graphs V2 does not reserve (closer to the 8.22 GiB printed); the bound keeps
+    their size as the doubt of V2's unexplained non-KV use (0.6-0.8 GiB seen at TP 1), so it stays below
+    what vLLM had — and here below one request's 4.0 GiB: still refused, by the bound, saying why."""
     on_027 = estimate(QWEN3_32B, RTX_PRO, params("0.27.1"))
-    # vLLM printed 8.22 GiB and 67,296 tokens; one 32768-token request needs 4.0 GiB.
-    assert on_027.fits, on_027.problems
     assert not on_027.cuda_graph_reserved
-    assert on_027.available_kv_gib_bound >= on_027.need_per_request_gib
-    assert on_027.available_kv_gib_bound <= on_027.available_kv_gib <= 8.22
-    # 0.29 profiles V2's graphs, so the same deployment keeps less and is refused on the bound.
+    assert on_027.available_kv_gib_bound < on_027.available_kv_gib <= 8.22
+    assert on_027.available_kv_gib > 6.2, "within 25 % of what vLLM printed (8.22 GiB)"
+    assert not on_027.fits and "needs 4.0 GiB KV cache for maxModelLen 32768" in on_027.problems[0]
+    assert any("model runner V2's non-KV use beyond the source's terms" in d.term for d in on_027.doubts)
+    # Half the context fits on the bound: the way out the refusal gives works.
+    assert estimate(QWEN3_32B, RTX_PRO, params("0.27.1", max_model_len=16384)).fits
+    # 0.29 profiles V2's graphs, so the same deployment reserves them in the estimate too.
     on_029 = estimate(QWEN3_32B, RTX_PRO, params("0.29.0"))
-    assert on_029.cuda_graph_reserved and not on_029.fits
-    assert "needs 4.0 GiB KV cache for maxModelLen 32768" in on_029.problems[0]
+    assert on_029.cuda_graph_reserved and on_029.available_kv_gib < on_027.available_kv_gib and not on_029.fits
 
 
 @pytest.mark.parametrize("version", ["0.26.0", "0.27.1", "0.28.0"])
@@ -77,5 +81,6 @@ def test_moe_models_stay_on_the_v1_runner_on_0_27() -> None:
 def test_a_refusal_on_0_27_names_the_v2_sampler_state() -> None:
     e = estimate(QWEN3_32B, RTX_PRO, params("0.27.1", tensor_parallel_size=1))
     # vLLM printed "Available KV cache memory: -24.42 GiB" and refused: 61.03 GiB of weights in 40.5 GiB.
-    assert not e.fits and e.available_kv_gib_bound <= -24.42 < e.available_kv_gib
+    assert not e.fits and e.available_kv_gib_bound <= -24.42 - 1.0 and -24.42 < e.available_kv_gib, \
+        "the bound keeps over a GiB of margin below what vLLM printed"
     assert "GiB sampler state (model runner V2)" in e.problems[0] and "CUDA graphs" not in e.problems[0]
