@@ -102,7 +102,7 @@ def test_every_flag_a_row_emits_is_owned() -> None:
                                              (False, ["--no-enable-prefix-caching"]), (None, [])])
 def test_prefix_caching_said_either_way_reaches_vllm_and_the_fit_check(said: bool | None, words: list[str]) -> None:
     """Both backends pass what the catalog says (off included: vLLM's default is on for hybrid models from
-    0.26), and the fit check sizes the recurrent state with the same value; unset passes nothing."""
+    0.28), and the fit check sizes the recurrent state with the same value; unset passes nothing."""
     e = entry(SINGLE_GPU, enablePrefixCaching=said)
     for argv in (va.serve_command(e, "/mnt/models"), va.kserve_args(e)):
         assert [w for w in argv if "prefix-caching" in w] == words

@@ -96,10 +96,12 @@ def test_0_8_to_0_10_fall_back_to_v0_where_the_v1_oracle_said_so() -> None:
     assert [r.engine for r in choose_version("0.8.5-v0").rows] == ["v0"], "VLLM_USE_V1=0"
 
 
-def test_graph_memory_is_reserved_from_0_20_and_hybrid_prefix_caching_from_0_26() -> None:
+def test_graph_memory_is_reserved_from_0_20_and_hybrid_prefix_caching_from_0_28() -> None:
     by_name = {r.name: r for r in ROWS}
     assert not by_name["v0.17-0.19"].graphs_reserved and by_name["v0.20"].graphs_reserved
-    assert not by_name["v0.21-0.25"].hybrid_prefix_caching and by_name["v0.26"].hybrid_prefix_caching
+    # arg_utils.py@v0.26.0:2518-2522 and @v0.27.1:2602-2606 keep it opt-in for hybrid models; on from @v0.28.0:2650.
+    assert not any(by_name[n].hybrid_prefix_caching for n in ("v0.21-0.25", "v0.26", "v0.27"))
+    assert by_name["v0.28"].hybrid_prefix_caching
     assert by_name["v0.32"].mamba2_checkpoint_block
 
 

@@ -182,3 +182,22 @@ def graph_gib(arch: Arch, layers_rank: int, sh: Sharding, batch: Batch, enforce_
         g *= 1.5  # FULL_AND_PIECEWISE: two graph sets for hybrid recurrent models
     share = capture_sizes(batch.seqs, batch.tokens, batch.spec_tokens) / 51
     return max(g * (0.35 + 0.65 * share), 0.05)
+
+
+def runs_v2(row: VersionRow, arch: Arch, spec_method: str) -> bool:
+    """Whether this release starts the model on model runner V2 (`VersionRow.runner_v2`).
+
+    0.26-0.28 default to V2 for generative decoders that are neither MoE nor hybrid (recurrent); a
+    speculative config is taken as V1 there (V2 refuses some methods and falls back), since V2 on those
+    releases reserves no CUDA-graph memory and assuming it would leave more KV cache than may be there."""
+    if row.runner_v2 == "all":
+        return True
+    return row.runner_v2 == "dense" and not arch.is_moe and arch.recurrent is None and not spec_method
+
+
+def v2_sampler_state_gib(arch: Arch, seqs: int) -> float:
+    """V2's penalty state on each last-stage rank: `output_bin_counts` (seqs x vocab int32) and
+    `prompt_bin_mask` (seqs x ceil(vocab / 32) int32), allocated after the weights are measured and never
+    freed, so vLLM's free-memory drop counts them as non-KV (gpu/sample/penalties.py@v0.27.1:32-42)."""
+    vocab = arch.vocab or 0
+    return seqs * (vocab + -(-vocab // 32)) * 4 / GIB

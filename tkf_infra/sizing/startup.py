@@ -74,6 +74,8 @@ class RowRun(BaseModel):
     lora: float = 0.0
     """LoRA's slots, metadata and workspace on the limiting rank (tkf_infra/sizing/lora.py)."""
     lora_host: float = 0.0
+    sampler_state: float = 0.0
+    """Model runner V2's penalty state on the limiting rank, non-KV memory (overheads.v2_sampler_state_gib)."""
 
 
 def budget_problems(run: RowRun, gpu: GpuSpec, params: SizingParams, avail: float, avail_low: float,
@@ -102,6 +104,7 @@ def budget_problems(run: RowRun, gpu: GpuSpec, params: SizingParams, avail: floa
             f"{run.weights:.1f} GiB of weights + {run.activation:.2f} GiB activation + "
             f"{run.non_torch:.2f} GiB non-torch"
             + (f" + {run.graphs:.2f} GiB CUDA graphs" if run.reserved else "")
+            + (f" + {run.sampler_state:.2f} GiB sampler state (model runner V2)" if run.sampler_state else "")
             + f" against the {requested:.1f} GiB budget ({u:.2f} x {total:.2f} GiB)"
         )
     elif need > avail_low * GIB:

@@ -76,6 +76,18 @@ class VersionRow:
     """The profile's sampler pass runs without sampling parameters (model runner V2, the default), so
     the post-allocation warm-up (`warmup_kernels`, every sampling feature on) finds none of the sampler's
     memory freed inside the budget: it must come from what the budget leaves outside."""
+    runner_v2: str = ""
+    """Which models run model runner V2 (`vllm/v1/worker/gpu/`) by default: "" none, "dense" generative
+    decoders that are neither MoE nor hybrid (config/vllm.py `_is_default_v2_model_runner_model`,
+    @v0.26.0:550-621, @v0.27.1:578-658, @v0.28.0:615-712), "all" every model (@v0.29.0:645-677). V2's sampler
+    holds `output_bin_counts` (max_num_seqs x vocab int32) and `prompt_bin_mask` on every last-stage rank,
+    allocated after the weights are measured, so vLLM counts them as non-KV memory
+    (v1/worker/gpu/sample/penalties.py@v0.27.1:32-42, @v0.32.0:45; gpu/model_runner.py@v0.27.1:350-360)."""
+    v2_graph_estimate: bool = True
+    """V2 estimates CUDA-graph memory for the KV budget. False on 0.26-0.28: its `profile_cudagraph_memory`
+    returns 0 (gpu/model_runner.py@v0.26.0:705-707, @v0.27.1:749-751, @v0.28.0:843-845), so
+    `determine_available_memory` takes nothing out for graphs (gpu_worker.py@v0.27.1:517-547); from 0.29 it
+    profiles them (@v0.29.0:896-898)."""
     v0_fallback: tuple[str, ...] = ()
     """Conditions under which these releases run the V0 engine instead (`_is_v1_supported_oracle`)."""
     calibration: str = ""
@@ -196,26 +208,59 @@ ROWS: tuple[VersionRow, ...] = (
     VersionRow(
         "v0.26", (0, 26, 0), (0, 26, 99), "v1",
         sources=("vllm/v1/worker/gpu_worker.py@v0.26.0:448-608 (determine_available_memory)",
-                 "vllm/config/model.py@v0.26.0:1895-1897 (hybrid models: prefix caching on by default)",
-                 "vllm/v1/kv_cache_interface.py@v0.26.0:710-720 (align mode: 2 + spec state blocks per request)"),
+                 "vllm/engine/arg_utils.py@v0.26.0:2518-2522 (hybrid models: prefix caching opt-in by default; "
+                 "config/model.py@v0.26.0:1895-1897 only says they support it)",
+                 "vllm/v1/kv_cache_interface.py@v0.26.0:710-720 (align mode: 2 + spec state blocks per request)",
+                 "vllm/config/vllm.py@v0.26.0:550-621 (model runner V2 by default for dense decoders)",
+                 "vllm/v1/worker/gpu/model_runner.py@v0.26.0:705-707 (V2: no CUDA-graph memory estimate)"),
         sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, graphs_reserved=True, tokens_from_concurrency=True,
-        hybrid_prefix_caching=True,
+        hybrid_prefix_caching=False, runner_v2="dense", v2_graph_estimate=False,
         calibration="accounting as 0.21 (no 0.26 start-up in the case files)"),
     VersionRow(
-        "v0.27-0.29", (0, 27, 0), (0, 29, 99), "v1",
+        "v0.27", (0, 27, 0), (0, 27, 99), "v1",
         sources=("vllm/utils/mem_utils.py@v0.27.0:234-326 (non-KV = drop in free memory + transient peak)",
                  "vllm/v1/worker/gpu_worker.py@v0.27.0:460-612 (determine_available_memory)",
+                 "vllm/config/vllm.py@v0.27.1:578-658 (model runner V2 by default for dense decoders)",
+                 "vllm/v1/worker/gpu/model_runner.py@v0.27.1:329 ('Model loading took', the V2 runner's log line)",
+                 "vllm/v1/worker/gpu/model_runner.py@v0.27.1:749-751 (V2: no CUDA-graph memory estimate)",
+                 "vllm/v1/worker/gpu/model_runner.py@v0.27.1:350-360 (sampler built after the weights are measured)",
+                 "vllm/v1/worker/gpu/sample/penalties.py@v0.27.1:32-42 (output_bin_counts: seqs x vocab int32)",
+                 "vllm/engine/arg_utils.py@v0.27.1:2515-2562 (70 GiB tier only: no 16384-token tier yet)",
+                 "vllm/engine/arg_utils.py@v0.27.1:2602-2606 (hybrid models: prefix caching still opt-in)"),
+        sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, graphs_reserved=True, tokens_from_concurrency=True,
+        hybrid_prefix_caching=False, runner_v2="dense", v2_graph_estimate=False,
+        calibration="three 0.27.1 start-ups (Qwen3-32B, RTX PRO 6000, utilization 0.426: TP 1, TP 2, PP 2), all on "
+                    "model runner V2"),
+    VersionRow(
+        "v0.28", (0, 28, 0), (0, 28, 99), "v1",
+        sources=("vllm/v1/worker/gpu_worker.py@v0.28.0:475-559 (determine_available_memory)",
+                 "vllm/engine/arg_utils.py@v0.28.0:2582-2590 (16384 batched tokens on >= 160 GiB)",
+                 "vllm/config/vllm.py@v0.28.0:615-712 (model runner V2 by default for dense decoders)",
+                 "vllm/v1/worker/gpu/model_runner.py@v0.28.0:843-845 (V2: no CUDA-graph memory estimate)",
+                 "vllm/v1/worker/gpu/sample/penalties.py@v0.28.0:32-42 (output_bin_counts)",
+                 "vllm/engine/arg_utils.py@v0.28.0:2650 (prefix caching on by default, hybrid models included)"),
+        sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, graphs_reserved=True, tokens_from_concurrency=True,
+        defaults_xl_gib=160.0, hybrid_prefix_caching=True, runner_v2="dense", v2_graph_estimate=False,
+        calibration="accounting as 0.27 (no 0.28 start-up in the case files)"),
+    VersionRow(
+        "v0.29", (0, 29, 0), (0, 29, 99), "v1",
+        sources=("vllm/utils/mem_utils.py@v0.29.0:234-326 (non-KV = drop in free memory + transient peak)",
+                 "vllm/config/vllm.py@v0.29.0:645-677 (model runner V2 by default for every model)",
+                 "vllm/v1/worker/gpu/model_runner.py@v0.29.0:896-898 (V2 profiles CUDA-graph memory)",
+                 "vllm/v1/worker/gpu/sample/penalties.py@v0.29.0:32-42 (output_bin_counts)",
                  "vllm/engine/arg_utils.py@v0.28.0:2582-2590 (16384 batched tokens on >= 160 GiB)"),
         sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, graphs_reserved=True, tokens_from_concurrency=True,
-        defaults_xl_gib=160.0, hybrid_prefix_caching=True,
-        calibration="accounting as 0.21 with the mem_get_info form (no pinned 0.27-0.29 start-up in the files)"),
+        defaults_xl_gib=160.0, hybrid_prefix_caching=True, runner_v2="all",
+        calibration="accounting as 0.27 with V2's graph estimate (no 0.29 start-up in the case files)"),
     VersionRow(
         "v0.30-0.31", (0, 30, 0), (0, 31, 99), "v1",
         sources=("vllm/v1/worker/gpu_worker.py@v0.30.0:528-689 (determine_available_memory)",
                  "vllm/v1/sample/ops/topk_topp_sampler.py@v0.30.0:368-375 (Triton top-k/top-p at any batch)",
-                 "vllm/v1/kv_cache_interface.py@v0.30.0:1034-1044 (align mode: 2 + spec state blocks per request)"),
+                 "vllm/v1/kv_cache_interface.py@v0.30.0:1034-1044 (align mode: 2 + spec state blocks per request)",
+                 "vllm/config/vllm.py@v0.30.0:675-723 (model runner V2 by default; @v0.31.0:701-761)",
+                 "vllm/v1/worker/gpu/sample/penalties.py@v0.30.0:40 (V2 output_bin_counts; @v0.31.0:45)"),
         sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, sampler_fast_min_rows=0, graphs_reserved=True,
-        tokens_from_concurrency=True, defaults_xl_gib=160.0, hybrid_prefix_caching=True,
+        tokens_from_concurrency=True, defaults_xl_gib=160.0, hybrid_prefix_caching=True, runner_v2="all",
         calibration="accounting as 0.32 (no 0.30/0.31 start-up in the case files)"),
     VersionRow(
         "v0.32", (0, 32, 0), (0, 32, 99), "v1",
@@ -234,9 +279,11 @@ ROWS: tuple[VersionRow, ...] = (
                  "vllm/engine/arg_utils.py@v0.32.0:2920-2951 (batch defaults: 160 GiB / 70 GiB tiers)",
                  "vllm/config/model.py@v0.32.0:2259-2261 (hybrid models: prefix caching on by default)",
                  "vllm/v1/kv_cache_interface.py@v0.32.0:1076-1082 (align: 2 + spec + prefill-checkpoint blocks)",
-                 "vllm/model_executor/layers/mamba/mamba_mixer2.py@v0.32.0:1098-1108 (Mamba2: one checkpoint block)"),
+                 "vllm/model_executor/layers/mamba/mamba_mixer2.py@v0.32.0:1098-1108 (Mamba2: one checkpoint block)",
+                 "vllm/v1/worker/gpu/sample/penalties.py@v0.32.0:45 (V2 output_bin_counts)"),
         sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, sampler_fast_min_rows=0, graphs_reserved=True,
         tokens_from_concurrency=True, defaults_xl_gib=160.0, hybrid_prefix_caching=True, mamba2_checkpoint_block=True,
+        runner_v2="all",
         calibration="accounting read from 0.32.0; constants as 0.19 (no pinned 0.30-0.32 start-up in the files)",
         profile_sampler_plain=True),
     VersionRow(
@@ -258,8 +305,9 @@ ROWS: tuple[VersionRow, ...] = (
                  "vllm/config/model.py@v0.33.0:2276-2278 (hybrid models support prefix caching)"),
         sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, sampler_fast_min_rows=0, graphs_reserved=True,
         tokens_from_concurrency=True, defaults_xl_gib=160.0, hybrid_prefix_caching=True, mamba2_checkpoint_block=True,
-        defaults_exclude_cc=((12, 1),),
-        calibration="accounting read from 0.33.0 (PyPI wheel); constants as 0.32 (no 0.33 start-up in the files; "
+        defaults_exclude_cc=((12, 1),), runner_v2="all",
+        calibration="accounting read from 0.33.0 (PyPI wheel); V2's penalty bins taken as in 0.32 (not re-read at "
+                    "0.33); constants as 0.32 (no 0.33 start-up in the files; "
                     "the full sampling pipeline's bytes per logits element in the profile are not measured)"),
 )
 
