@@ -9,7 +9,7 @@ The parser is built the way `vllm` builds it (vllm/entrypoints/cli/main.py at v0
 FlexibleArgumentParser, the `serve` subcommand's `subparser_init`, i.e. `make_arg_parser`), as
 tests/vllm/oracle.py does. Every action of the `serve` subparser is listed under each of its option
 strings: aliases (`-q`, `-tp`, `-sc` …), the `--no-` forms BooleanOptionalAction adds, deprecated
-spellings. `tkf_infra.config.flags.owned_flags()` refuses every spelling whose dest is an owned flag's
+spellings. `tkf_infra.config.extra_args.owned_flags()` refuses every spelling whose dest is an owned flag's
 dest; tests/vllm/test_serve_options.py regenerates this file from the installed vLLM and fails when
 the committed one differs.
 """

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tkf_infra.config import flags, validate_catalog
+from tkf_infra.config import extra_args, flags, validate_catalog
 from tkf_infra.config.stack import VLLM_RELEASE
 
 SHA = "b968826d9c46dd6066d109eabc6255188de91218"
@@ -73,7 +73,7 @@ def test_every_spelling_of_an_owned_flag_is_refused_by_name(args: list[str], wor
 def test_the_brief_spellings_are_each_named() -> None:
     for args in (["-q", "awq"], ["--quantization=awq"], ["--quant", "awq"], ["-tp", "2"],
                  ["--tensor_parallel_size", "2"]):
-        (problem,) = flags.extra_args_problems(args)
+        (problem,) = extra_args.extra_args_problems(args)
         assert repr(args[0]) in problem, problem
 
 
@@ -83,26 +83,26 @@ def test_the_brief_spellings_are_each_named() -> None:
     ["--trust-remote-code"], ["--reasoning-parser", "qwen3"], ["--chat-template=/x.jinja"],
 ])
 def test_flags_the_platform_does_not_own_pass(args: list[str]) -> None:
-    assert flags.extra_args_problems(args) == []
+    assert extra_args.extra_args_problems(args) == []
 
 
 def test_the_option_table_is_vllms_at_the_pinned_release() -> None:
-    assert flags.SERVE_OPTIONS_VLLM == VLLM_RELEASE
-    options = flags.serve_options()
+    assert extra_args.SERVE_OPTIONS_VLLM == VLLM_RELEASE
+    options = extra_args.serve_options()
     assert options["-q"] == options["--quantization"] == "quantization"
     assert options["-tp"] == "tensor_parallel_size"
 
 
 def test_every_flag_the_table_and_the_platform_name_is_an_option_of_vllms_parser() -> None:
     """A typo in a row's flag or in PLATFORM_FLAGS would own nothing: each is an option string vLLM has."""
-    options = flags.serve_options()
-    names = [*flags.PLATFORM_FLAGS, *(n for r in flags.rows() for n in (r.flag.flag, *r.flag.aliases) if n)]
+    options = extra_args.serve_options()
+    names = [*extra_args.PLATFORM_FLAGS, *(n for r in flags.rows() for n in (r.flag.flag, *r.flag.aliases) if n)]
     assert [n for n in names if n not in options] == []
 
 
 def test_every_spelling_of_an_owned_dest_is_owned() -> None:
-    owned = flags.owned_flags()
-    options = flags.serve_options()
+    owned = extra_args.owned_flags()
+    options = extra_args.serve_options()
     owned_dests = {options[o] for o in owned if o in options}
     assert {o for o, d in options.items() if d in owned_dests} <= set(owned)
     assert {"-q", "-tp", "-pp", "-dp", "-ep", "-sc", "-cc", "-n", "-r"} <= set(owned)
@@ -112,5 +112,5 @@ def test_every_spelling_of_an_owned_dest_is_owned() -> None:
                                   ["--enable_prefix_caching"]])
 def test_prefix_caching_is_a_catalog_field_the_fit_check_sizes_not_an_extra_arg(args: list[str]) -> None:
     """Prefix caching changes a hybrid model's recurrent state blocks, so it is a sized row of the table."""
-    (problem,) = flags.extra_args_problems(args)
+    (problem,) = extra_args.extra_args_problems(args)
     assert repr(args[0]) in problem and "enablePrefixCaching" in problem, problem

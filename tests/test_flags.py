@@ -11,7 +11,8 @@ from components import pod
 from components import vllm_args as va
 from tests.mocks import CPU, MULTI_NODE, SINGLE_GPU, TP4, stack_doc
 from tkf_infra.config import ModelEntry, Serving, validate_catalog
-from tkf_infra.config.flags import Applies, KServe, owned_flags, rows, sized_fields
+from tkf_infra.config.extra_args import owned_flags
+from tkf_infra.config.flags import Applies, KServe, rows, sized_fields
 from tkf_infra.plan import sizing_params
 from tkf_infra.sizing.params import SizingParams
 

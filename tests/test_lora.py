@@ -11,7 +11,7 @@ import pytest
 from components.vllm_args import serve_command
 from tests.mocks import CPU, QWEN3_8B, SINGLE_GPU, stack_doc
 from tkf_infra.config import ModelEntry, validate_catalog
-from tkf_infra.config.flags import extra_args_problems
+from tkf_infra.config.extra_args import extra_args_problems
 from tkf_infra.config.lora import lora_argv
 from tkf_infra.hub.lock import Lock, load_lock
 from tkf_infra.plan import Stage, plan_fleet

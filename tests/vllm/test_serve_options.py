@@ -1,6 +1,6 @@
 """The committed table of `vllm serve`'s option strings is what the installed vLLM's parser has.
 
-`tkf_infra.config.flags.owned_flags()` refuses in `extraArgs` every spelling whose dest is an owned
+`tkf_infra.config.extra_args.owned_flags()` refuses in `extraArgs` every spelling whose dest is an owned
 flag's dest, read from tkf_infra/config/data/vllm_serve_options-<release>.json. This regenerates that
 file with scripts/vllm_serve_options.py in the vLLM virtualenv and compares: an upgrade that adds an
 alias (another `-q`) fails here, naming it, until the file is regenerated and committed. It also runs
@@ -16,7 +16,7 @@ from typing import Any
 
 from tests.vllm.argv import run_oracle, vllm_version
 from tests.vllm.server import NO_TELEMETRY_ENV
-from tkf_infra.config import flags
+from tkf_infra.config import extra_args
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATOR = ROOT / "scripts" / "vllm_serve_options.py"
@@ -33,14 +33,14 @@ def generate(vllm_venv: Path, home: Path) -> dict[str, Any]:
 
 def test_the_committed_option_table_is_the_installed_parsers(vllm_venv: Path, tier_dir: Path) -> None:
     fresh = generate(vllm_venv, tier_dir / "options-home")
-    committed = json.loads(flags.SERVE_OPTIONS_FILE.read_text())
-    assert fresh["vllm"] == vllm_version() == flags.SERVE_OPTIONS_VLLM
+    committed = json.loads(extra_args.SERVE_OPTIONS_FILE.read_text())
+    assert fresh["vllm"] == vllm_version() == extra_args.SERVE_OPTIONS_VLLM
     added = sorted(set(fresh["options"]) - set(committed["options"]))
     dropped = sorted(set(committed["options"]) - set(fresh["options"]))
     moved = sorted(o for o in set(fresh["options"]) & set(committed["options"])
                    if fresh["options"][o] != committed["options"][o])
     assert not (added or dropped or moved), (
-        f"vLLM {fresh['vllm']}'s parser differs from {flags.SERVE_OPTIONS_FILE.name}: added {added}, dropped "
+        f"vLLM {fresh['vllm']}'s parser differs from {extra_args.SERVE_OPTIONS_FILE.name}: added {added}, dropped "
         f"{dropped}, other dest {moved}; regenerate it with scripts/vllm_serve_options.py and commit it")
     assert fresh == committed
 
@@ -59,9 +59,9 @@ def test_each_refused_spelling_sets_the_owned_dest_in_vllms_parser(vllm_venv: Pa
     result = run_oracle(vllm_venv, tier_dir / "options-home", argv, show=shown)["results"]
     # At 0.32 `--quant` also prefixes --quantization-config: vLLM fails at start-up, the platform at preview.
     assert result["quant"]["stage"] == "parse" and "ambiguous option: --quant" in result["quant"]["error"]
-    assert "it abbreviates several options" in flags.extra_args_problems(["--quant", "awq"])[0]
+    assert "it abbreviates several options" in extra_args.extra_args_problems(["--quant", "awq"])[0]
     for key, (words, dest, value) in cases.items():
-        assert flags.extra_args_problems(words), words
+        assert extra_args.extra_args_problems(words), words
         got = result[key]
         assert got["stage"] != "parse", (key, got)
         if value is not None and got["ok"]:

@@ -14,7 +14,8 @@ from enum import StrEnum
 from pydantic import Field, field_validator, model_validator
 
 from tkf_infra.config import kube_syntax as ks
-from tkf_infra.config.flags import ServingSpec, extra_args_dests, extra_args_problems
+from tkf_infra.config.extra_args import extra_args_dests, extra_args_problems
+from tkf_infra.config.flags import ServingSpec
 from tkf_infra.config.identity import HF_REPO_RE, revision_problem, served_name_problem
 from tkf_infra.config.identity import Cost as Cost  # re-exported: tkf_infra.config.Cost
 from tkf_infra.config.scaling import Scaling, entry_scaling_problem

@@ -17,7 +17,7 @@ wheel's source, `vllm/...@v0.32.0:line`):
   KV heads' shard `num_kv_heads`, replicated when TP exceeds them). Row-parallel layers (o_proj,
   down_proj) keep their rank's share of the input and the whole output
   (vllm/lora/layers/row_parallel_linear.py:22-30). `fully_sharded_loras` would shard further; the
-  platform does not let `extraArgs` turn it on (tkf_infra/config/flags.py);
+  platform does not let `extraArgs` turn it on (tkf_infra/config/extra_args.py);
 - an `embed_tokens` slot is `(max_loras, vocab, rank)` + `(max_loras, 1, hidden, rank)`, unsharded
   (vllm/lora/layers/vocab_parallel_embedding.py:25-49), on the first PP rank; an `lm_head` slot is
   `(max_loras, 1, rank, hidden)` + `(max_loras, 1, vocab, rank)`, unsharded, on the last
