@@ -156,8 +156,19 @@ def non_torch_gib(row: VersionRow, gpu: GpuSpec, sh: Sharding) -> tuple[float, f
     if gpu.interconnect == "nvlink":
         return nvlink, row.non_torch_uncertainty_gib
     pcie = row.non_torch_multi_pcie_gib
-    # No PCIe start-up shows this figure: the bound takes the NVLink one.
-    return pcie, max(nvlink - pcie, 0.0) + row.non_torch_uncertainty_gib
+    # No PCIe start-up shows this figure: the bound takes the NVLink one, less the all-reduce fusion
+    # workspace on the GPUs whose release never builds it (`VersionRow.pcie_ceiling_no_fusion_gib`).
+    ceiling = nvlink if row.pcie_ceiling_no_fusion_gib is None or builds_ar_fusion(gpu, sh) else \
+        row.pcie_ceiling_no_fusion_gib
+    return pcie, max(ceiling - pcie, 0.0) + row.non_torch_uncertainty_gib
+
+
+def builds_ar_fusion(gpu: GpuSpec, sh: Sharding) -> bool:
+    """Whether vLLM builds FlashInfer's all-reduce + RMSNorm workspace here: TP > 1 on compute capability
+    9.0 or 10.x (`enable_allreduce_rms_fusion`, config/vllm.py@v0.24.0:131-151). 0.17.0 named 10.0 alone
+    (@v0.17.0:113-133); taking the whole 10.x family keeps the bound the wider one."""
+    major, minor = gpu.cc
+    return sh.tp > 1 and ((major, minor) == (9, 0) or major == 10)
 
 
 def capture_sizes(seqs: int, tokens: int, spec_tokens: int) -> int:

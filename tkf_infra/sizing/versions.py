@@ -46,6 +46,11 @@ class VersionRow:
     """Non-torch growth at TP > 1 on NVLink boards (NCCL/NVLS, custom all-reduce buffers)."""
     non_torch_multi_pcie_gib: float = 0.6
     """The same on PCIe boards: no NVLS and no NVLink all-reduce buffers (not measured: see bound)."""
+    pcie_ceiling_no_fusion_gib: float | None = None
+    """The NVLink figure less FlashInfer's all-reduce + RMSNorm workspace, built in the profile's compile
+    (compilation/passes/fusion/allreduce_rms_fusion.py@v0.24.0:966-994) only at TP > 1 on cc 9.0 or 10.x
+    (config/vllm.py@v0.17.0:113-133, @v0.24.0:131-151, @v0.29.0:161-185; off @v0.16.0:118-194): the PCIe bound's
+    ceiling on other GPUs. None: the NVLink figure (0.30 adds flashinfer_pcie_ipc_all_reduce.py for PCIe)."""
     context_single_gib: float = 0.51
     context_multi_gib: float = 1.55
     """Memory in use before vLLM's start-up snapshot (CUDA context, NCCL): must fit outside the budget."""
@@ -102,6 +107,8 @@ class VersionRow:
 
 
 _V0_SRC = "vllm/worker/worker.py@v{t}:{a}-{b} (determine_num_available_blocks)"
+#: Non-torch growth at TP 2 on H100 NVLink on 0.11, before the all-reduce fusion: 0.55 GiB (2.15 from 0.17).
+_MULTI_NO_FUSION = 0.55
 
 ROWS: tuple[VersionRow, ...] = (
     VersionRow(
@@ -165,8 +172,8 @@ ROWS: tuple[VersionRow, ...] = (
                  "vllm/v1/sample/ops/topk_topp_sampler.py@v0.16.0:243-283 (sort-based top-k/top-p)",
                  "vllm/v1/core/kv_cache_utils.py@v0.13.0:1015-1023 (group size: max when max < 1.25 x min)",
                  "vllm/engine/arg_utils.py@v0.16.0:1874-1895 (batch defaults)"),
-        sampler_sort_bytes=38.6, activation_base_gib=0.0, non_torch_tp1_gib=0.13, non_torch_multi_gib=0.55,
-        non_torch_multi_pcie_gib=0.55, hybrid_group_ratio=1.25,
+        sampler_sort_bytes=38.6, activation_base_gib=0.0, non_torch_tp1_gib=0.13,
+        non_torch_multi_gib=_MULTI_NO_FUSION, non_torch_multi_pcie_gib=_MULTI_NO_FUSION, hybrid_group_ratio=1.25,
         mamba2_all_mode=True,
         calibration="llm-d H100 runs on 0.11 (activation 38.4-38.9 B per logits element, non-torch 0.13/0.55 GiB) "
                     "and an L40S 0.11 start-up (KV tokens within 1%); sampler-dominated 0.11 peaks in "
@@ -175,6 +182,7 @@ ROWS: tuple[VersionRow, ...] = (
         activation_uncertainty=0.2, sampler_uncertainty=0.04),
     VersionRow(
         "v0.17-0.19", (0, 17, 0), (0, 19, 99), "v1",
+        pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
         sources=("vllm/v1/worker/gpu_worker.py@v0.19.0:332-483 (determine_available_memory; graph estimate "
                  "computed, not applied)",
                  "vllm/envs.py@v0.19.0:1654-1655 (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 0)",
@@ -187,7 +195,7 @@ ROWS: tuple[VersionRow, ...] = (
         calibration="29 H100 start-ups of 0.19.0 (llm-d-planner PR 205): KV tokens median 0.02%",
         activation_uncertainty=0.08, non_torch_uncertainty_gib=0.1),
     VersionRow(
-        "v0.20", (0, 20, 0), (0, 20, 99), "v1",
+        "v0.20", (0, 20, 0), (0, 20, 99), "v1", pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
         sources=("vllm/envs.py@v0.20.0:1724-1725 (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 1)",
                  "vllm/v1/worker/gpu_worker.py@v0.20.0:379-424 (available = requested - non-KV - graph estimate)",
                  "vllm/utils/mem_utils.py@v0.20.0:191-273 (memory_profiling)"),
@@ -196,6 +204,7 @@ ROWS: tuple[VersionRow, ...] = (
         calibration="accounting as 0.19 plus the graph estimate (no 0.20 start-up in the case files)"),
     VersionRow(
         "v0.21-0.25", (0, 21, 0), (0, 25, 99), "v1",
+        pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
         sources=("vllm/v1/worker/gpu_worker.py@v0.24.0:400-553 (determine_available_memory)",
                  "vllm/v1/core/kv_cache_utils.py@v0.21.0:1700-1712 (tokens = int(concurrency x max_model_len))",
                  "vllm/v1/worker/gpu_model_runner.py@v0.21.0:5702 (sampler warmed twice; same peak)",
@@ -206,7 +215,7 @@ ROWS: tuple[VersionRow, ...] = (
         mamba2_all_mode=True,
         calibration="accounting as 0.20 (one 0.22 start-up without its memory lines: RTX 3090 TP2 hybrid MTP)"),
     VersionRow(
-        "v0.26", (0, 26, 0), (0, 26, 99), "v1",
+        "v0.26", (0, 26, 0), (0, 26, 99), "v1", pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
         sources=("vllm/v1/worker/gpu_worker.py@v0.26.0:448-608 (determine_available_memory)",
                  "vllm/engine/arg_utils.py@v0.26.0:2518-2522 (hybrid models: prefix caching opt-in by default; "
                  "config/model.py@v0.26.0:1895-1897 only says they support it)",
@@ -217,7 +226,7 @@ ROWS: tuple[VersionRow, ...] = (
         hybrid_prefix_caching=False, runner_v2="dense", v2_graph_estimate=False,
         calibration="accounting as 0.21 (no 0.26 start-up in the case files)"),
     VersionRow(
-        "v0.27", (0, 27, 0), (0, 27, 99), "v1",
+        "v0.27", (0, 27, 0), (0, 27, 99), "v1", pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
         sources=("vllm/utils/mem_utils.py@v0.27.0:234-326 (non-KV = drop in free memory + transient peak)",
                  "vllm/v1/worker/gpu_worker.py@v0.27.0:460-612 (determine_available_memory)",
                  "vllm/config/vllm.py@v0.27.1:578-658 (model runner V2 by default for dense decoders)",
@@ -232,7 +241,7 @@ ROWS: tuple[VersionRow, ...] = (
         calibration="three 0.27.1 start-ups (Qwen3-32B, RTX PRO 6000, utilization 0.426: TP 1, TP 2, PP 2), all on "
                     "model runner V2"),
     VersionRow(
-        "v0.28", (0, 28, 0), (0, 28, 99), "v1",
+        "v0.28", (0, 28, 0), (0, 28, 99), "v1", pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
         sources=("vllm/v1/worker/gpu_worker.py@v0.28.0:475-559 (determine_available_memory)",
                  "vllm/engine/arg_utils.py@v0.28.0:2582-2590 (16384 batched tokens on >= 160 GiB)",
                  "vllm/config/vllm.py@v0.28.0:615-712 (model runner V2 by default for dense decoders)",
@@ -243,7 +252,7 @@ ROWS: tuple[VersionRow, ...] = (
         defaults_xl_gib=160.0, hybrid_prefix_caching=True, runner_v2="dense", v2_graph_estimate=False,
         calibration="accounting as 0.27 (no 0.28 start-up in the case files)"),
     VersionRow(
-        "v0.29", (0, 29, 0), (0, 29, 99), "v1",
+        "v0.29", (0, 29, 0), (0, 29, 99), "v1", pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
         sources=("vllm/utils/mem_utils.py@v0.29.0:234-326 (non-KV = drop in free memory + transient peak)",
                  "vllm/config/vllm.py@v0.29.0:645-677 (model runner V2 by default for every model)",
                  "vllm/v1/worker/gpu/model_runner.py@v0.29.0:896-898 (V2 profiles CUDA-graph memory)",
