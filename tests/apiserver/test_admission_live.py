@@ -237,3 +237,40 @@ def test_a_preview_through_the_engine_names_every_refusal(cluster: KubeClient, s
     assert stages == {"qwen3-32b": "capacity", "qwen-72b": "storage", "llama-405b": "topology"}
     assert "ran out of: memory" in " ".join(summary["models"]["qwen3-32b"]["reasons"])
     assert {summary["models"][n]["status"] for n in ("qwen3-8b", "qwen-05b")} == {"created"}
+
+
+def test_an_autoscaled_maximum_is_held_against_the_live_nodes_and_overcommit_is_the_stacks_choice(
+        cluster: KubeClient, server: KubeAPIServer) -> None:
+    """Issue 28 on live Nodes: an autoscaled model is admitted at its maximum, so maxReplicas 9 beside the
+    small model on the one usable 8-GPU node is refused by name with the figure, while the small model deploys;
+    with `serving.overcommit: allow` the same model is admitted with room for its minimum, and says so."""
+    from tests.test_scaling_render import KEDA_CRD
+
+    crd = yaml.load(KEDA_CRD.read_text(), Loader=yaml.CSafeLoader)  # KEDA's API served: the vllm backend's scaler
+    cluster.apply(crd)
+    cluster.wait_crd_served(crd, timeout=120)
+    auto = entry("qwen3-8b-auto", QWEN3_8B, scaling={"minReplicas": 2, "maxReplicas": 9})
+
+    def planned(**serving: Any) -> Any:
+        d = doc(server.kubeconfig)
+        d["models"] = [entry("qwen-05b", QWEN_05B), auto]
+        d["serving"].update(serving)
+        d["prometheusUrl"] = "http://prometheus.monitoring.svc:9090"
+        catalog = validate_catalog(d)
+        return plan_fleet(catalog, lock=LOCK, cluster=cluster_state(str(server.kubeconfig), None, NS),
+                          footprints=footprints(catalog))
+
+    refused_plan = planned()
+    refused = {x.name: (x.stage.value, " ".join(x.reasons)) for x in refused_plan.excluded}
+    assert refused_plan.deployed == {"qwen-05b"}
+    stage, why = refused["qwen3-8b-auto"]
+    assert stage == "capacity" and "replica 8 of 9 fits on no node of pool h100" in why, why
+    assert "nodes from 1 Node(s) of the cluster of" in why and "lower scaling.maxReplicas to 7" in why
+    assert "planned at scaling.maxReplicas 9, the most its autoscaler may run" in why
+
+    allowed = planned(overcommit="allow")
+    assert allowed.deployed == {"qwen-05b", "qwen3-8b-auto"} and allowed.floors == {"qwen3-8b-auto"}
+    assert allowed.footprints["qwen3-8b-auto"]["nodes"] == [["gpu-a"], ["gpu-a"]]
+    (warning,) = [w for w in allowed.warnings if "serving.overcommit is allow" in w]
+    assert "room is held for scaling.minReplicas 2, not maxReplicas 9" in warning
+    assert "up to 7 replicas the plan holds no room for" in warning
