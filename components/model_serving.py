@@ -296,7 +296,8 @@ class ModelServing(pulumi.ComponentResource):
             kind=autoscaling.SCALED_OBJECT_KIND,
             metadata=meta.ObjectMetaArgs(name=names.workload(e.name), namespace=args.namespaces.serving,
                                          labels=pod_meta.labels(e), annotations=_await_annotations(args) or None),
-            spec=autoscaling.scaled_object(e, args.namespaces.serving, args.prometheus_url, args.weight_bytes),
+            spec=autoscaling.scaled_object(e, args.namespaces, args.serving, args.prometheus_url,
+                                           args.weight_bytes),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.workload]),
         )
 

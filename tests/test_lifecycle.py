@@ -56,3 +56,11 @@ def test_failures_name_their_cause() -> None:
 def test_the_table_lists_every_model() -> None:
     text = render_table([judge("a", Workload(workload=deployment(1, 1))), judge("b", Workload())])
     assert "a " in text and "Ready" in text and "1/1" in text and "b " in text and "Pending" in text
+
+
+def test_a_model_its_autoscaler_took_to_zero_is_idle_not_pending() -> None:
+    """Scale-to-zero (minReplicas 0): no pod is what the autoscaler chose, so `status` must not call it stuck."""
+    idle = judge("m", Workload(workload=deployment(0, 0), job=COMPLETE))
+    assert idle.phase is Phase.IDLE and "next request wakes it" in idle.reason
+    waking = judge("m", Workload(workload=deployment(1, 0), job=COMPLETE, pods=(UNPLACED,)))
+    assert waking.phase is Phase.PENDING, "woken: its autoscaler asked for a replica, which waits for a node"

@@ -115,3 +115,20 @@ def test_kserve_installed_here_needs_the_prometheus_its_scaling_path_reads() -> 
     assert planned(doc).deployed == {"fixed"}
     assert planned(stack_doc(scaled(2), installed=False, prometheusUrl=PROM)).deployed == {"qwen3-8b"}
     assert planned(stack_doc(scaled(2))).deployed == {"qwen3-8b"}, "someone else's KServe: its config is theirs"
+
+
+def test_scale_to_zero_is_refused_on_kserve_by_name_and_planned_at_its_maximum_on_vllm() -> None:
+    """KServe v0.20.0's CRD starts minReplicas and idleReplicaCount at 1; the vllm backend's ScaledObject
+    wakes a model at zero on the gateway's requests (components/autoscaling.py)."""
+    doc = stack_doc(scaled(2, minimum=0), dict(SINGLE_GPU, name="fixed", servedName="fixed"), prometheusUrl=PROM)
+    plan = planned(doc)
+    stage, reason = refused(plan)["qwen3-8b"]
+    assert stage == "topology" and "minReplicas 0 (scale-to-zero) is not possible on the kserve backend" in reason
+    assert "set minReplicas to 1 or more, or serve the model on serving.backend vllm" in reason
+    assert plan.deployed == {"fixed"}
+    one_node = [h100_pool(1, nodeResources=H100_NODE)]
+    on_vllm = planned(stack_doc(scaled(8, minimum=0), backend="vllm", prometheusUrl=PROM, nodePools=one_node))
+    assert on_vllm.deployed == {"qwen3-8b"} and on_vllm.footprints["qwen3-8b"]["replicas"] == 8
+    too_many = planned(stack_doc(scaled(9, minimum=0), backend="vllm", prometheusUrl=PROM, nodePools=one_node))
+    stage, reason = refused(too_many)["qwen3-8b"]
+    assert stage == "capacity" and "replica 9 of 9" in reason, "held at its maximum, not at zero"

@@ -106,8 +106,18 @@ def test_the_endpoint_publishes_the_range_the_plan_reserved(monkeypatch: pytest.
     h = program(stack_doc(SCALED, CPU, prometheusUrl=PROM), api_key="k")
     assert h.error is None, h.error
     endpoints = exported["endpoints"]
-    assert endpoints["qwen3-8b"]["scaling"] == {"minReplicas": 2, "maxReplicas": 6, "reservedReplicas": 6,
-                                                "metric": "kvCacheUsage", "target": 0.75, "cooldownSeconds": 120}
+    published = dict(endpoints["qwen3-8b"]["scaling"])
+    cold = published.pop("coldStartSeconds")
+    assert published == {"minReplicas": 2, "maxReplicas": 6, "reservedReplicas": 6,
+                         "metric": "kvCacheUsage", "target": 0.75, "cooldownSeconds": 120}
+    # The bound on a new replica: at least the startup probe's whole budget, below `up`'s wait for a first
+    # start (that one includes the weight download, which a replica on the cache PVC does not pay).
+    from components import pod_sizes
+    from tests.test_admission import planned
+
+    (m,) = [m for m in planned(stack_doc(SCALED, prometheusUrl=PROM)).models if m.entry.name == "qwen3-8b"]
+    budget = pod_sizes.startup_failure_threshold(m.entry, m.weight_bytes) * pod_sizes.PROBE_PERIOD_SECONDS
+    assert budget < cold < pod_sizes.ready_timeout_seconds(m.entry, m.weight_bytes)
     assert endpoints["qwen3-8b"]["replicas"] == 2 and "scaling" not in endpoints["qwen2.5-0.5b"]
 
 
@@ -146,3 +156,48 @@ def test_status_shows_the_replicas_the_autoscaler_asks_against_the_range() -> No
     assert row.to_json()["replicas"] == {"desired": 3, "ready": 2, "min": 1, "max": 4}
     assert row.phase.value == "Degraded" and "2/3 (1-4)" in render_table([row])
     assert fixed.to_json()["replicas"] == {"desired": 3, "ready": 2} and "(1-4)" not in render_table([fixed])
+
+
+def test_scale_to_zero_on_vllm_wakes_on_the_gateways_requests_and_publishes_its_cold_start(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """At zero no vLLM exists to count anything: a second trigger reads the gateway's request counter for the
+    model's served name (regex-safe), KEDA's cooldownPeriod is the catalog's cool-down, and the published cold
+    start grows with the stack's scrape interval."""
+    from tkf_infra.live import gateway_metrics as gm
+
+    zero = dict(SINGLE_GPU, servedName="qwen3.8b", scaling={"minReplicas": 0, "maxReplicas": 3,
+                                                            "cooldownSeconds": 600, "pollingSeconds": 20})
+    (so,) = of_kind(rendered("vllm", zero), "ScaledObject").values()
+    spec = so["spec"]
+    assert (spec["minReplicaCount"], spec["cooldownPeriod"]) == (0, 600)
+    vllm_signal, wake = spec["triggers"]
+    assert vllm_signal["metadata"]["query"].startswith(f"sum({vm.WAITING}{{")
+    assert wake["name"] == "gatewayrequests" and wake["metricType"] == "AverageValue"
+    assert (wake["metadata"]["threshold"], wake["metadata"]["activationThreshold"]) == ("1", "0")
+    series = f'{gm.REQUESTS}{{namespace="llm-gateway",{gm.MODEL_LABEL}=~"qwen3[.]8b"}}'
+    # 2 scrapes of 30 s (the default scrapeSeconds) and one 20 s poll: no request falls between two reads.
+    assert wake["metadata"]["query"] == (f"clamp_max((sum(increase({series}[80s])) or vector(0)) + "
+                                         f"(count({series} unless {series} offset 80s) or vector(0)), 1)")
+    keda_validator().validate(so)
+    assert pruned_fields(so, keda_validator().schema) == []
+
+    def cold_start(**serving: Any) -> int:
+        exported: dict[str, Any] = {}
+        monkeypatch.setattr(pulumi, "export", lambda name, value: exported.__setitem__(name, value))
+        h = program(stack_doc(zero, backend="vllm", prometheusUrl=PROM, serving=serving), api_key="k")
+        assert h.error is None, h.error
+        (endpoint,) = exported["endpoints"].values()
+        assert endpoint["replicas"] == 0 and endpoint["scaling"]["minReplicas"] == 0
+        assert [m["model_name"] for m in exported["gatewayModelList"]] == ["qwen3.8b"], "kept in the gateway's list"
+        value: int = endpoint["scaling"]["coldStartSeconds"]
+        return value
+
+    assert cold_start(scrapeSeconds=90) - cold_start() == 60
+
+
+def test_the_gateway_config_turns_on_the_metrics_that_wake_a_model_at_zero() -> None:
+    from tkf_infra.live.gateway_metrics import gateway_settings
+
+    assert gateway_settings({"a": {"scaling": {"minReplicas": 0}}, "b": {}}) == {
+        "litellm_settings": {"callbacks": ["prometheus"]}}
+    assert gateway_settings({"a": {"scaling": {"minReplicas": 1}}, "b": {}}) == {}

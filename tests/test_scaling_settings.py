@@ -32,10 +32,15 @@ def test_min_above_max_refused_with_both_figures() -> None:
     assert "raise maxReplicas to at least 5" in msg
 
 
-def test_scale_to_zero_refused_with_the_reason_and_the_way_out() -> None:
-    msg = only_problem(with_model(scaling={"minReplicas": 0, "maxReplicas": 2}))
-    assert "minReplicas 0 (scale-to-zero) is not supported" in msg
-    assert "vanish with the last replica" in msg and "set minReplicas to 1" in msg
+def test_scale_to_zero_is_a_range_from_zero_planned_at_its_maximum() -> None:
+    (entry,) = validate_catalog(with_model(scaling={"minReplicas": 0, "maxReplicas": 2})).models
+    assert entry.scaling is not None and entry.scaling.min_replicas == 0
+    assert entry.reserved_replicas == 2, "room is held for the maximum, not for the idle floor"
+
+
+def test_a_negative_minimum_is_refused_with_the_field() -> None:
+    msg = only_problem(with_model(scaling={"minReplicas": -1, "maxReplicas": 2}))
+    assert "models[0] m" in msg and "minReplicas" in msg and "greater than or equal to 0" in msg
 
 
 def test_multi_node_cannot_autoscale() -> None:

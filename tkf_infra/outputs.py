@@ -166,13 +166,19 @@ def footprint_output(plan: FleetPlan, m: ModelPlan) -> dict[str, Any]:
 
 def scaling_output(plan: FleetPlan, m: ModelPlan) -> dict[str, Any]:
     """`scaling` of an autoscaled model: its range, the replicas the plan holds room for (the maximum, or
-    the minimum under `overcommit: allow`), signal and target. Fixed-count models have none (docs/scaling.md)."""
+    the minimum under `overcommit: allow`), signal and target, and the bound on a new replica's start
+    (`coldStartSeconds`: a model at zero keeps its place in the gateway's model_list, and the gateway's
+    timeout or retries for it must cover this). Fixed-count models have none (docs/scaling.md)."""
+    from components.autoscaling import cold_start_seconds
+
     s = m.entry.scaling
     if s is None:
         return {}
+    serving = plan.catalog.settings.serving
     held = s.min_replicas if m.entry.name in plan.floors else s.max_replicas
     return {"scaling": {"minReplicas": s.min_replicas, "maxReplicas": s.max_replicas, "reservedReplicas": held,
-                        "metric": s.metric.value, "target": s.target_value, "cooldownSeconds": s.cooldown_seconds}}
+                        "metric": s.metric.value, "target": s.target_value, "cooldownSeconds": s.cooldown_seconds,
+                        "coldStartSeconds": cold_start_seconds(m.entry, m.weight_bytes, serving)}}
 
 
 def pool_headroom(plan: FleetPlan) -> dict[str, Any]:

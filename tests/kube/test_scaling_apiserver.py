@@ -98,3 +98,23 @@ def test_vllm_scaled_object_and_its_deployment_are_accepted(kube: KubeClient, sc
     with pytest.raises(KubeAPIError) as refused:
         kube.apply(no_triggers)
     assert refused.value.status_code == 422 and "triggers" in refused.value.message
+
+
+@pytest.mark.apiserver
+def test_scale_to_zero_objects_are_accepted_and_kserve_refuses_a_zero_floor(kube: KubeClient, scaling_crds: None,
+                                                                           kube_namespace: str) -> None:
+    """vllm: the ScaledObject at zero (KEDA's cooldownPeriod, the gateway wake trigger) stored whole. kserve:
+    the server's own schema refuses minReplicas 0, which is why the plan refuses it there by name."""
+    zero = dict(SCALED, scaling={"minReplicas": 0, "maxReplicas": 6, "metric": "kvCacheUsage", "target": 0.75})
+    (so,) = of_kind(rendered("vllm", zero), "ScaledObject").values()
+    stored = kube.apply(_into(so, kube_namespace))
+    assert stored["spec"] == so["spec"], "nothing pruned"
+    assert stored["spec"]["minReplicaCount"] == 0 and [t["name"] for t in stored["spec"]["triggers"]] == [
+        "kvcacheusage", "gatewayrequests"]
+    (svc,) = of_kind(rendered("kserve", SCALED), "LLMInferenceService").values()
+    at_zero = _into(svc, kube_namespace)
+    at_zero["metadata"]["name"] = "at-zero"
+    at_zero["spec"]["scaling"]["minReplicas"] = 0
+    with pytest.raises(KubeAPIError) as refused:
+        kube.apply(at_zero)
+    assert refused.value.status_code == 422 and "spec.scaling.minReplicas" in refused.value.message

@@ -11,10 +11,13 @@ and where autoscaling cannot go.
 - **Multi-node models do not autoscale**: one replica is a LeaderWorkerSet group of `nodeCount` pods
   started as one pipeline; adding or removing a group moves whole nodes and a half-started group holds
   them all (the Themelio design keeps them fixed). Give them a fixed `replicas`.
-- **No scale-to-zero** (`minReplicas: 0`) yet: the only signals are vLLM's, and they vanish with the
-  last pod, so nothing would wake a model at zero — the gateway would keep it in its `model_list` and
-  every request would fail until someone scaled it by hand. A model scales down to `minReplicas` (at
-  least 1) after `cooldownSeconds` without load.
+- **Scale-to-zero** (`minReplicas: 0`, vllm backend only): vLLM's gauges vanish with the last pod, so
+  what wakes a model at zero is the gateway's own request counter (every request it takes for the model,
+  answered or failed, is counted before it reaches a pod): `components/autoscaling.py` renders it as a
+  second trigger. A model at zero stays in the gateway's `model_list`; its first request waits at most the
+  published `coldStartSeconds` (docs/scaling.md). KServe v0.20.0 cannot go below one replica (its CRD's
+  `minReplicas` and `idleReplicaCount` start at 1): refused there by the plan (tkf_infra/plan/scaling.py).
+  Down to `minReplicas` after `cooldownSeconds` without load.
 - `replicas` and `scaling` are exclusive (as in KServe's CRD): the autoscaler owns the count.
 - **Overcommit** is the stack's choice, never a silent one (`serving.overcommit`, Overcommit).
 """
@@ -60,7 +63,8 @@ class Overcommit(StrEnum):
 class Scaling(SettingsModel):
     """Autoscaling between `minReplicas` and `maxReplicas` on one vLLM signal (module docstring)."""
 
-    min_replicas: int = Field(1, ge=0, le=MAX_REPLICAS, description="Replicas kept however idle (at least 1).")
+    min_replicas: int = Field(1, ge=0, le=MAX_REPLICAS, description="Replicas kept however idle; 0 scales to zero "
+                                                                  "(vllm backend; woken by the gateway's requests).")
     max_replicas: int = Field(ge=1, le=MAX_REPLICAS, description="Most replicas the autoscaler may run; the fleet "
                                                                  "plan reserves GPUs, CPU and memory for all of them.")
     metric: ScalingMetric = Field(ScalingMetric.WAITING_REQUESTS,
@@ -69,7 +73,8 @@ class Scaling(SettingsModel):
     target: float | None = Field(None, gt=0, description="The signal's value per replica the autoscaler holds: "
                                                          "requests (waiting/running) or a fraction 0-1 (kvCacheUsage). "
                                                          "Default 2 waiting, 32 running, 0.8 KV cache.")
-    cooldown_seconds: int = Field(300, ge=0, le=86400, description="Seconds without load before scaling down.")
+    cooldown_seconds: int = Field(300, ge=0, le=86400, description="Seconds without load before scaling down "
+                                  "(to zero too, when minReplicas is 0).")
     polling_seconds: int = Field(15, ge=1, le=3600, description="How often the autoscaler reads the signal.")
 
     @model_validator(mode="after")
@@ -78,10 +83,6 @@ class Scaling(SettingsModel):
         if self.min_replicas > self.max_replicas:
             problems.append(f"minReplicas {self.min_replicas} is above maxReplicas {self.max_replicas}; raise "
                             f"maxReplicas to at least {self.min_replicas} or lower minReplicas")
-        if self.min_replicas == 0:
-            problems.append("minReplicas 0 (scale-to-zero) is not supported: the autoscaler reads vLLM's own "
-                            "metrics, which vanish with the last replica, so nothing would wake the model and the "
-                            "gateway's requests would fail; set minReplicas to 1 or more (docs/scaling.md)")
         if self.metric == ScalingMetric.KV_CACHE_USAGE and self.target is not None and self.target > 1:
             problems.append(f"target {self.target:g} is above 1, but kvCacheUsage is a fraction of the KV cache "
                             "(0-1); write e.g. 0.8 for 80 %")

@@ -167,6 +167,10 @@ class Serving(SettingsModel):
         Overcommit.REFUSE, description="refuse: an autoscaled model whose maxReplicas does not fit is left out. "
                                        "allow: it is admitted with room for minReplicas, and a warning says how "
                                        "many replicas the autoscaler may ask for that would sit Pending.")
+    scrape_seconds: int = Field(
+        30, ge=1, le=600, description="How often the stack's Prometheus scrapes vLLM and the gateway (its scrape "
+                                      "interval): how late an autoscaler can see a signal, which bounds a model's "
+                                      "published cold start.")
     prune_weight_cache: bool = Field(False, description="Delete a removed model's weight PVC (default: keep it).")
     protect: bool = Field(False, description="Protect PVCs and namespaces from deletion (prod).")
     api_key_env: str = Field("TKF_VLLM_API_KEY", description="Env var the gateway reads the runtime API key from.")

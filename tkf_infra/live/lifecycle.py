@@ -13,6 +13,7 @@ phases are the TKF design's status block:
 | Loading | pods are on nodes, none ready yet (vLLM loading weights, compiling) |
 | Degraded | some replicas ready, fewer than desired |
 | Ready | every desired replica ready |
+| Idle | scaled to zero by its autoscaler (`minReplicas: 0`), no pod: the gateway's next request wakes it |
 
 `judge` is pure (plain objects in, a `Lifecycle` out); `read_lifecycle` reads them with the edge's
 httpx client (tkf_infra/live/cluster.py).
@@ -37,6 +38,7 @@ class Phase(StrEnum):
     READY = "Ready"
     DEGRADED = "Degraded"
     FAILED = "Failed"
+    IDLE = "Idle"
 
 
 class CacheState(StrEnum):
@@ -137,6 +139,9 @@ def judge(model: str, w: Workload) -> Lifecycle:
             return Lifecycle(model, Phase.READY, desired, ready, cache, f"{ready}/{desired} replicas ready")
         if ready > 0:
             return Lifecycle(model, Phase.DEGRADED, desired, ready, cache, f"{ready}/{desired} replicas ready")
+    if desired == 0 and not w.pods and cache is not CacheState.DOWNLOADING:
+        return Lifecycle(model, Phase.IDLE, desired, ready, cache,
+                         "scaled to zero; the gateway's next request wakes it (endpoints: coldStartSeconds)")
     if cache is CacheState.DOWNLOADING:
         return Lifecycle(model, Phase.DOWNLOADING, desired, ready, cache, "the weight download Job has not completed")
     if w.workload is None:

@@ -288,14 +288,15 @@ def gateway_config(
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")] = None,
 ) -> None:
     """Write the gateway's model list from the stack outputs; secrets stay environment references."""
-    from tkf_infra.outputs import GATEWAY_MODEL_LIST_OUTPUT
+    from tkf_infra.live.gateway_metrics import gateway_settings
+    from tkf_infra.outputs import ENDPOINTS_OUTPUT, GATEWAY_MODEL_LIST_OUTPUT
 
     _, outs = _outputs(stack)
     model_list = outs.get(GATEWAY_MODEL_LIST_OUTPUT)
     if model_list is None:
         raise _fail(f"stack {stack!r} has no {GATEWAY_MODEL_LIST_OUTPUT} output yet; "
                     f"run `python -m tkf_infra up --stack {stack}`", ExitCode.REFUSED)
-    doc = {"model_list": model_list}
+    doc = {"model_list": model_list, **gateway_settings(outs.get(ENDPOINTS_OUTPUT) or {})}
     text = yaml.safe_dump(doc, sort_keys=False) if fmt is Format.litellm else json.dumps(doc, indent=2) + "\n"
     if output:
         output.write_text(text)

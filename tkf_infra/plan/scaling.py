@@ -16,6 +16,7 @@ preview rather than sitting at its minimum for ever (docs/scaling.md):
   too when tkf-infra installs KServe: its controller writes the ScaledObject only once
   `inferenceservice-config` names a Prometheus, which our install sets from `prometheusUrl`
   (components/prerequisites.py `kserve_wva_config`) — without it every reconcile of the model fails;
+- scale-to-zero only on `vllm`: KServe v0.20.0's CRD starts `minReplicas` and `idleReplicaCount` at 1;
 - on `kserve`, WVA decides from its own saturation thresholds (its ConfigMap, fleet-wide): an entry's
   `metric`/`target`/`cooldownSeconds` have no KServe v0.20.0 field that takes them (components/autoscaling.py
   says why not the cool-down), so setting them there is a warning, not silence.
@@ -97,6 +98,12 @@ def scaling_checks(entries: Sequence[ModelEntry], settings: StackSettings,
                                "KServe, but the stack sets no prometheusUrl; set tkf-infra:prometheusUrl (the "
                                "Prometheus that scrapes WVA's wva_desired_replicas) or drop `scaling` and set "
                                "`replicas`")
+        elif backend == Backend.KSERVE and e.scaling is not None and e.scaling.min_replicas == 0:
+            refused[e.name] = (f"model {e.name}: scaling.minReplicas 0 (scale-to-zero) is not possible on the kserve "
+                               "backend: KServe v0.20.0's LLMInferenceService takes spec.scaling.minReplicas and "
+                               "wva.keda.idleReplicaCount of at least 1; set minReplicas to 1 or more, or serve the "
+                               "model on serving.backend vllm, where the gateway's requests wake it "
+                               "(docs/scaling.md)")
         elif backend == Backend.VLLM and settings.prometheus_url is None:
             refused[e.name] = (f"model {e.name}: scaling on the vllm backend is a KEDA ScaledObject whose trigger "
                                "reads vLLM's metrics from Prometheus, but the stack sets no prometheusUrl; set "

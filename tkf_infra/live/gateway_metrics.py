@@ -1,0 +1,26 @@
+"""The gateway's own Prometheus series that tkf-infra reads: what wakes a model scaled to zero.
+
+Why the gateway's and not vLLM's: at zero replicas no vLLM exists to count anything, while the gateway
+sees every request for the model first. The names are LiteLLM 1.110.2's (requirements-dev.txt pins it;
+litellm/integrations/prometheus.py): `litellm_proxy_total_requests_metric` is a prometheus_client Counter,
+exposed with the `_total` suffix, incremented for answered requests (`async_log_success_event`) and failed
+ones (`async_post_call_failure_hook`) alike, with `requested_model` the name the client asked for (kept
+only if the router knows it: every `model_list` entry's `model_name` is). The real-LiteLLM test
+(tests/prom/test_gateway_wake.py) fails if either side renames them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+REQUESTS = "litellm_proxy_total_requests_metric_total"
+MODEL_LABEL = "requested_model"
+#: The LiteLLM callback that exports these series; the gateway's `litellm_settings.callbacks` must hold it.
+CALLBACK = "prometheus"
+
+
+def gateway_settings(endpoints: dict[str, Any]) -> dict[str, Any]:
+    """The `litellm_settings` the gateway's config needs for the published endpoints: the Prometheus callback
+    when some model scales to zero (its wake signal), nothing otherwise."""
+    at_zero = any(((e or {}).get("scaling") or {}).get("minReplicas") == 0 for e in endpoints.values())
+    return {"litellm_settings": {"callbacks": [CALLBACK]}} if at_zero else {}
