@@ -28,9 +28,9 @@ from tkf_infra.sizing.gpus import GpuSpec
 from tkf_infra.sizing.kv import KvLayout, largest_fitting_len
 from tkf_infra.sizing.lora import architecture_of, lora_problems, lora_reserve
 from tkf_infra.sizing.parallelism import parallelism_problems
-from tkf_infra.sizing.params import GIB, SizingError, SizingParams
+from tkf_infra.sizing.params import GIB, SizingError, SizingParams, activation_bytes
 from tkf_infra.sizing.quant import quant_problems, quant_scheme
-from tkf_infra.sizing.row_run import activation_bytes, run_row, speculation
+from tkf_infra.sizing.row_run import run_row, speculation
 from tkf_infra.sizing.startup import Doubt, budget_problems, pinned_kv_problems, pp_whole_model_problems
 from tkf_infra.sizing.versions import VersionChoice, choose_version, engine_rows
 from tkf_infra.sizing.weights import Sharding, checkpoint_bytes, vision_bytes, weights_bytes_per_rank

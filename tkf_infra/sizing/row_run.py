@@ -27,13 +27,12 @@ from tkf_infra.sizing.overheads import (
     v2_sampler_state_gib,
 )
 from tkf_infra.sizing.parallelism import pp_layer_ranges
-from tkf_infra.sizing.params import GIB, SizingParams
+from tkf_infra.sizing.params import DEFAULT_BLOCK_SIZE, GIB, SizingParams, activation_bytes
 from tkf_infra.sizing.quant import quant_problems, quant_scheme
 from tkf_infra.sizing.release_row import VersionRow
 from tkf_infra.sizing.startup import Doubt, RowRun
 from tkf_infra.sizing.weights import Sharding, draft_bytes, mla_absorbed_bytes
 
-DEFAULT_BLOCK_SIZE = 16
 #: Kernel warm-up workspace MXFP4 MoE layers hold after the KV cache is allocated (kernel_warmup /
 #: autotune run before the sampler warm-up, vllm/v1/worker/gpu_worker.py@v0.19.0:580-590). Not in the
 #: profiled peak; gpt-oss-20b on one H100 ran out of memory with 4.48 GiB free where the sampler alone
@@ -42,11 +41,6 @@ MXFP4_WARMUP_GIB = 2.0
 #: float32 serving: the one start-up in the case files (Llama-3.1-8B, dtype float32, vLLM 0.19 on an
 #: H100) profiled 2.21 GiB where 16-bit models of the same vocabulary take 1.89 GiB; a doubt, not a term.
 FP32_SAMPLER_EXTRA = 0.25
-
-
-def activation_bytes(params: SizingParams) -> float:
-    """vLLM's dtype resolution: fp32 checkpoints are downcast to 16 bits under ``auto``."""
-    return 4.0 if params.dtype.lower() in ("float32", "fp32", "float") else 2.0
 
 
 def speculation(params: SizingParams) -> tuple[str, int]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from tkf_infra.sizing.params import FLOAT32_DTYPES
 from tkf_infra.sizing.release_row import Version, VersionRow
 
 _V0_SRC = "vllm/worker/worker.py@v{t}:{a}-{b} (determine_num_available_blocks)"
@@ -317,7 +318,7 @@ def engine_rows(choice: VersionChoice, *, cc: tuple[int, int] | None, quantizati
         reasons.add("cc<8.0")
     if (quantization or "").lower() == "gguf":
         reasons.add("gguf")
-    if dtype.lower() in ("float32", "fp32", "float"):
+    if dtype.lower() in FLOAT32_DTYPES:
         reasons.add("float32")
     if kv_cache_dtype.startswith("fp8") and cc is not None and cc < (9, 0):
         reasons.add("fp8-kv-pre-hopper")
