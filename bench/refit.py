@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.calibration_cases import CaseSkipped, case_inputs
-from tkf_infra.sizing.estimate import profile_activation
 from tkf_infra.sizing.params import GIB, SizingError
-from tkf_infra.sizing.versions import VersionRow, choose_version, engine_rows
+from tkf_infra.sizing.release_row import VersionRow
+from tkf_infra.sizing.row_run import profile_activation
+from tkf_infra.sizing.versions import choose_version, engine_rows
 
 
 def _row_of(inputs: Any) -> VersionRow | None:

@@ -23,7 +23,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from tkf_infra import names
-from tkf_infra.plan.layout import ALL_DISABLED, PoolLayout
+from tkf_infra.plan.pool_layout import ALL_DISABLED, PoolLayout
 
 #: The custom mig-parted ConfigMap (in the GPU Operator's namespace) and its key, as mig-manager reads it.
 MIG_CONFIG_NAME = "tkf-mig-parted-config"

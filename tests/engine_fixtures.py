@@ -45,12 +45,17 @@ class EngineStack:
     render_dir: Path
     env: dict[str, str]
 
-    def set_models(self, models: list[dict[str, Any]]) -> None:
-        """Rewrite the catalog in the stack file, as a person editing it would."""
+    def edit_config(self, change: Callable[[dict[str, Any]], None]) -> None:
+        """Change the stack file's `config` map in place and write it back, as a person editing it would;
+        the one read/modify/write of the stack file every test that edits settings goes through."""
         stack_file = self.project / f"Pulumi.{self.stack.name}.yaml"
         doc = yaml.safe_load(stack_file.read_text())
-        doc["config"]["tkf-infra:models"] = models
+        change(doc["config"])
         stack_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+    def set_models(self, models: list[dict[str, Any]]) -> None:
+        """Rewrite the catalog in the stack file."""
+        self.edit_config(lambda c: c.update({"tkf-infra:models": models}))
 
     def manifests(self) -> dict[tuple[str, str], dict[str, Any]]:
         """Rendered objects by (kind, name)."""

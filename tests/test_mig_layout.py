@@ -19,7 +19,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tkf_infra.plan.layout import Demand, PoolLayout, placement, plan_mig
+from tkf_infra.plan.layout import placement, plan_mig
+from tkf_infra.plan.pool_layout import Demand, PoolLayout
 from tkf_infra.plan.time_slicing import SliceDemand, prove_time_slicing
 from tkf_infra.sizing.gpus import find_gpu, lookup_gpu
 from tkf_infra.sizing.mig import BOARDS, COMPUTE_SLICES, MEMORY_SLICES, MIG_DERIVED_FRACTION, mig_board, mig_gpu

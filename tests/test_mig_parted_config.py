@@ -18,7 +18,7 @@ from tests.test_gpu_sharing import mig_doc
 from tkf_infra.config import validate_catalog
 from tkf_infra.hub.lock import load_lock
 from tkf_infra.plan import plan_fleet
-from tkf_infra.plan.layout import ALL_DISABLED
+from tkf_infra.plan.pool_layout import ALL_DISABLED
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "tests" / "data" / "mig" / "gpu-operator-v26.7.0-default-config.yaml"

@@ -19,7 +19,8 @@ from tkf_infra.sizing.estimate import estimate
 from tkf_infra.sizing.gpus import lookup_gpu
 from tkf_infra.sizing.overheads import Activation, activation_doubt
 from tkf_infra.sizing.params import SizingParams
-from tkf_infra.sizing.versions import ROWS, VersionRow, choose_version
+from tkf_infra.sizing.release_row import VersionRow
+from tkf_infra.sizing.versions import ROWS, choose_version
 
 CONFIGS = Path(__file__).parent / "data" / "sizing"
 H100 = lookup_gpu("H100-80GB").with_memory(79.18, "printed in the case")

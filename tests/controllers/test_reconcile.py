@@ -144,18 +144,13 @@ def reconciled_deploys(kube_apiserver: KubeAPIServer, kube: KubeClient, webhooks
             kube.apply(crd)
             kube.wait_crd_served(crd, timeout=120)
         if any("scaling" in m for m in models):
-            path = es.project / f"Pulumi.{es.stack.name}.yaml"
-            doc = yaml.safe_load(path.read_text())
-            doc["config"]["tkf-infra:prometheusUrl"] = PROMETHEUS_URL
-            path.write_text(yaml.safe_dump(doc, sort_keys=False))
+            es.edit_config(lambda c: c.update({"tkf-infra:prometheusUrl": PROMETHEUS_URL}))
         first = len(starters)  # this deploy's
         starters.append(StartWhenServed(kube_apiserver.client, LWS_CRDS, launcher(start_lws, "lws")))
         if backend == "kserve":
             # cert-manager's webhook is not buildable here (tests/controllers/webhooks.py): someone else's.
-            path = es.project / f"Pulumi.{es.stack.name}.yaml"
-            doc = yaml.safe_load(path.read_text())
-            doc["config"]["tkf-infra:platform"].setdefault("certManager", {})["alreadyInstalled"] = True
-            path.write_text(yaml.safe_dump(doc, sort_keys=False))
+            es.edit_config(lambda c: c["tkf-infra:platform"].setdefault("certManager", {})
+                           .update(alreadyInstalled=True))
             install_cert_manager_crds(kube)
             starters.append(StartWhenServed(kube_apiserver.client, KSERVE_CRDS, launcher(start_kserve, "kserve")))
         t = time.monotonic()

@@ -23,13 +23,6 @@ DEV_MODELS = dev_config()["config"]["tkf-infra:models"]
 CHANGES = {"create", "delete", "replace", "create-replacement", "delete-replaced", "update"}
 
 
-def edit_config(es: EngineStack, change: Callable[[dict[str, Any]], None]) -> None:
-    path = es.project / f"Pulumi.{es.stack.name}.yaml"
-    doc = yaml.safe_load(path.read_text())
-    change(doc["config"])
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-
-
 def rendered(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*.yaml"))}
 
@@ -54,7 +47,7 @@ def test_split_moves_the_platform_and_neither_stack_changes_the_cluster(
     make_stack: Callable[..., EngineStack], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     es = make_stack()
-    edit_config(es, lambda c: c["tkf-infra:platform"]["lws"].update(alreadyInstalled=False))  # one real chart
+    es.edit_config(lambda c: c["tkf-infra:platform"]["lws"].update(alreadyInstalled=False))  # one real chart
     es.stack.up()
     before = rendered(es.render_dir)
     assert any("LeaderWorkerSet" in text for text in before.values()), "the platform has objects to move"
@@ -65,7 +58,7 @@ def test_split_moves_the_platform_and_neither_stack_changes_the_cluster(
     assert any("serving-prerequisites-lws" in urn for urn in done.moved)
     assert not any("::tkf:serving:" in urn for urn in done.moved), "no model moves"
 
-    edit_config(es, lambda c: c.update({"tkf-infra:layer": "fleet"}))
+    es.edit_config(lambda c: c.update({"tkf-infra:layer": "fleet"}))
     opts = auto.LocalWorkspaceOptions(env_vars=es.env, pulumi_command=auto.PulumiCommand(root=str(pulumi_home())))
     platform = auto.select_stack(done.dest, work_dir=str(es.project), opts=opts)
     assert changed(run_up(platform)) == [], "the platform stack finds every object as the one stack left it"
@@ -76,7 +69,7 @@ def test_split_moves_the_platform_and_neither_stack_changes_the_cluster(
 
     # A catalog edit: the fleet updates its model; the platform stack has nothing to do.
     model = str(DEV_MODELS[0]["name"])
-    edit_config(es, lambda c: c["tkf-infra:models"][0].update(maxNumSeqs=4))
+    es.edit_config(lambda c: c["tkf-infra:models"][0].update(maxNumSeqs=4))
     steps = changed(run_up(es.stack))
     assert steps and all(name.startswith(model) or name == names.FIT_CHECK for _, _, name in steps), steps
     preview = platform.preview()
@@ -84,7 +77,7 @@ def test_split_moves_the_platform_and_neither_stack_changes_the_cluster(
 
     # The platform now refuses to drop LWS while the fleet has objects of it — the fleet has none here
     # (CPU models are single-node), so marking it alreadyInstalled is allowed and previews its deletion.
-    edit_config(es, lambda c: c["tkf-infra:platform"]["lws"].update(alreadyInstalled=True))
+    es.edit_config(lambda c: c["tkf-infra:platform"]["lws"].update(alreadyInstalled=True))
     assert auto.events.OpType.DELETE in platform.preview().change_summary
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import difflib
 import re
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
 
@@ -34,6 +34,23 @@ class Problem:
 
     def __str__(self) -> str:
         return f"{self.where}: {self.field}: {self.message}" if self.field else f"{self.where}: {self.message}"
+
+
+def problem_check(*fields: str, check: Callable[[str], str | None], prefix: str = "") -> Any:
+    """A field validator refusing `fields` with what `check` finds wrong (after `prefix`), for a model to bind as
+    ``_name = problem_check("field", check=...)``.
+
+    Why: the rules of one syntax (`kube_syntax`'s label keys and subdomains, `identity`'s revisions) each say
+    what is wrong and how to write it, and several models' fields follow them; one wrapper keeps every such
+    field refused the same way, with the rule's own message, instead of a method per field repeating it. An
+    unset optional field (None) has nothing to check."""
+
+    def validate(v: str | None) -> str | None:
+        if v is not None and (problem := check(v)):
+            raise ValueError(f"{prefix}{problem}")
+        return v
+
+    return field_validator(*fields)(validate)
 
 
 class SettingsError(Exception):

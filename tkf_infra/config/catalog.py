@@ -10,10 +10,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from enum import StrEnum
+from functools import partial
 
 from pydantic import Field, field_validator, model_validator
 
 from tkf_infra.config import kube_syntax as ks
+from tkf_infra.config.base import problem_check
 from tkf_infra.config.extra_args import extra_args_dests, extra_args_problems
 from tkf_infra.config.flags import ServingSpec
 from tkf_infra.config.identity import HF_REPO_RE, revision_problem, served_name_problem
@@ -123,26 +125,10 @@ class ModelEntry(ServingSpec):
             raise ValueError(f"repo {v!r} is not a Hugging Face repo id; write it as 'org/name'")
         return v
 
-    @field_validator("revision")
-    @classmethod
-    def _pinned_revision(cls, v: str) -> str:
-        if problem := revision_problem(v):
-            raise ValueError(problem)
-        return v
-
-    @field_validator("served_name")
-    @classmethod
-    def _served(cls, v: str) -> str:
-        if problem := served_name_problem(v):
-            raise ValueError(problem)
-        return v
-
-    @field_validator("hf_token_secret")
-    @classmethod
-    def _secret_name(cls, v: str | None) -> str | None:
-        if v is not None and (problem := ks.subdomain_problem(v, "Secret name")):
-            raise ValueError(f"hfTokenSecret {problem}")
-        return v
+    _pinned_revision = problem_check("revision", check=revision_problem)
+    _served = problem_check("served_name", check=served_name_problem)
+    _secret_name = problem_check("hf_token_secret", check=partial(ks.subdomain_problem, what="Secret name"),
+                                 prefix="hfTokenSecret ")
 
     @field_validator("gpu_share")
     @classmethod

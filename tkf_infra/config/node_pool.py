@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from tkf_infra.config import kube_syntax as ks
-from tkf_infra.config.base import SettingsModel
+from tkf_infra.config.base import SettingsModel, problem_check
 from tkf_infra.config.catalog import DNS1035_RE
 
 _ROLE_ARN_RE = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+", re.ASCII)
@@ -25,19 +25,8 @@ class Taint(SettingsModel):
     value: str = ""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
 
-    @field_validator("key")
-    @classmethod
-    def _key(cls, v: str) -> str:
-        if problem := ks.label_key_problem(v):
-            raise ValueError(problem)
-        return v
-
-    @field_validator("value")
-    @classmethod
-    def _value(cls, v: str) -> str:
-        if problem := ks.label_value_problem(v):
-            raise ValueError(problem)
-        return v
+    _key = problem_check("key", check=ks.label_key_problem)
+    _value = problem_check("value", check=ks.label_value_problem)
 
 
 class NodeResources(SettingsModel):

@@ -9,13 +9,14 @@ pool refuses only the models placed on it (`tkf_infra.config.validate`).
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Any, Literal
 from urllib.parse import urlparse
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from tkf_infra.config import kube_syntax as ks
-from tkf_infra.config.base import SettingsModel, did_you_mean, keys_of
+from tkf_infra.config.base import SettingsModel, did_you_mean, keys_of, problem_check
 from tkf_infra.config.catalog import Backend, ModelEntry
 from tkf_infra.config.charts import (
     KSERVE_NAMESPACE,
@@ -197,19 +198,8 @@ class Serving(SettingsModel):
                              "characters")
         return v
 
-    @field_validator("storage_class")
-    @classmethod
-    def _storage_class(cls, v: str | None) -> str | None:
-        if v is not None and (problem := ks.subdomain_problem(v, "StorageClass name")):
-            raise ValueError(problem)
-        return v
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _env_name(cls, v: str) -> str:
-        if problem := ks.env_name_problem(v):
-            raise ValueError(problem)
-        return v
+    _storage_class = problem_check("storage_class", check=partial(ks.subdomain_problem, what="StorageClass name"))
+    _env_name = problem_check("api_key_env", check=ks.env_name_problem)
 
     @model_validator(mode="after")
     def _version_known(self) -> Serving:

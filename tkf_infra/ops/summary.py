@@ -280,10 +280,6 @@ def summarize(stack_name: str, operation: str, tracker: RunTracker, ok: bool,
     explained = {x.log_line() for x in excluded} | set(problems)
     said = verdict(excluded, problems, len(outs.get(DEPLOYED_OUTPUT) or {}))
     stack_errors = [d for d in tracker.diagnostics if d not in explained and not (said and d.endswith(said))]
-    if any(m.errors or m.interrupted for m in tracker.models.values()):
-        # The SDK's note that a resource depending on a failed one could not register (continue-on-error
-        # skips the dependents): the failed resource's own error, attributed above, is the reason.
-        stack_errors = [d for d in stack_errors if "ResourceRegistrationFailed: resource " not in d]
     if excluded or outs.get(PROBLEMS_OUTPUT):
         # The engine's own note that the program ended non-zero: the verdict above is why.
         stack_errors = [d for d in stack_errors if "program exited with non-zero exit code" not in d]

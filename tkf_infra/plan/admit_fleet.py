@@ -25,7 +25,8 @@ from tkf_infra.config.catalog import Backend
 from tkf_infra.config.platform import installed_pieces
 from tkf_infra.config.quantity import cpu_text, gib_text
 from tkf_infra.plan import admission as adm
-from tkf_infra.plan.layout import Demand, PoolLayout, plan_mig
+from tkf_infra.plan.layout import plan_mig
+from tkf_infra.plan.pool_layout import Demand, PoolLayout
 from tkf_infra.plan.pools import PoolFacts
 from tkf_infra.plan.share import context_gib
 from tkf_infra.plan.storage_room import Cache, admit_storage, storage_limits

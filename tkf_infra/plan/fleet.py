@@ -24,8 +24,8 @@ from tkf_infra.hub.lock import Lock
 from tkf_infra.plan import admission as adm
 from tkf_infra.plan.admit_fleet import admit, plan_layouts, reserved
 from tkf_infra.plan.exclusion import Exclusion, Refusal, Stage, verdict
-from tkf_infra.plan.layout import PoolLayout
 from tkf_infra.plan.lora import adapter_problems
+from tkf_infra.plan.pool_layout import PoolLayout
 from tkf_infra.plan.pools import PoolFacts, PoolProblem, resolve_pool
 from tkf_infra.plan.scaling import at_maximum, at_minimum, over_maximum, overcommitted, scaling_checks
 from tkf_infra.plan.share import Share, ShareProblem, size_share

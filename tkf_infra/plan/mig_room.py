@@ -10,12 +10,9 @@ does for whole-GPU pools (`tkf_infra.plan.admission`). Kept apart so the planner
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from tkf_infra.config.quantity import cpu_text, gib_text
-
-if TYPE_CHECKING:
-    from tkf_infra.plan.layout import Demand
+from tkf_infra.plan.pool_layout import Demand
 
 
 def room_refusal(pool: str, nodes: Sequence[str], d: Demand, placed: int,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tkf_infra.plan.layout import PoolLayout
+from tkf_infra.plan.pool_layout import PoolLayout
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""A model's architecture as sizing needs it, normalised from ``config.json``, and vLLM's parallelism rules.
+"""A model's architecture as sizing needs it, normalised from ``config.json``.
 
 Why normalise: configs spell the same fact many ways (``n_head_kv``, ``num_kv_heads``,
 ``multi_query_group_num``…), nest the language model inside multimodal configs and leave fields
@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tkf_infra.sizing.config_fields import MAX_DIM, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, ConfigFieldError, Fields
+from tkf_infra.sizing.lengths import derive_max_len, rope_positions
 from tkf_infra.sizing.params import SizingError
 
 #: Attention heads beyond any real model (the largest have a few hundred).
 MAX_HEADS = 65_536
-VOCAB_PADDING = 64  # vLLM pads the vocabulary to a multiple of 64 before splitting it across TP ranks
 
 _MLA_MODEL_TYPES = frozenset({
     "deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_mtp", "kimi_k2", "kimi_linear",
@@ -23,8 +23,6 @@ _MLA_MODEL_TYPES = frozenset({
 })
 # Models whose config leaves num_key_value_heads implicit use these aliases.
 _KV_HEAD_KEYS = ("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num")
-_MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
-                 "model_max_length", "max_target_positions", "max_sequence_length")
 _NON_GATED = frozenset({"phi", "mixformer-sequential", "gpt2", "gpt_neox", "falcon", "starcoder2", "gpt_bigcode",
                         "opt", "bloom"})
 
@@ -113,27 +111,6 @@ class Arch:
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
-
-
-def derive_max_len(cfg: dict[str, Any]) -> int | None:
-    """vLLM's default max_model_len: the smallest length key, scaled by the rope factor."""
-    # A length key of another shape, or beyond any real context (tokenizer-style 1e30), is not a length.
-    lengths = [int(v) for k in _MAX_LEN_KEYS
-               if isinstance(v := cfg.get(k), int | float) and not isinstance(v, bool) and 1 <= v <= MAX_POSITIONS]
-    if not lengths:
-        return None
-    length = min(lengths)
-    rope = cfg.get("rope_scaling") or {}
-    if isinstance(rope, dict) and cfg.get("model_type") not in ("gemma3", "gemma3_text"):
-        rf = Fields(rope, "rope_scaling.")
-        rtype = str(rope.get("rope_type") or rope.get("type") or "")
-        factor = rf.number("factor", hi=1e6)
-        if factor and rtype not in ("llama3", "longrope", "su", "mrope", "default", ""):
-            original = rf.integer("original_max_position_embeddings", hi=MAX_POSITIONS)
-            if rtype == "yarn" and original:
-                length = original
-            length = int(length * factor)
-    return length
 
 
 def _recurrent(f: Fields, hidden: int) -> Recurrent | None:
@@ -403,97 +380,3 @@ def _unmodelled(f: Fields, mt: str) -> None:
             raise ConfigFieldError(f"config.json field {f.name(key)} is a list of {len(f.cfg[key])} per-layer head "
                                    "counts; per-layer head counts are not modelled, so this architecture cannot be "
                                    "sized")
-
-
-def rope_positions(cfg: dict[str, Any], mt: str) -> int:
-    """Rows of the rotary cos/sin caches vLLM registers as buffers (counted in the weights).
-
-    get_rope shares one cache per distinct rope; its length is max_position_embeddings, times the
-    factor for linear/dynamic scaling, original_max_position x factor for YaRN, and long + short
-    rows for LongRoPE (vllm/model_executor/layers/rotary_embedding/__init__.py@v0.19.0:140-320,
-    linear_scaling_rope.py:85-92, yarn_scaling_rope.py:76-79). Gemma 3 adds a local rope without
-    scaling (models/gemma3.py@v0.19.0:166-185)."""
-    max_pos = Fields(cfg, str(cfg.get("_where") or "")).integer("max_position_embeddings", hi=MAX_POSITIONS) or 0
-    rope_key = "rope_scaling" if cfg.get("rope_scaling") else "rope_parameters"
-    params = cfg.get(rope_key) or {}
-    ropes: list[dict[str, Any]] = []
-    if isinstance(params, dict) and params and all(isinstance(v, dict) for v in params.values()):
-        ropes = [dict(v) for v in params.values()]  # per layer type (transformers 5)
-    elif isinstance(params, dict):
-        ropes = [params]
-        if mt.startswith("gemma3") and cfg.get("rope_local_base_freq"):
-            ropes.append({"rope_type": "default", "rope_theta": cfg["rope_local_base_freq"]})
-    total, seen = 0, []
-    for rope in ropes:
-        if rope in seen:
-            continue
-        seen.append(rope)
-        rf = Fields(rope, f"{rope_key}.")
-        kind = str(rope.get("rope_type") or rope.get("type") or "default")
-        factor = rf.number("factor", hi=1e6) or 1.0
-        original = rf.integer("original_max_position_embeddings", hi=MAX_POSITIONS) or max_pos
-        if kind in ("linear", "dynamic"):
-            total += int(max_pos * factor)
-        elif kind in ("yarn", "deepseek_yarn"):
-            total += int(original * factor)
-        elif kind in ("longrope", "su"):
-            total += max_pos + original
-        else:
-            total += max_pos
-    return total
-
-
-def parallelism_problems(arch: Arch, tp: int, pp: int) -> list[str]:
-    """vLLM's divisibility rules; each message names the value and what is allowed."""
-    problems: list[str] = []
-    if tp < 1 or pp < 1:
-        return [f"tensorParallelSize ({tp}) and pipelineParallelSize ({pp}) must be at least 1"]
-    for n in sorted(set(arch.layer_heads or (arch.heads,))):
-        if n % tp:
-            ok = [d for d in range(1, min(n, 16) + 1) if all(h % d == 0 for h in set(arch.layer_heads or (n,)))]
-            problems.append(
-                f"tensorParallelSize {tp} does not divide the {n} attention heads "
-                f"(vLLM refuses it); use one of {ok}"
-            )
-            break
-    if arch.mla is None and arch.kv_heads:
-        kv = arch.kv_heads
-        if (kv >= tp and kv % tp) or (kv < tp and tp % kv):
-            problems.append(
-                f"tensorParallelSize {tp} does not split the {kv} KV heads evenly (needs {kv} % tp == 0 "
-                f"or tp % {kv} == 0)"
-            )
-    if arch.vocab:
-        padded = round_up(arch.vocab, VOCAB_PADDING)
-        if padded % tp:
-            problems.append(
-                f"tensorParallelSize {tp} does not divide the padded vocabulary ({padded}); vLLM stops "
-                f"with 'AssertionError: {padded} is not divisible by {tp}'"
-            )
-    if arch.is_moe and arch.moe_intermediate and arch.moe_intermediate % tp:
-        problems.append(
-            f"tensorParallelSize {tp} does not divide the expert intermediate size {arch.moe_intermediate}"
-        )
-    if pp > arch.layers:
-        problems.append(f"pipelineParallelSize {pp} exceeds the {arch.layers} layers")
-    return problems
-
-
-def round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
-
-
-def pp_layer_ranges(layers: int, pp: int) -> list[range]:
-    """Contiguous layer slices per PP rank; the remainder goes to the later ranks (as vLLM does).
-
-    Ranks beyond the layer count would hold nothing and are not listed: such a PP is refused by
-    `parallelism_problems`, and listing them would let a typo'd PP of 10**9 exhaust memory."""
-    pp = max(1, min(pp, layers))
-    base, rem = divmod(layers, pp)
-    sizes = [base + (1 if i >= pp - rem else 0) for i in range(pp)]
-    out: list[range] = []
-    start = 0
-    for size in sizes:
-        out.append(range(start, start + size))
-        start += size
-    return out

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from tkf_infra.sizing.arch import Arch
 from tkf_infra.sizing.facts import ModelFacts
 from tkf_infra.sizing.kv import kv_elem_bytes, kv_layout, largest_fitting_len
-from tkf_infra.sizing.params import GIB, SizingError, SizingParams
+from tkf_infra.sizing.params import DEFAULT_BLOCK_SIZE, GIB, SizingError, SizingParams, activation_bytes
 from tkf_infra.sizing.quant import quant_scheme
 from tkf_infra.sizing.versions import VersionChoice
 from tkf_infra.sizing.weights import Sharding, checkpoint_bytes, weights_bytes_per_rank
@@ -20,15 +20,13 @@ from tkf_infra.sizing.weights import Sharding, checkpoint_bytes, weights_bytes_p
 if TYPE_CHECKING:
     from tkf_infra.sizing.estimate import Estimate
 
-DEFAULT_BLOCK_SIZE = 16
-
 
 def estimate_cpu(arch: Arch, facts: ModelFacts | dict[str, Any], name: str, params: SizingParams, max_len: int,
                  problems: list[str], warnings: list[str], choice: VersionChoice) -> Estimate:
     """The KV space must hold one max-length request; the weights are reported (they live in RAM)."""
     from tkf_infra.sizing.estimate import Estimate
 
-    act_bytes = 4.0 if params.dtype.lower() in ("float32", "fp32", "float") else 2.0
+    act_bytes = activation_bytes(params)
     try:
         scheme = quant_scheme(arch.quant, params.quantization, act_bytes, arch.layers)
         weights = sum(weights_bytes_per_rank(arch, Sharding(), scheme, act_bytes))

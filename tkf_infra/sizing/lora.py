@@ -43,8 +43,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tkf_infra.sizing.arch import Arch, pp_layer_ranges
+from tkf_infra.sizing.arch import Arch
 from tkf_infra.sizing.facts import ModelFacts
+from tkf_infra.sizing.parallelism import pp_layer_ranges
 from tkf_infra.sizing.params import GIB, LoraSlots, SizingError, SizingParams
 
 #: vLLM refuses LoRA on an output layer with a larger vocabulary (vllm/lora/layers/logits_processor.py@v0.32.0:90-92).

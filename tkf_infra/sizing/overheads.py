@@ -16,7 +16,7 @@ from tkf_infra.sizing.arch import Arch
 from tkf_infra.sizing.gpus import GpuSpec
 from tkf_infra.sizing.params import GIB
 from tkf_infra.sizing.quant import QuantScheme
-from tkf_infra.sizing.versions import VersionRow
+from tkf_infra.sizing.release_row import VersionRow
 from tkf_infra.sizing.weights import Sharding
 
 #: Fused-MoE intermediate caches are sized for at most this many tokens per chunk

@@ -18,6 +18,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 GIB = 2**30
 MIB = 2**20
+#: The dtype spellings vLLM serves in float32: the only ones that widen activations past 16 bits, and one of
+#: the V1 oracle's reasons to fall back to V0 on 0.8-0.10 (`versions.engine_rows`).
+FLOAT32_DTYPES = ("float32", "fp32", "float")
+#: vLLM's KV block size in tokens when the entry leaves blockSize unset (GPU and CPU profiles alike).
+DEFAULT_BLOCK_SIZE = 16
 
 
 class SizingError(ValueError):
@@ -79,3 +84,8 @@ class SizingParams(BaseModel):
     """KV space of the CPU profile (VLLM_CPU_KVCACHE_SPACE); None on GPUs."""
     vllm_version: str
     """The vLLM release that will run (an image tag or a version string); it selects the overhead physics."""
+
+
+def activation_bytes(params: SizingParams) -> float:
+    """vLLM's dtype resolution: fp32 checkpoints are downcast to 16 bits under ``auto``."""
+    return 4.0 if params.dtype.lower() in FLOAT32_DTYPES else 2.0

@@ -11,118 +11,62 @@ What differs between rows (see docs/sizing.md for the whole accounting):
 - whether the CUDA-graph memory estimate is taken out of the KV budget (default since 0.20);
 - how hybrid layers are grouped and how "GPU KV cache size: N tokens" is computed;
 - the batch defaults (max_num_seqs, max_num_batched_tokens) by GPU size.
+
+What each field of a row means is in `release_row.py`.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-Version = tuple[int, int, int]
-
-
-@dataclass(frozen=True)
-class VersionRow:
-    """How one range of vLLM releases sizes its KV cache. Memory figures are GiB per GPU rank."""
-
-    name: str
-    first: Version
-    last: Version
-    """Inclusive: the last release of the range (patch 99 covers every patch release)."""
-    engine: str
-    """"v0" (`vllm/worker/worker.py`) or "v1" (`vllm/v1/worker/gpu_worker.py`)."""
-    sources: tuple[str, ...]
-    """The source lines this row follows, as path@tag:lines."""
-    sampler_sort_bytes: float
-    """Profiled bytes per logits element when the sampler warm-up sorts (PyTorch top-k/top-p)."""
-    sampler_fast_bytes: float | None = None
-    """Bytes per element on the sort-free path (Triton top-k/top-p), when this release has it."""
-    sampler_fast_min_rows: int = 8
-    activation_base_gib: float = 0.123
-    sampler_all_ranks: bool = True
-    """V1 samples on every rank of the last PP stage; V0 only on the driver (TP rank 0)."""
-    non_torch_tp1_gib: float = 0.25
-    non_torch_multi_gib: float = 2.15
-    """Non-torch growth at TP > 1 on NVLink boards (NCCL/NVLS, custom all-reduce buffers)."""
-    non_torch_multi_pcie_gib: float = 0.6
-    """The same on PCIe boards: no NVLS and no NVLink all-reduce buffers (not measured: see bound)."""
-    pcie_ceiling_no_fusion_gib: float | None = None
-    """The NVLink figure less FlashInfer's all-reduce + RMSNorm workspace, built in the profile's compile
-    (compilation/passes/fusion/allreduce_rms_fusion.py@v0.24.0:966-994) only at TP > 1 on cc 9.0 or 10.x
-    (config/vllm.py@v0.17.0:113-133, @v0.24.0:131-151, @v0.29.0:161-185; off @v0.16.0:118-194): the PCIe bound's
-    ceiling on other GPUs. None: the NVLink figure (0.30 adds flashinfer_pcie_ipc_all_reduce.py for PCIe)."""
-    context_single_gib: float = 0.51
-    context_multi_gib: float = 1.55
-    """Memory in use before vLLM's start-up snapshot (CUDA context, NCCL): must fit outside the budget."""
-    graphs_reserved: bool = False
-    """The CUDA-graph memory estimate is subtracted from the KV budget."""
-    reserve_includes_fragmentation: bool = False
-    """V0 <= 0.6 measured the drop in free memory without emptying torch's cache after profiling."""
-    hybrid_group_ratio: float = 1.5
-    """Layer groups take the largest type's count when max < ratio x min (1.0: always the smallest)."""
-    tokens_from_concurrency: bool = False
-    """"GPU KV cache size" = int(concurrency x max_model_len) instead of blocks // groups x block."""
-    hybrid_prefix_caching: bool = False
-    """Prefix caching is on by default for hybrid (recurrent) models, so their state is cached in
-    mamba 'align' mode: 2 + speculative blocks per request and recurrent layer instead of 1 + speculative."""
-    mamba2_checkpoint_block: bool = False
-    """Mamba2 layers hold one more block per request in 'align' mode (prefill checkpoint)."""
-    mla_absorbed_weights: bool = False
-    """V0 MLA keeps absorbed copies of the attention matrices beside the weights (0.7.x)."""
-    mamba2_all_mode: bool = False
-    """Prefix caching puts Mamba2 layers in 'all' mode: one state per block of the sequence
-    (vllm/model_executor/models/config.py@v0.19.0:436-445; from 0.26 'align' for every model)."""
-    defaults_xl_gib: float | None = None
-    """GPUs with at least this much memory get 16384 batched tokens by default."""
-    defaults_exclude_a100: bool = True
-    defaults_exclude_cc: tuple[tuple[int, int], ...] = ()
-    """Compute capabilities kept on the small batch tier whatever their memory (GB10, cc 12.1, from 0.33)."""
-    profile_sampler_plain: bool = False
-    """The profile's sampler pass runs without sampling parameters (model runner V2, the default), so
-    the post-allocation warm-up (`warmup_kernels`, every sampling feature on) finds none of the sampler's
-    memory freed inside the budget: it must come from what the budget leaves outside."""
-    runner_v2: str = ""
-    """Which models run model runner V2 (`vllm/v1/worker/gpu/`) by default: "" none, "dense" generative
-    decoders that are neither MoE nor hybrid (config/vllm.py `_is_default_v2_model_runner_model`,
-    @v0.26.0:550-621, @v0.27.1:578-658, @v0.28.0:615-712), "all" every model (@v0.29.0:645-677). V2's sampler
-    holds `output_bin_counts` (max_num_seqs x vocab int32) and `prompt_bin_mask` on every last-stage rank,
-    allocated after the weights are measured, so vLLM counts them as non-KV memory
-    (v1/worker/gpu/sample/penalties.py@v0.27.1:32-42, @v0.32.0:45; gpu/model_runner.py@v0.27.1:350-360)."""
-    v2_graph_estimate: bool = True
-    """V2 estimates CUDA-graph memory for the KV budget. False on 0.26-0.28: its `profile_cudagraph_memory`
-    returns 0 (gpu/model_runner.py@v0.26.0:705-707, @v0.27.1:749-751, @v0.28.0:843-845), so
-    `determine_available_memory` takes nothing out for graphs (gpu_worker.py@v0.27.1:517-547); from 0.29 it
-    profiles them (@v0.29.0:896-898)."""
-    v0_fallback: tuple[str, ...] = ()
-    """Conditions under which these releases run the V0 engine instead (`_is_v1_supported_oracle`)."""
-    calibration: str = ""
-    activation_uncertainty: float = 0.25
-    """Relative uncertainty of the activation peak outside the calibrated range."""
-    sampler_uncertainty: float | None = None
-    """Relative uncertainty of the sampler warm-up term alone, where this row's bytes per logits element
-    were measured (None: as `activation_uncertainty`). The warm-up allocates rows x vocabulary x a fixed
-    number of bytes set by the sampler's code path, so once that number is measured on a release the term
-    is known far better than the forward pass, whose live tensors depend on the model's kernels."""
-    non_torch_uncertainty_gib: float = 0.3
-
+from tkf_infra.sizing.params import FLOAT32_DTYPES
+from tkf_infra.sizing.release_row import Version, VersionRow
 
 _V0_SRC = "vllm/worker/worker.py@v{t}:{a}-{b} (determine_num_available_blocks)"
 #: Non-torch growth at TP 2 on H100 NVLink on 0.11, before the all-reduce fusion: 0.55 GiB (2.15 from 0.17).
 _MULTI_NO_FUSION = 0.55
+#: Profiled bytes per logits element of the sort-based top-k/top-p warm-up from 0.11: the llm-d H100 runs on
+#: 0.11 measured 38.4-38.9 B (the 0.11-0.16 row's calibration); every later V1 row keeps the figure.
+_SORT_BYTES = 38.6
+#: The same on the Triton top-k/top-p path (topk_topp_sampler.py@v0.17.0:245-256, @v0.30.0:368-375): fitted on
+#: the 29 H100 start-ups of 0.19.0 (the 0.17-0.19 row's calibration); every later row keeps the figure.
+_FAST_BYTES = 14.45
+#: GPUs with at least this much memory get 16384 batched tokens by default (arg_utils.py@v0.28.0:2582-2590).
+_XL_GIB = 160.0
+
+# The keyword values several rows share, each written once: a row is one of these bases with what is its own
+# (name, range, sources, calibration, and whatever its releases changed), by dataclasses.replace. The bases
+# are not rows of the table; their range is the releases whose rows start from them.
+
+#: What the V0 engine's start-ups measured alike on 0.7-0.10 (the V0 rows' calibrations): the driver-only
+#: sampler warm-up at 40 B per logits element, non-torch 0.05 GiB at TP 1 and 2.10 GiB at TP 8.
+_V0 = VersionRow(
+    "V0 engine", (0, 5, 0), (0, 10, 99), "v0", sources=(),
+    sampler_sort_bytes=40.0, activation_base_gib=0.05, sampler_all_ranks=False,
+    non_torch_tp1_gib=0.05, non_torch_multi_gib=2.1, non_torch_multi_pcie_gib=0.6, hybrid_group_ratio=1.0,
+    defaults_exclude_a100=False)
+#: V1 from 0.17, when the Triton top-k/top-p sampler arrived: both sampler figures.
+_TRITON = VersionRow("V1, Triton sampler", (0, 17, 0), (0, 33, 99), "v1", sources=(),
+                     sampler_sort_bytes=_SORT_BYTES, sampler_fast_bytes=_FAST_BYTES)
+#: From 0.21: the CUDA-graph estimate out of the KV budget (from 0.20) and tokens from the concurrency.
+_CONCURRENCY = replace(_TRITON, name="V1, graphs reserved, tokens from concurrency", first=(0, 21, 0),
+                       graphs_reserved=True, tokens_from_concurrency=True)
+#: From 0.28: the 16384-token tier on the largest GPUs and prefix caching on by default for hybrid models.
+_XL = replace(_CONCURRENCY, name="V1, 16384-token tier, hybrid prefix caching", first=(0, 28, 0),
+              defaults_xl_gib=_XL_GIB, hybrid_prefix_caching=True)
 
 ROWS: tuple[VersionRow, ...] = (
-    VersionRow(
-        "v0.5-0.6 (V0, free-memory drop)", (0, 5, 0), (0, 6, 99), "v0",
+    replace(
+        _V0, name="v0.5-0.6 (V0, free-memory drop)", first=(0, 5, 0), last=(0, 6, 99),
         sources=(_V0_SRC.format(t="0.6.3", a=205, b=255),
                  "vllm/worker/model_runner.py@v0.6.3:1203 (profile_run: max_num_seqs prompts, mnbt tokens)",
                  "vllm/engine/arg_utils.py@v0.6.3:115 (max_num_seqs 256)"),
-        sampler_sort_bytes=40.0, activation_base_gib=0.05, sampler_all_ranks=False,
-        non_torch_tp1_gib=0.05, non_torch_multi_gib=2.1, non_torch_multi_pcie_gib=0.6,
-        reserve_includes_fragmentation=True, hybrid_group_ratio=1.0, defaults_exclude_a100=False,
+        reserve_includes_fragmentation=True,
         calibration="not calibrated (no 0.5/0.6 start-up in the case files): V0 sampler as measured for 0.7-0.10",
         activation_uncertainty=0.4, non_torch_uncertainty_gib=0.5),
-    VersionRow(
-        "v0.7 (V0, memory_profiling, MLA absorption)", (0, 7, 0), (0, 7, 99), "v0",
+    replace(
+        _V0, name="v0.7 (V0, memory_profiling, MLA absorption)", first=(0, 7, 0), last=(0, 7, 99),
         sources=(_V0_SRC.format(t="0.7.1", a=204, b=271),
                  "vllm/attention/backends/mla/utils.py@v0.7.1:313-395 (absorbed MLA matrices, default on)",
                  "vllm/envs.py@v0.7.3:546-547 (VLLM_MLA_PERFORM_MATRIX_ABSORPTION default 1)",
@@ -131,23 +75,18 @@ ROWS: tuple[VersionRow, ...] = (
                  "vllm/worker/model_runner.py@v0.8.5:1233-1333 (profile_run / _dummy_run)",
                  "vllm/config.py@v0.8.5:1967-1984 (mnbt = max(max_model_len, 2048) without chunked prefill)",
                  "vllm/engine/arg_utils.py@v0.8.5:1504-1563 (chunked prefill above 32K; max_num_seqs 256)"),
-        sampler_sort_bytes=40.0, activation_base_gib=0.05, sampler_all_ranks=False,
-        non_torch_tp1_gib=0.05, non_torch_multi_gib=2.1, non_torch_multi_pcie_gib=0.6, hybrid_group_ratio=1.0,
-        defaults_exclude_a100=False, mla_absorbed_weights=True,
+        mla_absorbed_weights=True,
         calibration="8x A100 40GB TP8 start-up (0.7.1, MLA): non-torch 2.10 GiB at TP8; weights within 0.3 % with "
                     "the absorbed copies",
         activation_uncertainty=0.3),
-    VersionRow(
-        "v0.8-0.10 (V0, memory_profiling)", (0, 8, 0), (0, 10, 99), "v0",
+    replace(
+        _V0, name="v0.8-0.10 (V0, memory_profiling)", first=(0, 8, 0), last=(0, 10, 99),
         sources=(_V0_SRC.format(t="0.8.5", a=225, b=292),
                  "vllm/utils.py@v0.8.5:2176-2252 (memory_profiling: weights + torch peak + non-torch)",
                  "vllm/worker/worker.py@v0.8.5:162-185 (baseline snapshot before NCCL init)",
                  "vllm/worker/model_runner.py@v0.8.5:1233-1333 (profile_run / _dummy_run)",
                  "vllm/config.py@v0.8.5:1967-1984 (mnbt = max(max_model_len, 2048) without chunked prefill)",
                  "vllm/engine/arg_utils.py@v0.8.5:1504-1563 (chunked prefill above 32K; max_num_seqs 256)"),
-        sampler_sort_bytes=40.0, activation_base_gib=0.05, sampler_all_ranks=False,
-        non_torch_tp1_gib=0.05, non_torch_multi_gib=2.1, non_torch_multi_pcie_gib=0.6, hybrid_group_ratio=1.0,
-        defaults_exclude_a100=False,
         calibration="V0 start-ups (0.8.x) on RTX 2060 12GB, RTX 4070 Laptop (GGUF), RTX 3090 (w4a16 MoE): activation "
                     "within 0.1 GiB, non-torch 0.02-0.06 GiB",
         activation_uncertainty=0.3),
@@ -172,7 +111,7 @@ ROWS: tuple[VersionRow, ...] = (
                  "vllm/v1/sample/ops/topk_topp_sampler.py@v0.16.0:243-283 (sort-based top-k/top-p)",
                  "vllm/v1/core/kv_cache_utils.py@v0.13.0:1015-1023 (group size: max when max < 1.25 x min)",
                  "vllm/engine/arg_utils.py@v0.16.0:1874-1895 (batch defaults)"),
-        sampler_sort_bytes=38.6, activation_base_gib=0.0, non_torch_tp1_gib=0.13,
+        sampler_sort_bytes=_SORT_BYTES, activation_base_gib=0.0, non_torch_tp1_gib=0.13,
         non_torch_multi_gib=_MULTI_NO_FUSION, non_torch_multi_pcie_gib=_MULTI_NO_FUSION, hybrid_group_ratio=1.25,
         mamba2_all_mode=True,
         calibration="llm-d H100 runs on 0.11 (activation 38.4-38.9 B per logits element, non-torch 0.13/0.55 GiB) "
@@ -180,8 +119,8 @@ ROWS: tuple[VersionRow, ...] = (
                     "cases-public-logs.json printed -0.5 % to +2.5 % of the sampler term (Qwen3 0.6B 5.56/5.59, "
                     "Qwen3-32B 5.64/5.59, gpt-oss-120b 7.38/7.40, Llama-3.3-70B FP8 4.84/4.72 GiB)",
         activation_uncertainty=0.2, sampler_uncertainty=0.04),
-    VersionRow(
-        "v0.17-0.19", (0, 17, 0), (0, 19, 99), "v1",
+    replace(
+        _TRITON, name="v0.17-0.19", first=(0, 17, 0), last=(0, 19, 99),
         pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
         sources=("vllm/v1/worker/gpu_worker.py@v0.19.0:332-483 (determine_available_memory; graph estimate "
                  "computed, not applied)",
@@ -190,20 +129,18 @@ ROWS: tuple[VersionRow, ...] = (
                  "vllm/v1/sample/ops/topk_topp_sampler.py@v0.17.0:245-256 (Triton top-k/top-p for >= 8 rows)",
                  "vllm/v1/core/kv_cache_utils.py@v0.19.0:1040-1050 (group size: max when max < 1.5 x min)",
                  "vllm/v1/core/kv_cache_utils.py@v0.19.0:1290-1310 (tokens = blocks // groups x block)"),
-        sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, hybrid_group_ratio=1.5,
-        mamba2_all_mode=True,
+        hybrid_group_ratio=1.5, mamba2_all_mode=True,
         calibration="29 H100 start-ups of 0.19.0 (llm-d-planner PR 205): KV tokens median 0.02%",
         activation_uncertainty=0.08, non_torch_uncertainty_gib=0.1),
-    VersionRow(
-        "v0.20", (0, 20, 0), (0, 20, 99), "v1", pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
+    replace(
+        _TRITON, name="v0.20", first=(0, 20, 0), last=(0, 20, 99), pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
         sources=("vllm/envs.py@v0.20.0:1724-1725 (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 1)",
                  "vllm/v1/worker/gpu_worker.py@v0.20.0:379-424 (available = requested - non-KV - graph estimate)",
                  "vllm/utils/mem_utils.py@v0.20.0:191-273 (memory_profiling)"),
-        sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, graphs_reserved=True,
-        mamba2_all_mode=True,
+        graphs_reserved=True, mamba2_all_mode=True,
         calibration="accounting as 0.19 plus the graph estimate (no 0.20 start-up in the case files)"),
-    VersionRow(
-        "v0.21-0.25", (0, 21, 0), (0, 25, 99), "v1",
+    replace(
+        _CONCURRENCY, name="v0.21-0.25", first=(0, 21, 0), last=(0, 25, 99),
         pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
         sources=("vllm/v1/worker/gpu_worker.py@v0.24.0:400-553 (determine_available_memory)",
                  "vllm/v1/core/kv_cache_utils.py@v0.21.0:1700-1712 (tokens = int(concurrency x max_model_len))",
@@ -211,22 +148,20 @@ ROWS: tuple[VersionRow, ...] = (
                  "vllm/utils/mem_utils.py@v0.24.0:229-311 (memory_profiling)",
                  "vllm/config/model.py@v0.25.0:1883-1888 (no prefix caching by default for hybrid models)",
                  "vllm/v1/kv_cache_interface.py@v0.22.0:582-591 (mamba state blocks: align 2 + spec, none 1 + spec)"),
-        sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, graphs_reserved=True, tokens_from_concurrency=True,
         mamba2_all_mode=True,
         calibration="accounting as 0.20 (one 0.22 start-up without its memory lines: RTX 3090 TP2 hybrid MTP)"),
-    VersionRow(
-        "v0.26", (0, 26, 0), (0, 26, 99), "v1", pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
+    replace(
+        _CONCURRENCY, name="v0.26", first=(0, 26, 0), last=(0, 26, 99), pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
         sources=("vllm/v1/worker/gpu_worker.py@v0.26.0:448-608 (determine_available_memory)",
                  "vllm/engine/arg_utils.py@v0.26.0:2518-2522 (hybrid models: prefix caching opt-in by default; "
                  "config/model.py@v0.26.0:1895-1897 only says they support it)",
                  "vllm/v1/kv_cache_interface.py@v0.26.0:710-720 (align mode: 2 + spec state blocks per request)",
                  "vllm/config/vllm.py@v0.26.0:550-621 (model runner V2 by default for dense decoders)",
                  "vllm/v1/worker/gpu/model_runner.py@v0.26.0:705-707 (V2: no CUDA-graph memory estimate)"),
-        sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, graphs_reserved=True, tokens_from_concurrency=True,
         hybrid_prefix_caching=False, runner_v2="dense", v2_graph_estimate=False,
         calibration="accounting as 0.21 (no 0.26 start-up in the case files)"),
-    VersionRow(
-        "v0.27", (0, 27, 0), (0, 27, 99), "v1", pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
+    replace(
+        _CONCURRENCY, name="v0.27", first=(0, 27, 0), last=(0, 27, 99), pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
         sources=("vllm/utils/mem_utils.py@v0.27.0:234-326 (non-KV = drop in free memory + transient peak)",
                  "vllm/v1/worker/gpu_worker.py@v0.27.0:460-612 (determine_available_memory)",
                  "vllm/config/vllm.py@v0.27.1:578-658 (model runner V2 by default for dense decoders)",
@@ -236,43 +171,39 @@ ROWS: tuple[VersionRow, ...] = (
                  "vllm/v1/worker/gpu/sample/penalties.py@v0.27.1:32-42 (output_bin_counts: seqs x vocab int32)",
                  "vllm/engine/arg_utils.py@v0.27.1:2515-2562 (70 GiB tier only: no 16384-token tier yet)",
                  "vllm/engine/arg_utils.py@v0.27.1:2602-2606 (hybrid models: prefix caching still opt-in)"),
-        sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, graphs_reserved=True, tokens_from_concurrency=True,
         hybrid_prefix_caching=False, runner_v2="dense", v2_graph_estimate=False,
         calibration="three 0.27.1 start-ups (Qwen3-32B, RTX PRO 6000, utilization 0.426: TP 1, TP 2, PP 2), all on "
                     "model runner V2"),
-    VersionRow(
-        "v0.28", (0, 28, 0), (0, 28, 99), "v1", pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
+    replace(
+        _XL, name="v0.28", first=(0, 28, 0), last=(0, 28, 99), pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
         sources=("vllm/v1/worker/gpu_worker.py@v0.28.0:475-559 (determine_available_memory)",
                  "vllm/engine/arg_utils.py@v0.28.0:2582-2590 (16384 batched tokens on >= 160 GiB)",
                  "vllm/config/vllm.py@v0.28.0:615-712 (model runner V2 by default for dense decoders)",
                  "vllm/v1/worker/gpu/model_runner.py@v0.28.0:843-845 (V2: no CUDA-graph memory estimate)",
                  "vllm/v1/worker/gpu/sample/penalties.py@v0.28.0:32-42 (output_bin_counts)",
                  "vllm/engine/arg_utils.py@v0.28.0:2650 (prefix caching on by default, hybrid models included)"),
-        sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, graphs_reserved=True, tokens_from_concurrency=True,
-        defaults_xl_gib=160.0, hybrid_prefix_caching=True, runner_v2="dense", v2_graph_estimate=False,
+        runner_v2="dense", v2_graph_estimate=False,
         calibration="accounting as 0.27 (no 0.28 start-up in the case files)"),
-    VersionRow(
-        "v0.29", (0, 29, 0), (0, 29, 99), "v1", pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
+    replace(
+        _XL, name="v0.29", first=(0, 29, 0), last=(0, 29, 99), pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
         sources=("vllm/utils/mem_utils.py@v0.29.0:234-326 (non-KV = drop in free memory + transient peak)",
                  "vllm/config/vllm.py@v0.29.0:645-677 (model runner V2 by default for every model)",
                  "vllm/v1/worker/gpu/model_runner.py@v0.29.0:896-898 (V2 profiles CUDA-graph memory)",
                  "vllm/v1/worker/gpu/sample/penalties.py@v0.29.0:32-42 (output_bin_counts)",
                  "vllm/engine/arg_utils.py@v0.28.0:2582-2590 (16384 batched tokens on >= 160 GiB)"),
-        sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, graphs_reserved=True, tokens_from_concurrency=True,
-        defaults_xl_gib=160.0, hybrid_prefix_caching=True, runner_v2="all",
+        runner_v2="all",
         calibration="accounting as 0.27 with V2's graph estimate (no 0.29 start-up in the case files)"),
-    VersionRow(
-        "v0.30-0.31", (0, 30, 0), (0, 31, 99), "v1",
+    replace(
+        _XL, name="v0.30-0.31", first=(0, 30, 0), last=(0, 31, 99),
         sources=("vllm/v1/worker/gpu_worker.py@v0.30.0:528-689 (determine_available_memory)",
                  "vllm/v1/sample/ops/topk_topp_sampler.py@v0.30.0:368-375 (Triton top-k/top-p at any batch)",
                  "vllm/v1/kv_cache_interface.py@v0.30.0:1034-1044 (align mode: 2 + spec state blocks per request)",
                  "vllm/config/vllm.py@v0.30.0:675-723 (model runner V2 by default; @v0.31.0:701-761)",
                  "vllm/v1/worker/gpu/sample/penalties.py@v0.30.0:40 (V2 output_bin_counts; @v0.31.0:45)"),
-        sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, sampler_fast_min_rows=0, graphs_reserved=True,
-        tokens_from_concurrency=True, defaults_xl_gib=160.0, hybrid_prefix_caching=True, runner_v2="all",
+        sampler_fast_min_rows=0, runner_v2="all",
         calibration="accounting as 0.32 (no 0.30/0.31 start-up in the case files)"),
-    VersionRow(
-        "v0.32", (0, 32, 0), (0, 32, 99), "v1",
+    replace(
+        _XL, name="v0.32", first=(0, 32, 0), last=(0, 32, 99),
         sources=("vllm/v1/worker/gpu_worker.py@v0.32.0:634-808 (determine_available_memory)",
                  "vllm/utils/mem_utils.py@v0.32.0:230-321 (non-KV = total consumed + transient peak headroom)",
                  "vllm/v1/worker/gpu_worker.py@v0.32.0:700-744 (graph estimate applied by default)",
@@ -290,13 +221,11 @@ ROWS: tuple[VersionRow, ...] = (
                  "vllm/v1/kv_cache_interface.py@v0.32.0:1076-1082 (align: 2 + spec + prefill-checkpoint blocks)",
                  "vllm/model_executor/layers/mamba/mamba_mixer2.py@v0.32.0:1098-1108 (Mamba2: one checkpoint block)",
                  "vllm/v1/worker/gpu/sample/penalties.py@v0.32.0:45 (V2 output_bin_counts)"),
-        sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, sampler_fast_min_rows=0, graphs_reserved=True,
-        tokens_from_concurrency=True, defaults_xl_gib=160.0, hybrid_prefix_caching=True, mamba2_checkpoint_block=True,
-        runner_v2="all",
+        sampler_fast_min_rows=0, mamba2_checkpoint_block=True, runner_v2="all",
         calibration="accounting read from 0.32.0; constants as 0.19 (no pinned 0.30-0.32 start-up in the files)",
         profile_sampler_plain=True),
-    VersionRow(
-        "v0.33", (0, 33, 0), (0, 33, 99), "v1",
+    replace(
+        _XL, name="v0.33", first=(0, 33, 0), last=(0, 33, 99),
         sources=("vllm/v1/worker/gpu_worker.py@v0.33.0:641-820 (determine_available_memory, as 0.32)",
                  "vllm/v1/worker/gpu_worker.py@v0.33.0:519-529 (cuBLAS handles created before the start-up "
                  "snapshot: baseline, not non-torch)",
@@ -312,9 +241,7 @@ ROWS: tuple[VersionRow, ...] = (
                  "vllm/engine/arg_utils.py@v0.33.0:2958-2996 (batch defaults; GB10, cc 12.1, on the small tier)",
                  "vllm/envs.py@v0.33.0:2219-2220 (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 1)",
                  "vllm/config/model.py@v0.33.0:2276-2278 (hybrid models support prefix caching)"),
-        sampler_sort_bytes=38.6, sampler_fast_bytes=14.45, sampler_fast_min_rows=0, graphs_reserved=True,
-        tokens_from_concurrency=True, defaults_xl_gib=160.0, hybrid_prefix_caching=True, mamba2_checkpoint_block=True,
-        defaults_exclude_cc=((12, 1),), runner_v2="all",
+        sampler_fast_min_rows=0, mamba2_checkpoint_block=True, defaults_exclude_cc=((12, 1),), runner_v2="all",
         calibration="accounting read from 0.33.0 (PyPI wheel); V2's penalty bins taken as in 0.32 (not re-read at "
                     "0.33); constants as 0.32 (no 0.33 start-up in the files; "
                     "the full sampling pipeline's bytes per logits element in the profile are not measured)"),
@@ -391,7 +318,7 @@ def engine_rows(choice: VersionChoice, *, cc: tuple[int, int] | None, quantizati
         reasons.add("cc<8.0")
     if (quantization or "").lower() == "gguf":
         reasons.add("gguf")
-    if dtype.lower() in ("float32", "fp32", "float"):
+    if dtype.lower() in FLOAT32_DTYPES:
         reasons.add("float32")
     if kv_cache_dtype.startswith("fp8") and cc is not None and cc < (9, 0):
         reasons.add("fp8-kv-pre-hopper")

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tkf_infra.sizing.arch import VOCAB_PADDING, Arch, parse_arch, pp_layer_ranges, round_up
+from tkf_infra.sizing.arch import Arch, parse_arch
 from tkf_infra.sizing.config_fields import reading_config
 from tkf_infra.sizing.facts import ModelFacts, bytes_of_counts
+from tkf_infra.sizing.parallelism import VOCAB_PADDING, pp_layer_ranges, round_up
 from tkf_infra.sizing.params import SizingError
 from tkf_infra.sizing.quant import QuantScheme, quant_scheme
 

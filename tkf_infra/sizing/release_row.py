@@ -1,0 +1,97 @@
+"""What one row of the vLLM release table holds: how a range of releases budgets GPU memory at start-up.
+
+Apart from the table (`versions.py`, the rows and the choice of row for an image) because every sizing
+term reads these fields while only the estimate chooses rows: `overheads.py` and `row_run.py` need the
+row's shape, not the table. Each field's docstring says what vLLM does that the field records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Version = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class VersionRow:
+    """How one range of vLLM releases sizes its KV cache. Memory figures are GiB per GPU rank."""
+
+    name: str
+    first: Version
+    last: Version
+    """Inclusive: the last release of the range (patch 99 covers every patch release)."""
+    engine: str
+    """"v0" (`vllm/worker/worker.py`) or "v1" (`vllm/v1/worker/gpu_worker.py`)."""
+    sources: tuple[str, ...]
+    """The source lines this row follows, as path@tag:lines."""
+    sampler_sort_bytes: float
+    """Profiled bytes per logits element when the sampler warm-up sorts (PyTorch top-k/top-p)."""
+    sampler_fast_bytes: float | None = None
+    """Bytes per element on the sort-free path (Triton top-k/top-p), when this release has it."""
+    sampler_fast_min_rows: int = 8
+    activation_base_gib: float = 0.123
+    sampler_all_ranks: bool = True
+    """V1 samples on every rank of the last PP stage; V0 only on the driver (TP rank 0)."""
+    non_torch_tp1_gib: float = 0.25
+    non_torch_multi_gib: float = 2.15
+    """Non-torch growth at TP > 1 on NVLink boards (NCCL/NVLS, custom all-reduce buffers)."""
+    non_torch_multi_pcie_gib: float = 0.6
+    """The same on PCIe boards: no NVLS and no NVLink all-reduce buffers (not measured: see bound)."""
+    pcie_ceiling_no_fusion_gib: float | None = None
+    """The NVLink figure less FlashInfer's all-reduce + RMSNorm workspace, built in the profile's compile
+    (compilation/passes/fusion/allreduce_rms_fusion.py@v0.24.0:966-994) only at TP > 1 on cc 9.0 or 10.x
+    (config/vllm.py@v0.17.0:113-133, @v0.24.0:131-151, @v0.29.0:161-185; off @v0.16.0:118-194): the PCIe bound's
+    ceiling on other GPUs. None: the NVLink figure (0.30 adds flashinfer_pcie_ipc_all_reduce.py for PCIe)."""
+    context_single_gib: float = 0.51
+    context_multi_gib: float = 1.55
+    """Memory in use before vLLM's start-up snapshot (CUDA context, NCCL): must fit outside the budget."""
+    graphs_reserved: bool = False
+    """The CUDA-graph memory estimate is subtracted from the KV budget."""
+    reserve_includes_fragmentation: bool = False
+    """V0 <= 0.6 measured the drop in free memory without emptying torch's cache after profiling."""
+    hybrid_group_ratio: float = 1.5
+    """Layer groups take the largest type's count when max < ratio x min (1.0: always the smallest)."""
+    tokens_from_concurrency: bool = False
+    """"GPU KV cache size" = int(concurrency x max_model_len) instead of blocks // groups x block."""
+    hybrid_prefix_caching: bool = False
+    """Prefix caching is on by default for hybrid (recurrent) models, so their state is cached in
+    mamba 'align' mode: 2 + speculative blocks per request and recurrent layer instead of 1 + speculative."""
+    mamba2_checkpoint_block: bool = False
+    """Mamba2 layers hold one more block per request in 'align' mode (prefill checkpoint)."""
+    mla_absorbed_weights: bool = False
+    """V0 MLA keeps absorbed copies of the attention matrices beside the weights (0.7.x)."""
+    mamba2_all_mode: bool = False
+    """Prefix caching puts Mamba2 layers in 'all' mode: one state per block of the sequence
+    (vllm/model_executor/models/config.py@v0.19.0:436-445; from 0.26 'align' for every model)."""
+    defaults_xl_gib: float | None = None
+    """GPUs with at least this much memory get 16384 batched tokens by default."""
+    defaults_exclude_a100: bool = True
+    defaults_exclude_cc: tuple[tuple[int, int], ...] = ()
+    """Compute capabilities kept on the small batch tier whatever their memory (GB10, cc 12.1, from 0.33)."""
+    profile_sampler_plain: bool = False
+    """The profile's sampler pass runs without sampling parameters (model runner V2, the default), so
+    the post-allocation warm-up (`warmup_kernels`, every sampling feature on) finds none of the sampler's
+    memory freed inside the budget: it must come from what the budget leaves outside."""
+    runner_v2: str = ""
+    """Which models run model runner V2 (`vllm/v1/worker/gpu/`) by default: "" none, "dense" generative
+    decoders that are neither MoE nor hybrid (config/vllm.py `_is_default_v2_model_runner_model`,
+    @v0.26.0:550-621, @v0.27.1:578-658, @v0.28.0:615-712), "all" every model (@v0.29.0:645-677). V2's sampler
+    holds `output_bin_counts` (max_num_seqs x vocab int32) and `prompt_bin_mask` on every last-stage rank,
+    allocated after the weights are measured, so vLLM counts them as non-KV memory
+    (v1/worker/gpu/sample/penalties.py@v0.27.1:32-42, @v0.32.0:45; gpu/model_runner.py@v0.27.1:350-360)."""
+    v2_graph_estimate: bool = True
+    """V2 estimates CUDA-graph memory for the KV budget. False on 0.26-0.28: its `profile_cudagraph_memory`
+    returns 0 (gpu/model_runner.py@v0.26.0:705-707, @v0.27.1:749-751, @v0.28.0:843-845), so
+    `determine_available_memory` takes nothing out for graphs (gpu_worker.py@v0.27.1:517-547); from 0.29 it
+    profiles them (@v0.29.0:896-898)."""
+    v0_fallback: tuple[str, ...] = ()
+    """Conditions under which these releases run the V0 engine instead (`_is_v1_supported_oracle`)."""
+    calibration: str = ""
+    activation_uncertainty: float = 0.25
+    """Relative uncertainty of the activation peak outside the calibrated range."""
+    sampler_uncertainty: float | None = None
+    """Relative uncertainty of the sampler warm-up term alone, where this row's bytes per logits element
+    were measured (None: as `activation_uncertainty`). The warm-up allocates rows x vocabulary x a fixed
+    number of bytes set by the sampler's code path, so once that number is measured on a release the term
+    is known far better than the forward pass, whose live tensors depend on the model's kernels."""
+    non_torch_uncertainty_gib: float = 0.3
