@@ -154,6 +154,9 @@ def fleet_settings(env_doc: Mapping[str, Any], contract: PlatformContract) -> di
     for key in ("gpuOperator", "certManager", "gatewayApi", "kserve", "lws"):
         piece = contract.pieces.get(key)
         platform[key] = {"alreadyInstalled": True, **({"version": piece.version} if piece and piece.version else {})}
+    if "keda" in contract.pieces:  # optional piece (platform.keda): present only when the platform has it
+        piece = contract.pieces["keda"]
+        platform["keda"] = {"alreadyInstalled": True, **({"version": piece.version} if piece.version else {})}
     platform["gpuOperator"].update(timeSlicingReplicas=contract.gpu_sharing.time_slicing_replicas,
                                    migStrategy=contract.gpu_sharing.mig_strategy)
     doc["platform"] = platform
