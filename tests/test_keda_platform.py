@@ -189,3 +189,21 @@ def test_the_platform_contract_carries_keda_to_the_fleet() -> None:
     without = platform_contract.publish(validate_catalog(vllm_doc(None)), "env")
     assert "keda" not in without["pieces"]
     assert "keda" not in platform_contract.fleet_settings({}, platform_contract.read(without, "e"))["platform"]
+
+
+def test_the_platform_refuses_to_drop_keda_while_a_fleet_has_scaled_objects() -> None:
+    """Deleting KEDA's CRDs deletes every ScaledObject with them: the fleet's autoscalers would vanish silently."""
+    from components.autoscaling import KEDA_API_VERSION, SCALED_OBJECT_KIND
+
+    assert platform_contract.PLATFORM_KINDS[SCALED_OBJECT_KIND] == ("keda", KEDA_API_VERSION)
+    before = platform_contract.publish(validate_catalog(vllm_doc({"version": "v2.18.0"})), "env")
+    assert before["apis"][SCALED_OBJECT_KIND] == KEDA_API_VERSION
+    for keda, change in ((None, "no longer set"), ({"alreadyInstalled": True}, "marked alreadyInstalled")):
+        after = platform_contract.publish(validate_catalog(vllm_doc(keda)), "env")
+        problems = platform_contract.crd_removal_problems(before, after, {"fleet": {"ScaledObject": 3.0}})
+        assert len(problems) == 1 and f"platform.keda: this run would delete keda's CRDs (keda is now {change})" \
+            in problems[0] and "fleet stack fleet has 3 ScaledObject" in problems[0]
+        assert platform_contract.crd_removal_problems(before, after, {"fleet": {"ScaledObject": 0}}) == []
+    plan = planned(vllm_doc({"version": "v2.18.0"}),
+                   ClusterState("c", (live("n1"),), api_versions=SERVED | {KEDA_API}))
+    assert platform_contract.platform_use(plan)["ScaledObject"] == 1
