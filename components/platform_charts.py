@@ -43,9 +43,14 @@ UPSTREAM: dict[str, tuple[str, str | None]] = {
 #: Gateway API ships no chart: its standard channel is a set of YAML files (CRDs plus the
 #: safe-upgrades ValidatingAdmissionPolicy), published together as standard-install.yaml.
 GATEWAY_API_URL = "https://github.com/kubernetes-sigs/gateway-api/releases/download/{version}/standard-install.yaml"
-#: Piece (stack-file key) → chart folder inside its vendored directory (KServe: a folder of charts).
+#: KEDA ships no chart in its repository: its release asset is one YAML file, `kustomize build config/default`
+#: with the release's images (components/data/charts/SOURCES.md); `{version}` without the leading v.
+KEDA_URL = "https://github.com/kedacore/keda/releases/download/v{version}/keda-{version}.yaml"
+#: Piece (stack-file key) → chart folder inside its vendored directory (KServe: a folder of charts;
+#: Gateway API and KEDA: a folder of YAML files).
 VENDORED_FOLDERS = {"gpuOperator": "gpu-operator-{v}/gpu-operator", "certManager": "cert-manager-{v}/cert-manager",
-                    "gatewayApi": "gateway-api-{v}/standard", "kserve": "kserve-{v}", "lws": "lws-{v}/lws"}
+                    "gatewayApi": "gateway-api-{v}/standard", "kserve": "kserve-{v}", "lws": "lws-{v}/lws",
+                    "keda": "keda-{v}"}
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,14 @@
 5. ``kserve-runtime-configs`` with ``kserve.llmisvcConfigs.enabled`` (``platform.kserve.presets``):
    the presets every LLMInferenceService is combined with (off by default in the chart);
 6. our ``kserve-config-llm-worker-pipeline-parallel`` preset: KServe picks that name for a multi-node
-   service with pipeline parallelism but does not ship it (``components/data/pipeline-parallel-preset.yaml``).
+   service with pipeline parallelism but does not ship it (``components/data/pipeline-parallel-preset.yaml``);
+7. KEDA (only with ``platform.keda`` set, either backend): its release's install YAML, needing none of the
+   others, so it is a chain of its own that ModelServing also waits on (a ScaledObject needs its CRD).
 
 Every chart is a Chart v4 (components/platform_charts.py); each step ``depends_on`` the charts before
 it, which Pulumi resolves only once their objects exist, so a chart's custom resources find their
-CRDs. The charts create no namespaces: they are created here. ``dependencies`` is what ModelServing
-waits on. The vllm backend needs only LeaderWorkerSet.
+CRDs. The charts create no namespaces: they are created here (KEDA's YAML holds its own, `keda`).
+``dependencies`` is what ModelServing waits on. The vllm backend needs only LeaderWorkerSet (and KEDA).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import yaml
 
 from components.platform_charts import (
     GATEWAY_API_URL,
+    KEDA_URL,
     ChartSpec,
     chart_spec,
     config_group,
@@ -180,7 +183,8 @@ class ServingPrerequisites(pulumi.ComponentResource):
                 f"{name}-pipeline-parallel-preset",
                 api_version=doc["apiVersion"], kind=doc["kind"], metadata=doc["metadata"], spec=doc["spec"],
                 opts=self._opts(after=controller or crds)))]
-        self.dependencies = list(dict.fromkeys([*last, *third]))
+        keda = [self._keda()] if "keda" in installed else []
+        self.dependencies = list(dict.fromkeys([*last, *third, *keda]))
         self.register_outputs({"charts": sorted(self.charts)})
 
     # -- steps ----------------------------------------------------------------------------------
@@ -234,6 +238,24 @@ class ServingPrerequisites(pulumi.ComponentResource):
                 kind=kind, metadata=meta, opts=pulumi.ResourceOptions(parent=self, depends_on=out[:1]),
                 **fields)))
         return out
+
+    def _keda(self) -> pulumi.Resource:
+        """KEDA's install YAML as one group: its Namespace, six CRDs, operator, metrics server (with the
+        `v1beta1.external.metrics.k8s.io` APIService) and admission webhook.
+
+        Why a YAML group and not a chart: KEDA's repository has none (its chart is another repository,
+        not reachable as a Go module); the release asset is this file. The group applies the Namespace
+        and CRDs before the objects in them, and renders offline (every kind in it is built in or a CRD
+        of the file itself).
+        """
+        a = self._args
+        piece = a.platform.keda
+        assert piece is not None, "installed_pieces lists keda only when platform.keda is set"
+        folder = local_dir("keda", piece, a.source)
+        files = ([str(p) for p in sorted(folder.glob("*.yaml"))] if folder is not None
+                 else [KEDA_URL.format(version=piece.pinned.removeprefix("v"))])
+        return self._add("keda", config_group(f"{self._name}-keda", files, skip_await=a.skip_await,
+                                              opts=self._opts()))
 
     # -- helpers --------------------------------------------------------------------------------
 

@@ -319,8 +319,10 @@ def test_each_piece_from_a_chart_path_of_its_own() -> None:
     for chart in ("kserve-llmisvc-crd", "kserve-llmisvc-resources", "kserve-runtime-configs"):
         assert c[chart].inputs["chart"] == str(ROOT / paths["kserve"] / chart)
     assert not [r for r in c.values() if "version" in r.inputs or "repositoryOpts" in r.inputs]
-    files = next(r for r in h.resources if r.type == GROUP).inputs["files"]
+    files = next(r for r in h.resources if r.name == "prereq-gateway-api").inputs["files"]
     assert files and all(f.startswith(str(ROOT / paths["gatewayApi"])) for f in files)
+    keda = next(r for r in h.resources if r.name == "prereq-keda").inputs["files"]
+    assert keda == [str(ROOT / paths["keda"] / "keda-2.18.0.yaml")]
     h = run(lambda: GpuOperator("gpu-operator", GpuOperatorArgs(s.platform.gpu_operator, source=s.chart_source)))
     assert charts(h)["gpu-operator"].inputs["chart"] == str(ROOT / paths["gpuOperator"])
 

@@ -3,7 +3,8 @@
 Why a real server: the schemas here are checked offline too (tests/test_scaling_render.py), but only
 the server runs KServe's CEL rules on `spec.scaling` and prunes what its structural schema lacks; the
 read-back shows nothing we render is dropped. KEDA's CRD (v2.18.0, tests/data/crds) stands in for a KEDA
-installation: tkf-infra does not install KEDA, and no KEDA controller runs here.
+installation, and no KEDA controller runs here; tkf-infra's own install (`platform.keda`) is
+tests/apiserver/test_keda_on_apiserver.py.
 """
 
 from __future__ import annotations

@@ -23,13 +23,15 @@ ChartSource = Literal["upstream", "vendored"]
 #: The chart sources shipped in components/data/charts/ (`platform.charts: vendored`), one version each;
 #: components/data/charts/SOURCES.md records their upstream repository, tag and commit.
 VENDORED_CHARTS = {"gpuOperator": "v26.7.0", "certManager": "v1.21.1", "gatewayApi": "v1.5.1",
-                   "kserve": "v0.20.0", "lws": "v0.8.0"}
+                   "kserve": "v0.20.0", "lws": "v0.8.0", "keda": "v2.18.0"}
 
 #: Namespaces the upstream charts hard-code: KServe's CRDs name their conversion webhook
 #: kserve/llmisvc-webhook-server-service and its presets live in `kserve`; the LWS CRD (crds/, not
 #: templated) names lws-system/lws-webhook-service.
 KSERVE_NAMESPACE = "kserve"
 LWS_NAMESPACE = "lws-system"
+#: KEDA's manifests create namespace `keda` and name it in their APIService, webhook and RoleBindings.
+KEDA_NAMESPACE = "keda"
 
 #: Why render mode needs these pieces from local files (components/platform_charts.py and
 #: components/prerequisites.py work around each; docs/platform.md).
@@ -78,6 +80,10 @@ def chart_path_problem(key: str, chart_path: str) -> str | None:
             found = any("CustomResourceDefinition" in (text := f.read_text(errors="replace"))
                         and "gateway.networking.k8s.io" in text for f in folder.glob("*.yaml"))
             wanted = "a folder of Gateway API's standard-channel YAML files (its CRDs)"
+        elif key == "keda":
+            found = any("CustomResourceDefinition" in (text := f.read_text(errors="replace"))
+                        and "scaledobjects.keda.sh" in text for f in folder.glob("*.yaml"))
+            wanted = "a folder of KEDA's install YAML (its release's keda-<version>.yaml, with the keda.sh CRDs)"
         elif key == "kserve":
             found = all((folder / c / "Chart.yaml").is_file() for c in KSERVE_CHARTS)
             wanted = f"a folder holding KServe's {', '.join(KSERVE_CHARTS)} charts (KServe's charts/)"

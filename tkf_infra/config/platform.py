@@ -1,4 +1,4 @@
-"""The platform pieces a stack installs (GPU Operator, cert-manager, Gateway API, KServe, LWS), or leaves to others.
+"""The platform pieces a stack installs (GPU Operator, cert-manager, Gateway API, KServe, LWS, KEDA) or leaves alone.
 
 Why pinned: a chart version that floats changes the cluster under a stack nobody edited; every piece
 tkf-infra installs names an exact release (docs/platform.md), and `alreadyInstalled` is the way to
@@ -68,6 +68,17 @@ class KServeSettings(Component):
         "them, or an equivalent set of your own, every LLMInferenceService stays PresetsCombined=False.")
 
 
+class KedaSettings(Component):
+    """KEDA, the autoscaler both backends' scaling objects need (docs/scaling.md).
+
+    Why opt-in, unlike the other pieces: only autoscaled models need it, and a stack that autoscales
+    nothing (dev) should not carry its 24 objects, its APIService and its webhook; a cluster may also
+    run a KEDA of its own, which two installs would fight over (one owner of keda.sh's CRDs).
+    """
+
+    version: str | None = "v2.18.0"
+
+
 class Platform(SettingsModel):
     charts: ChartSource | None = Field(
         None, description="Where chart sources come from: `upstream` = each project's repository at the piece's "
@@ -81,14 +92,25 @@ class Platform(SettingsModel):
     gateway_api: Component = Field(default_factory=lambda: Component(version="v1.5.1"))
     kserve: KServeSettings = Field(default_factory=lambda: KServeSettings(version="v0.20.0"))
     lws: Component = Field(default_factory=lambda: Component(version="0.8.0"))
+    # The release KServe v0.20.0's go.mod builds against (github.com/kedacore/keda/v2 v2.18.0).
+    keda: KedaSettings | None = Field(
+        None, description="KEDA (keda.sh ScaledObject, its operator, metrics server and webhook), which every "
+        "autoscaled model needs. Absent (the default): tkf-infra does not install it, and an autoscaled model is "
+        "refused on a cluster that does not serve keda.sh/v1alpha1. Set it (`keda: {version: v2.18.0}`) to "
+        "install it (namespace `keda`, hard-coded by its manifests); `alreadyInstalled: true` says the same as "
+        "absent, explicitly. chartPath: a folder of KEDA's install YAML (its release's keda-<version>.yaml).")
 
     def pieces(self) -> dict[str, Component]:
-        """Each piece under its stack-file key."""
-        return {"gpuOperator": self.gpu_operator, "certManager": self.cert_manager, "gatewayApi": self.gateway_api,
-                "kserve": self.kserve, "lws": self.lws}
+        """Each piece under its stack-file key (KEDA only when set)."""
+        out: dict[str, Component] = {"gpuOperator": self.gpu_operator, "certManager": self.cert_manager,
+                                     "gatewayApi": self.gateway_api, "kserve": self.kserve, "lws": self.lws}
+        if self.keda is not None:
+            out["keda"] = self.keda
+        return out
 
 
 def installed_pieces(platform: Platform, backend: Backend) -> dict[str, Component]:
-    """The pieces tkf-infra installs: the vllm backend needs only the GPU Operator and LeaderWorkerSet."""
-    wanted = ("gpuOperator", "lws") if backend == Backend.VLLM else tuple(platform.pieces())
+    """The pieces tkf-infra installs: the vllm backend needs only the GPU Operator, LeaderWorkerSet and
+    (when set) KEDA."""
+    wanted = ("gpuOperator", "lws", "keda") if backend == Backend.VLLM else tuple(platform.pieces())
     return {k: c for k, c in platform.pieces().items() if k in wanted and not c.already_installed}

@@ -10,8 +10,9 @@ preview rather than sitting at its minimum for ever (docs/scaling.md):
   we render the ScaledObject on the Deployment; on `kserve`, KServe v0.20.0 renders one from
   `spec.scaling.wva.keda` (pkg/controller/v1alpha2/llmisvc/scaling.go `expectedScaledObject`) and a
   VariantAutoscaling (`llmd.ai/v1alpha1`) for llm-d's Workload Variant Autoscaler, whose
-  `wva_desired_replicas` the ScaledObject follows. tkf-infra installs neither KEDA nor WVA (no chart
-  of theirs is vendored): a cluster that does not serve their APIs refuses the model;
+  `wva_desired_replicas` the ScaledObject follows. tkf-infra installs KEDA when `platform.keda` is set
+  (then `keda.sh` counts as served: this `up` creates it), never WVA; a cluster that does not serve an
+  API the model needs and that tkf-infra does not install refuses the model;
 - on `vllm` the trigger queries the stack's Prometheus (`prometheusUrl`), which must be set; on `kserve`
   too when tkf-infra installs KServe: its controller writes the ScaledObject only once
   `inferenceservice-config` names a Prometheus, which our install sets from `prometheusUrl`
@@ -86,9 +87,12 @@ def scaling_checks(entries: Sequence[ModelEntry], settings: StackSettings,
     needs = [KEDA_API, WVA_API] if backend == Backend.KSERVE else [KEDA_API]
     refused: dict[str, str] = {}
     warnings: list[str] = []
+    installed = installed_pieces(settings.platform, backend)
+    # What this stack installs is served once its `up` has run, whatever the cluster serves now.
+    needs = [api for api in needs if not (api == KEDA_API and "keda" in installed)]
     served = cluster.api_versions if cluster is not None else None
     missing = [api for api in needs if served is not None and api not in served]
-    ours = "kserve" in installed_pieces(settings.platform, backend)
+    ours = "kserve" in installed
     for e in scaled:
         if backend == Backend.KSERVE and ours and settings.prometheus_url is None:
             refused[e.name] = (f"model {e.name}: scaling on the kserve backend needs KServe's "
@@ -112,8 +116,7 @@ def scaling_checks(entries: Sequence[ModelEntry], settings: StackSettings,
         elif missing:
             refused[e.name] = (f"model {e.name}: scaling needs {' and '.join(missing)} on the cluster "
                                f"({_who(backend)}), which {cluster.source if cluster else 'it'} does not serve; "
-                               "tkf-infra does not install them: install them there, or drop `scaling` and set "
-                               "`replicas`")
+                               f"{_fix(missing)}, or drop `scaling` and set `replicas`")
         elif backend == Backend.KSERVE and e.scaling is not None and (
                 unused := sorted({"metric", "target", "cooldown_seconds"} & e.scaling.model_fields_set)):
             fields = "/".join(Scaling.model_fields[f].alias or f for f in unused)
@@ -121,11 +124,21 @@ def scaling_checks(entries: Sequence[ModelEntry], settings: StackSettings,
                             "scales through llm-d's Workload Variant Autoscaler, which decides from its own "
                             "saturation thresholds (KV cache, queue) in its ConfigMap, and its CRD's rules refuse "
                             "the HPA behaviour a cool-down would set; they apply on serving.backend vllm")
-    if served is None and len(refused) < len(scaled):
+    if served is None and needs and len(refused) < len(scaled):
         warnings.append(f"scaling: {', '.join(e.name for e in scaled if e.name not in refused)} autoscale through "
                         f"{_who(backend)}; the cluster's APIs were not read, so whether it serves "
-                        f"{' and '.join(needs)} was not checked (tkf-infra does not install them)")
+                        f"{' and '.join(needs)} was not checked ({_fix(needs)})")
     return refused, warnings
+
+
+def _fix(apis: Sequence[str]) -> str:
+    """How to get the missing APIs: KEDA tkf-infra can install (`platform.keda`), WVA it cannot."""
+    out = []
+    if KEDA_API in apis:
+        out.append("set platform.keda (tkf-infra then installs KEDA) or install KEDA on the cluster")
+    if WVA_API in apis:
+        out.append("install llm-d's Workload Variant Autoscaler on the cluster (tkf-infra does not)")
+    return "; ".join(out)
 
 
 def _who(backend: Backend) -> str:
