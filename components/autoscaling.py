@@ -8,8 +8,9 @@ would need a Prometheus Adapter serving external metrics besides. On the vllm ba
 ScaledObject ourselves, on the Deployment, with a Prometheus trigger on vLLM's own gauge: KEDA queries
 Prometheus directly and serves the HPA it creates, so no metrics adapter is needed and a single
 component (KEDA, pinned at v2.18.0, the release KServe v0.20.0's go.mod builds against) serves both
-backends. Neither KEDA nor WVA is installed by tkf-infra (no chart of theirs is vendored here):
-`tkf_infra/plan/scaling.py` refuses a scaled model on a cluster that does not serve their APIs.
+backends. tkf-infra installs KEDA when the stack asks (`platform.keda`, components/prerequisites.py) but not
+WVA (no chart of it is vendored): `tkf_infra/plan/scaling.py` refuses a scaled model on a cluster that will
+not serve the APIs it needs.
 
 - The trigger's query sums the gauge over the model's replicas (`model_name` is its servedName, as vLLM
   labels every series; `namespace` is what the usual scrape relabelling adds, as `status` reads it), and

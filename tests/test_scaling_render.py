@@ -23,9 +23,16 @@ SCALED = dict(SINGLE_GPU, scaling={"minReplicas": 2, "maxReplicas": 6, "metric":
                                    "cooldownSeconds": 120, "pollingSeconds": 10})
 
 
+#: KEDA's release as tkf-infra installs it (platform.keda): its ScaledObject CRD carries the kustomize patches
+#: the bare CRD file lacks (e.g. the stabilization window's 3600 s maximum).
+KEDA_RELEASE = (Path(__file__).resolve().parents[1] / "components" / "data" / "charts" / "keda-v2.18.0"
+                / "keda-2.18.0.yaml")
+
+
 @functools.cache
 def keda_validator() -> Any:
-    doc = yaml.load(KEDA_CRD.read_text(), Loader=yaml.CSafeLoader)
+    (doc,) = [d for d in yaml.load_all(KEDA_RELEASE.read_text(), Loader=yaml.CSafeLoader)
+              if d and d.get("kind") == "CustomResourceDefinition" and d["metadata"]["name"] == "scaledobjects.keda.sh"]
     (version,) = [v for v in doc["spec"]["versions"] if v["name"] == "v1alpha1"]
     return jsonschema.Draft7Validator(version["schema"]["openAPIV3Schema"])
 
@@ -201,3 +208,19 @@ def test_the_gateway_config_turns_on_the_metrics_that_wake_a_model_at_zero() -> 
     assert gateway_settings({"a": {"scaling": {"minReplicas": 0}}, "b": {}}) == {
         "litellm_settings": {"callbacks": ["prometheus"]}}
     assert gateway_settings({"a": {"scaling": {"minReplicas": 1}}, "b": {}}) == {}
+
+
+def test_a_cool_down_past_keda_s_hour_is_refused_at_load_and_the_hour_itself_renders() -> None:
+    """KEDA's ScaledObject caps the HPA's stabilization window at 3600 s: the catalog says so by name rather
+    than the API server refusing the object at `up`."""
+    from tests.test_settings import only_problem, with_model
+
+    msg = only_problem(with_model(scaling={"maxReplicas": 2, "cooldownSeconds": 3601}))
+    assert "cooldownSeconds 3601 is above 3600" in msg and "set at most 3600" in msg
+    (so,) = of_kind(rendered("vllm", dict(SINGLE_GPU, scaling={"maxReplicas": 2, "cooldownSeconds": 3600})),
+                    "ScaledObject").values()
+    keda_validator().validate(so)
+    behavior = so["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    behavior["scaleDown"]["stabilizationWindowSeconds"] = 3601
+    with pytest.raises(jsonschema.ValidationError, match="3601 is greater than the maximum of 3600"):
+        keda_validator().validate(so)

@@ -45,6 +45,8 @@ DEFAULT_TARGETS: dict[ScalingMetric, float] = {
 }
 
 MAX_REPLICAS = 100  # as `replicas`
+#: The HPA's scale-down stabilization window at most (KEDA v2.18.0's ScaledObject CRD: `maximum: 3600`).
+MAX_COOLDOWN_SECONDS = 3600
 
 
 class Overcommit(StrEnum):
@@ -83,6 +85,10 @@ class Scaling(SettingsModel):
         if self.min_replicas > self.max_replicas:
             problems.append(f"minReplicas {self.min_replicas} is above maxReplicas {self.max_replicas}; raise "
                             f"maxReplicas to at least {self.min_replicas} or lower minReplicas")
+        if self.cooldown_seconds > MAX_COOLDOWN_SECONDS:
+            problems.append(f"cooldownSeconds {self.cooldown_seconds} is above {MAX_COOLDOWN_SECONDS}: it becomes the "
+                            "HPA's scale-down stabilization window, which KEDA's ScaledObject (v2.18.0 CRD, as the "
+                            "HPA itself) caps at one hour; set at most 3600")
         if self.metric == ScalingMetric.KV_CACHE_USAGE and self.target is not None and self.target > 1:
             problems.append(f"target {self.target:g} is above 1, but kvCacheUsage is a fraction of the KV cache "
                             "(0-1); write e.g. 0.8 for 80 %")
