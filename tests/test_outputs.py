@@ -55,7 +55,7 @@ INFO_KEYS = {"id", "mode", "input_cost_per_token", "output_cost_per_token", "max
              "supports_function_calling"}
 REJECTED_KEYS = {"index", "name", "stage", "reasons", "refusals", "kept"}
 EXPORTED = {"contractVersion", "endpoints", "gatewayModelList", "rejected", "problems", "deployed", "apiKeyEnv",
-            "gpuLayout", "poolHeadroom", "runtimeApiKey", "apiKeyRotation"}
+            "gpuLayout", "poolHeadroom", "runtimeApiKey", "apiKeyRotation", "platformContract"}
 ROTATION_KEYS = {"step", "acceptedKeys", "acceptedKeysDigest", "gatewayKeyDigest"}
 
 

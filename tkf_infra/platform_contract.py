@@ -209,12 +209,19 @@ def platform_use(plan: FleetPlan) -> dict[str, int]:
             "ScaledObject": sum(1 for e in models if e.scaling is not None)}
 
 
+#: What makes a model hold an object of each platform kind: what a one-stack refusal tells the user to change.
+_WHAT_MAKES = {"LLMInferenceService": "serving.backend kserve makes one per model",
+               "LeaderWorkerSet": "a multi-node model (nodeCount above 1) makes one",
+               "ScaledObject": "`scaling` makes one; a fixed `replicas` makes none"}
+
+
 def crd_removal_problems(previous: Mapping[str, Any] | None, now: Mapping[str, Any],
-                         fleets: Mapping[str, Mapping[str, Any]]) -> list[str]:
+                         fleets: Mapping[str, Mapping[str, Any]], *, one_stack: bool = False) -> list[str]:
     """Why this platform run must not go on: it would remove a piece's CRDs while a fleet has objects of them.
 
     `previous`: the contract the platform stack last exported; `now`: the one it would export;
     `fleets`: each fleet stack's `platformUse`. A piece the stack did not install is never deleted by it.
+    `one_stack`: the platform and the fleet are one stack, `fleets` this run's own use.
     """
     before = (previous or {}).get("pieces") or {}
     problems = []
@@ -231,6 +238,13 @@ def crd_removal_problems(previous: Mapping[str, Any] | None, now: Mapping[str, A
             if was == "tkf-infra" and still != "tkf-infra":
                 change = ("marked alreadyInstalled" if still == "others" else
                           "no longer set" if piece == "keda" else "no longer needed by serving.backend")
+                if one_stack:
+                    problems.append(f"platform.{piece}: this run would delete {piece}'s CRDs ({piece} is now "
+                                    f"{change}), while stack {fleet} keeps {int(count)} {kind} object(s) of its "
+                                    "models, which the API server would delete with them behind Pulumi's back; "
+                                    f"change or remove those models in this same run ({_WHAT_MAKES[kind]}), or keep "
+                                    f"platform.{piece} as it was")
+                    continue
                 problems.append(f"platform.{piece}: this run would delete {piece}'s CRDs ({piece} is now {change}), "
                                 f"and fleet stack {fleet} has {int(count)} {kind} object(s), which the API server "
                                 f"would delete with them; remove those models first (`python -m tkf_infra up --stack "

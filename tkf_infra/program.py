@@ -303,14 +303,32 @@ def deploy(edge: Edge | None = None) -> Any:
     from components.fleet import build_fleet
     from tkf_infra.outputs import export_outputs
 
+    if run.layer == Layer.ALL:
+        one_stack(run, fleet_plan)
     fleet = build_fleet(fleet_plan, api_keys=api_keys, stack=run.environment, layer=run.layer, kubeconfig=kubeconfig)
     export_outputs(fleet_plan, api_keys)
+    if run.layer == Layer.ALL and run.contract is not None:
+        from tkf_infra.platform_contract import PLATFORM_CONTRACT_OUTPUT
+
+        pulumi.export(PLATFORM_CONTRACT_OUTPUT, run.contract)
     if run.layer == Layer.FLEET:
         from tkf_infra.platform_contract import LAYER_OUTPUT, PLATFORM_USE_OUTPUT, platform_use
 
         pulumi.export(LAYER_OUTPUT, Layer.FLEET.value)
         pulumi.export(PLATFORM_USE_OUTPUT, platform_use(fleet_plan))
     return fleet
+
+
+def one_stack(run: LayerRun, fleet_plan: FleetPlan) -> None:
+    """A stack holding both layers stops before registering anything when it would delete a platform piece's
+    CRDs while its own models keep objects of them (the split environment's platform does the same)."""
+    from tkf_infra.layer_edge import check_one_stack_removals
+    from tkf_infra.platform_contract import platform_use
+
+    try:
+        check_one_stack_removals(run, pulumi.get_stack(), platform_use(fleet_plan))
+    except SettingsError as err:
+        raise pulumi.RunError(err.render()) from None
 
 
 def runtime_api_keys(edge: Edge) -> ApiKeys | None:
