@@ -39,6 +39,8 @@ UPSTREAM: dict[str, tuple[str, str | None]] = {
     "kserve-llmisvc-resources": ("oci://ghcr.io/kserve/charts/kserve-llmisvc-resources", None),
     "kserve-runtime-configs": ("oci://ghcr.io/kserve/charts/kserve-runtime-configs", None),
     "lws": ("oci://registry.k8s.io/lws/charts/lws", None),
+    # WVA's release job pushes its chart here (.github/workflows/helm-release.yaml: `helm push ... oci://ghcr.io/llm-d`).
+    "workload-variant-autoscaler": ("oci://ghcr.io/llm-d/workload-variant-autoscaler", None),
 }
 #: Gateway API ships no chart: its standard channel is a set of YAML files (CRDs plus the
 #: safe-upgrades ValidatingAdmissionPolicy), published together as standard-install.yaml.
@@ -50,7 +52,7 @@ KEDA_URL = "https://github.com/kedacore/keda/releases/download/v{version}/keda-{
 #: Gateway API and KEDA: a folder of YAML files).
 VENDORED_FOLDERS = {"gpuOperator": "gpu-operator-{v}/gpu-operator", "certManager": "cert-manager-{v}/cert-manager",
                     "gatewayApi": "gateway-api-{v}/standard", "kserve": "kserve-{v}", "lws": "lws-{v}/lws",
-                    "keda": "keda-{v}"}
+                    "keda": "keda-{v}", "wva": "wva-{v}/workload-variant-autoscaler"}
 
 
 @dataclass(frozen=True)
@@ -82,8 +84,10 @@ def chart_spec(key: str, chart: str, piece: Component, source: ChartSource) -> C
 
 
 def helm_chart(name: str, release: str, spec: ChartSpec, namespace: str, values: dict[str, Any], *,
-               skip_await: bool, opts: pulumi.ResourceOptions) -> k8s.helm.v4.Chart:
-    """``release`` is the Helm release name the templates see: object names derive from it."""
+               skip_await: bool, opts: pulumi.ResourceOptions,
+               post_renderer: k8s.helm.v4.PostRendererArgs | None = None) -> k8s.helm.v4.Chart:
+    """``release`` is the Helm release name the templates see: object names derive from it. ``post_renderer``:
+    a program Helm pipes the rendered manifests through (components/helm_drop_kinds.py)."""
     return k8s.helm.v4.Chart(
         name,
         name=release,
@@ -93,6 +97,7 @@ def helm_chart(name: str, release: str, spec: ChartSpec, namespace: str, values:
         namespace=namespace,
         values=values,
         skip_await=skip_await,
+        post_renderer=post_renderer,
         opts=opts,
     )
 

@@ -11,7 +11,9 @@
 6. our ``kserve-config-llm-worker-pipeline-parallel`` preset: KServe picks that name for a multi-node
    service with pipeline parallelism but does not ship it (``components/data/pipeline-parallel-preset.yaml``);
 7. KEDA (only with ``platform.keda`` set, either backend): its release's install YAML, needing none of the
-   others, so it is a chain of its own that ModelServing also waits on (a ScaledObject needs its CRD).
+   others, so it is a chain of its own that ModelServing also waits on (a ScaledObject needs its CRD);
+8. llm-d's Workload Variant Autoscaler (only with ``platform.wva`` set, kserve backend): its chart, the
+   controller alone (components/wva.py), another chain of its own (KServe writes VariantAutoscalings).
 
 Every chart is a Chart v4 (components/platform_charts.py); each step ``depends_on`` the charts before
 it, which Pulumi resolves only once their objects exist, so a chart's custom resources find their
@@ -42,8 +44,9 @@ from components.platform_charts import (
     render_shim_chart,
     static_crd_files,
 )
+from components.wva import WVA_CHART, drop_service_monitor, wva_values
 from tkf_infra.config import Backend, Namespaces, Platform
-from tkf_infra.config.charts import ChartSource
+from tkf_infra.config.charts import WVA_NAMESPACE, ChartSource
 from tkf_infra.config.platform import installed_pieces
 from tkf_infra.config.stack import VLLM_GPU_IMAGE
 from tkf_infra.names import SERVING_PREREQUISITES_TYPE
@@ -137,7 +140,7 @@ def pipeline_parallel_preset(namespace: str, image: str) -> dict[str, Any]:
 
 
 class ServingPrerequisites(pulumi.ComponentResource):
-    """cert-manager, KServe (CRDs, controller, presets), Gateway API CRDs, LWS, the PP preset."""
+    """cert-manager, KServe (CRDs, controller, presets), Gateway API CRDs, LWS, the PP preset, KEDA and WVA."""
 
     dependencies: list[pulumi.Resource]
     """What ModelServing waits on: the last step of each chain (earlier steps come before it)."""
@@ -184,7 +187,8 @@ class ServingPrerequisites(pulumi.ComponentResource):
                 api_version=doc["apiVersion"], kind=doc["kind"], metadata=doc["metadata"], spec=doc["spec"],
                 opts=self._opts(after=controller or crds)))]
         keda = [self._keda()] if "keda" in installed else []
-        self.dependencies = list(dict.fromkeys([*last, *third, *keda]))
+        autoscaler = [self._wva()] if "wva" in installed else []
+        self.dependencies = list(dict.fromkeys([*last, *third, *keda, *autoscaler]))
         self.register_outputs({"charts": sorted(self.charts)})
 
     # -- steps ----------------------------------------------------------------------------------
@@ -257,17 +261,32 @@ class ServingPrerequisites(pulumi.ComponentResource):
         return self._add("keda", config_group(f"{self._name}-keda", files, skip_await=a.skip_await,
                                               opts=self._opts()))
 
+    def _wva(self) -> pulumi.Resource:
+        """WVA's chart in its own namespace: its CRD (crds/), the controller, cluster-wide RBAC, metrics Service.
+
+        Why its own chain: it needs none of the other pieces' CRDs, and only KServe's controller (not
+        this program) writes VariantAutoscalings, so nothing here waits on it but ModelServing.
+        """
+        a = self._args
+        piece = a.platform.wva
+        assert piece is not None, "installed_pieces lists wva only when platform.wva is set"
+        assert a.wva_prometheus_url is not None, "settings refuse platform.wva without prometheusUrl"
+        return self._chart("wva", "wva", WVA_CHART, WVA_NAMESPACE,
+                           wva_values(piece, a.wva_prometheus_url, a.namespaces.monitoring), after=[],
+                           post_renderer=drop_service_monitor())
+
     # -- helpers --------------------------------------------------------------------------------
 
     def _chart(self, step: str, key: str, chart: str, namespace: str, values: dict[str, Any], *,
-               after: list[pulumi.Resource], transforms: Sequence[pulumi.ResourceTransform] = ()) -> pulumi.Resource:
+               after: list[pulumi.Resource], transforms: Sequence[pulumi.ResourceTransform] = (),
+               post_renderer: k8s.helm.v4.PostRendererArgs | None = None) -> pulumi.Resource:
         piece = self._args.platform.pieces()[key]
         spec = chart_spec(key, chart, piece, self._args.source)
         opts = self._opts(after=after, namespace=namespace)
         if transforms:
             opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(transforms=list(transforms)))
         return self._add(step, helm_chart(f"{self._name}-{step}", chart, spec, namespace, values,
-                                          skip_await=self._args.skip_await, opts=opts))
+                                          skip_await=self._args.skip_await, opts=opts, post_renderer=post_renderer))
 
     def _opts(self, *, after: Sequence[pulumi.Resource] = (), namespace: str | None = None) -> pulumi.ResourceOptions:
         deps = list(after)

@@ -307,14 +307,16 @@ def test_each_piece_from_a_chart_path_of_its_own() -> None:
     """An air-gapped site's copies (here the vendored folders, given relative to the project): each piece's
     chartPath wins over `platform.charts: upstream`, and nothing is fetched."""
     paths = {key: f"components/data/charts/{VENDORED_FOLDERS[key].format(v=v)}" for key, v in VENDORED_CHARTS.items()}
-    doc: dict[str, Any] = {"cluster": {"mode": "kubeconfig", "kubeconfig": "k"}, "platform": {"charts": "upstream"}}
+    doc: dict[str, Any] = {"cluster": {"mode": "kubeconfig", "kubeconfig": "k"}, "platform": {"charts": "upstream"},
+                           "prometheusUrl": "https://prometheus.monitoring.svc:9091"}  # WVA needs an https one
     for key, path in paths.items():
         doc["platform"][key] = {"version": VENDORED_CHARTS[key], "chartPath": path}
     s = validate_catalog(doc).settings
     assert s.chart_source == "upstream"
-    h = prereqs(s.platform, source=s.chart_source)
+    h = prereqs(s.platform, source=s.chart_source, wva_prometheus_url=s.prometheus_url)
     c = charts(h)
     assert c["cert-manager"].inputs["chart"] == str(ROOT / paths["certManager"])
+    assert c["workload-variant-autoscaler"].inputs["chart"] == str(ROOT / paths["wva"])
     assert c["lws"].inputs["chart"] == str(ROOT / paths["lws"])
     for chart in ("kserve-llmisvc-crd", "kserve-llmisvc-resources", "kserve-runtime-configs"):
         assert c[chart].inputs["chart"] == str(ROOT / paths["kserve"] / chart)

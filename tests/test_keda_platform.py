@@ -162,13 +162,13 @@ def test_a_scaled_model_is_planned_when_tkf_infra_installs_keda_and_refused_when
         stage, reason = refused(planned(vllm_doc(keda), bare))["qwen3-8b"]
         assert stage == "topology" and f"needs {KEDA_API} on the cluster" in reason
         assert "set platform.keda (tkf-infra then installs KEDA)" in reason
-    # KServe still needs WVA, which tkf-infra does not install.
+    # KServe still needs WVA, which tkf-infra installs only with platform.wva (tests/test_wva_platform.py).
     doc = stack_doc(dict(SINGLE_GPU, scaling={"minReplicas": 1, "maxReplicas": 2}), cluster=kube(),
                     nodePools=[h100_pool(1)], prometheusUrl=PROM)
     doc["platform"]["keda"] = {"version": "v2.18.0"}
     reason = refused(planned(doc, bare))["qwen3-8b"][1]
     assert f"needs {WVA_API} on the cluster" in reason and KEDA_API not in reason.split("(")[0]
-    assert "Workload Variant Autoscaler on the cluster (tkf-infra does not)" in reason
+    assert "set platform.wva (tkf-infra then installs llm-d's Workload Variant Autoscaler" in reason
 
 
 def test_render_mode_does_not_warn_about_a_keda_it_installs() -> None:

@@ -38,7 +38,11 @@ PLATFORM_KINDS: dict[str, tuple[str, str]] = {
     "LeaderWorkerSet": ("lws", "leaderworkerset.x-k8s.io/v1"),
     # An autoscaled model's (ours on vllm, KServe's controller's on kserve); platform.keda when installed here.
     "ScaledObject": ("keda", "keda.sh/v1alpha1"),
+    # An autoscaled kserve model's (KServe's controller writes it for WVA); platform.wva when installed here.
+    "VariantAutoscaling": ("wva", "llmd.ai/v1alpha1"),
 }
+#: The pieces a platform has only when its stack sets them (opt-in; the others are always there or alreadyInstalled).
+OPTIONAL_PIECES = ("keda", "wva")
 #: The namespaces the platform owns; the fleet's (serving, gateway, monitoring) stay in its own settings.
 PLATFORM_NAMESPACES = ("gpuOperator", "kserve", "lws", "certManager")
 
@@ -156,9 +160,10 @@ def fleet_settings(env_doc: Mapping[str, Any], contract: PlatformContract) -> di
     for key in ("gpuOperator", "certManager", "gatewayApi", "kserve", "lws"):
         piece = contract.pieces.get(key)
         platform[key] = {"alreadyInstalled": True, **({"version": piece.version} if piece and piece.version else {})}
-    if "keda" in contract.pieces:  # optional piece (platform.keda): present only when the platform has it
-        piece = contract.pieces["keda"]
-        platform["keda"] = {"alreadyInstalled": True, **({"version": piece.version} if piece.version else {})}
+    for key in OPTIONAL_PIECES:  # present only when the platform has them (platform.keda, platform.wva)
+        if key in contract.pieces:
+            piece = contract.pieces[key]
+            platform[key] = {"alreadyInstalled": True, **({"version": piece.version} if piece.version else {})}
     platform["gpuOperator"].update(timeSlicingReplicas=contract.gpu_sharing.time_slicing_replicas,
                                    migStrategy=contract.gpu_sharing.mig_strategy)
     doc["platform"] = platform
@@ -201,18 +206,20 @@ def unmet_needs(catalog: Catalog, contract: PlatformContract, platform_stack: st
 
 def platform_use(plan: FleetPlan) -> dict[str, int]:
     """How many objects of each platform kind the fleet's deployed models make (KServe makes an LWS per multi-node,
-    and a ScaledObject per autoscaled model, as we do on the vllm backend)."""
+    and a ScaledObject and a VariantAutoscaling per autoscaled model; we make a ScaledObject on the vllm backend)."""
     models = [m.entry for m in plan.models]
     kserve = plan.catalog.settings.serving.backend == Backend.KSERVE
     return {"LLMInferenceService": len(models) if kserve else 0,
             "LeaderWorkerSet": sum(1 for e in models if e.is_multi_node),
-            "ScaledObject": sum(1 for e in models if e.scaling is not None)}
+            "ScaledObject": sum(1 for e in models if e.scaling is not None),
+            "VariantAutoscaling": sum(1 for e in models if e.scaling is not None) if kserve else 0}
 
 
 #: What makes a model hold an object of each platform kind: what a one-stack refusal tells the user to change.
 _WHAT_MAKES = {"LLMInferenceService": "serving.backend kserve makes one per model",
                "LeaderWorkerSet": "a multi-node model (nodeCount above 1) makes one",
-               "ScaledObject": "`scaling` makes one; a fixed `replicas` makes none"}
+               "ScaledObject": "`scaling` makes one; a fixed `replicas` makes none",
+               "VariantAutoscaling": "`scaling` on the kserve backend makes one; a fixed `replicas` makes none"}
 
 
 def crd_removal_problems(previous: Mapping[str, Any] | None, now: Mapping[str, Any],
@@ -237,7 +244,7 @@ def crd_removal_problems(previous: Mapping[str, Any] | None, now: Mapping[str, A
             still = (now["pieces"].get(piece) or {}).get("installedBy")
             if was == "tkf-infra" and still != "tkf-infra":
                 change = ("marked alreadyInstalled" if still == "others" else
-                          "no longer set" if piece == "keda" else "no longer needed by serving.backend")
+                          "no longer set" if piece in OPTIONAL_PIECES else "no longer needed by serving.backend")
                 if one_stack:
                     problems.append(f"platform.{piece}: this run would delete {piece}'s CRDs ({piece} is now "
                                     f"{change}), while stack {fleet} keeps {int(count)} {kind} object(s) of its "

@@ -23,7 +23,7 @@ ChartSource = Literal["upstream", "vendored"]
 #: The chart sources shipped in components/data/charts/ (`platform.charts: vendored`), one version each;
 #: components/data/charts/SOURCES.md records their upstream repository, tag and commit.
 VENDORED_CHARTS = {"gpuOperator": "v26.7.0", "certManager": "v1.21.1", "gatewayApi": "v1.5.1",
-                   "kserve": "v0.20.0", "lws": "v0.8.0", "keda": "v2.18.0"}
+                   "kserve": "v0.20.0", "lws": "v0.8.0", "keda": "v2.18.0", "wva": "v0.7.0"}
 
 #: Namespaces the upstream charts hard-code: KServe's CRDs name their conversion webhook
 #: kserve/llmisvc-webhook-server-service and its presets live in `kserve`; the LWS CRD (crds/, not
@@ -32,6 +32,8 @@ KSERVE_NAMESPACE = "kserve"
 LWS_NAMESPACE = "lws-system"
 #: KEDA's manifests create namespace `keda` and name it in their APIService, webhook and RoleBindings.
 KEDA_NAMESPACE = "keda"
+#: Where tkf-infra installs WVA: its chart takes the release namespace, and its own kustomize install uses this one.
+WVA_NAMESPACE = "workload-variant-autoscaler-system"
 
 #: Why render mode needs these pieces from local files (components/platform_charts.py and
 #: components/prerequisites.py work around each; docs/platform.md).

@@ -1,4 +1,5 @@
-"""The platform pieces a stack installs (GPU Operator, cert-manager, Gateway API, KServe, LWS, KEDA) or leaves alone.
+"""The platform pieces a stack installs (GPU Operator, cert-manager, Gateway API, KServe, LWS, KEDA, WVA) or leaves
+alone.
 
 Why pinned: a chart version that floats changes the cluster under a stack nobody edited; every piece
 tkf-infra installs names an exact release (docs/platform.md), and `alreadyInstalled` is the way to
@@ -79,6 +80,22 @@ class KedaSettings(Component):
     version: str | None = "v2.18.0"
 
 
+class WvaSettings(Component):
+    """llm-d's Workload Variant Autoscaler, which computes the `wva_desired_replicas` that KServe's scaling
+    path follows (docs/scaling.md).
+
+    Why opt-in, as KEDA: only autoscaled models on the kserve backend need it, and a cluster may run a WVA
+    of its own (one owner of llmd.ai's CRD). It reads vLLM's metrics from the stack's Prometheus
+    (`prometheusUrl`), which must be https (WVA v0.7.0 refuses to start on any other scheme).
+    """
+
+    version: str | None = "v0.7.0"
+    prometheus_service_account: str = Field(
+        "kube-prometheus-stack-prometheus", description="The ServiceAccount (in namespaces.monitoring) of the "
+        "Prometheus that scrapes WVA's https metrics endpoint: the chart lets it read /metrics (the chart's "
+        "default name, kube-prometheus-stack's).")
+
+
 class Platform(SettingsModel):
     charts: ChartSource | None = Field(
         None, description="Where chart sources come from: `upstream` = each project's repository at the piece's "
@@ -100,17 +117,27 @@ class Platform(SettingsModel):
         "install it (namespace `keda`, hard-coded by its manifests); `alreadyInstalled: true` says the same as "
         "absent, explicitly. chartPath: a folder of KEDA's install YAML (its release's keda-<version>.yaml).")
 
+    # The release whose VariantAutoscaling CRD KServe v0.20.0 writes against (tests/data/crds/).
+    wva: WvaSettings | None = Field(
+        None, description="llm-d's Workload Variant Autoscaler (llmd.ai VariantAutoscaling), which an autoscaled "
+        "model on the kserve backend needs. Absent (the default): tkf-infra does not install it, and such a model "
+        "is refused on a cluster that does not serve llmd.ai/v1alpha1. Set it (`wva: {version: v0.7.0}`) to "
+        "install its chart (namespace workload-variant-autoscaler-system); needs an https prometheusUrl. "
+        "`alreadyInstalled: true` says the same as absent, explicitly. Only the kserve backend uses it.")
+
     def pieces(self) -> dict[str, Component]:
-        """Each piece under its stack-file key (KEDA only when set)."""
+        """Each piece under its stack-file key (KEDA and WVA only when set)."""
         out: dict[str, Component] = {"gpuOperator": self.gpu_operator, "certManager": self.cert_manager,
                                      "gatewayApi": self.gateway_api, "kserve": self.kserve, "lws": self.lws}
         if self.keda is not None:
             out["keda"] = self.keda
+        if self.wva is not None:
+            out["wva"] = self.wva
         return out
 
 
 def installed_pieces(platform: Platform, backend: Backend) -> dict[str, Component]:
     """The pieces tkf-infra installs: the vllm backend needs only the GPU Operator, LeaderWorkerSet and
-    (when set) KEDA."""
+    (when set) KEDA; WVA is KServe's scaling path only."""
     wanted = ("gpuOperator", "lws", "keda") if backend == Backend.VLLM else tuple(platform.pieces())
     return {k: c for k, c in platform.pieces().items() if k in wanted and not c.already_installed}

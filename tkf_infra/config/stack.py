@@ -265,6 +265,20 @@ class StackSettings(SettingsModel):
                              f"models[] entry; {hints}check the spelling against `python -m tkf_infra schema`")
         return v
 
+    def _wva_prometheus_problem(self) -> str | None:
+        """WVA reads every signal from Prometheus and exits at start without an https one (v0.7.0's cmd/main.go
+        `ValidateTLSConfig`: "HTTPS is required"), so its pods would crash-loop while `up` reported success."""
+        if self.prometheus_url is None:
+            return ("platform.wva is set, so tkf-infra installs llm-d's Workload Variant Autoscaler, which reads "
+                    "vLLM's metrics from Prometheus and does not start without one, but the stack sets no "
+                    "prometheusUrl; set tkf-infra:prometheusUrl (an https:// URL of the Prometheus that scrapes "
+                    "the serving namespace and WVA) or remove platform.wva")
+        if urlparse(self.prometheus_url).scheme != "https":
+            return (f"platform.wva is set, but prometheusUrl {self.prometheus_url!r} is not https: WVA v0.7.0 exits at "
+                    "start on any other scheme (\"HTTPS is required\"); give the https:// endpoint of that Prometheus "
+                    "(or a TLS proxy in front of it), or remove platform.wva")
+        return None
+
     @property
     def awaits_weight_download(self) -> bool:
         """Whether `up` waits for the download Jobs: only against a cluster, by default unless skipAwait."""
@@ -287,6 +301,8 @@ class StackSettings(SettingsModel):
                 problems.append(f"namespaces.{field} is {actual!r}, but the {key} charts hard-code namespace "
                                 f"{fixed!r} (webhook and CRD references); keep {fixed!r}, or set "
                                 f"platform.{key}.alreadyInstalled: true for an installation of your own")
+        if "wva" in installed and (problem := self._wva_prometheus_problem()):
+            problems.append(problem)
         source = self.chart_source
         for key, c in installed.items():
             if c.chart_path and (problem := chart_path_problem(key, c.chart_path)):

@@ -11,8 +11,8 @@ preview rather than sitting at its minimum for ever (docs/scaling.md):
   `spec.scaling.wva.keda` (pkg/controller/v1alpha2/llmisvc/scaling.go `expectedScaledObject`) and a
   VariantAutoscaling (`llmd.ai/v1alpha1`) for llm-d's Workload Variant Autoscaler, whose
   `wva_desired_replicas` the ScaledObject follows. tkf-infra installs KEDA when `platform.keda` is set
-  (then `keda.sh` counts as served: this `up` creates it), never WVA; a cluster that does not serve an
-  API the model needs and that tkf-infra does not install refuses the model;
+  and WVA when `platform.wva` is (then `keda.sh`, `llmd.ai` count as served: this `up` creates them); a
+  cluster that does not serve an API the model needs and that tkf-infra does not install refuses the model;
 - on `vllm` the trigger queries the stack's Prometheus (`prometheusUrl`), which must be set; on `kserve`
   too when tkf-infra installs KServe: its controller writes the ScaledObject only once
   `inferenceservice-config` names a Prometheus, which our install sets from `prometheusUrl`
@@ -36,6 +36,8 @@ from tkf_infra.plan.admission import ClusterState
 #: The APIs an autoscaled model needs on the cluster (group/version as discovery lists them).
 KEDA_API = "keda.sh/v1alpha1"
 WVA_API = "llmd.ai/v1alpha1"
+#: The platform piece (`platform.<key>`) that installs each.
+API_PIECES = {KEDA_API: "keda", WVA_API: "wva"}
 
 
 def at_maximum(entry: ModelEntry, reason: str) -> str:
@@ -89,7 +91,7 @@ def scaling_checks(entries: Sequence[ModelEntry], settings: StackSettings,
     warnings: list[str] = []
     installed = installed_pieces(settings.platform, backend)
     # What this stack installs is served once its `up` has run, whatever the cluster serves now.
-    needs = [api for api in needs if not (api == KEDA_API and "keda" in installed)]
+    needs = [api for api in needs if API_PIECES[api] not in installed]
     served = cluster.api_versions if cluster is not None else None
     missing = [api for api in needs if served is not None and api not in served]
     ours = "kserve" in installed
@@ -132,12 +134,13 @@ def scaling_checks(entries: Sequence[ModelEntry], settings: StackSettings,
 
 
 def _fix(apis: Sequence[str]) -> str:
-    """How to get the missing APIs: KEDA tkf-infra can install (`platform.keda`), WVA it cannot."""
+    """How to get the missing APIs: tkf-infra installs KEDA with `platform.keda`, WVA with `platform.wva`."""
     out = []
     if KEDA_API in apis:
         out.append("set platform.keda (tkf-infra then installs KEDA) or install KEDA on the cluster")
     if WVA_API in apis:
-        out.append("install llm-d's Workload Variant Autoscaler on the cluster (tkf-infra does not)")
+        out.append("set platform.wva (tkf-infra then installs llm-d's Workload Variant Autoscaler; it needs an https "
+                   "prometheusUrl) or install WVA on the cluster")
     return "; ".join(out)
 
 
