@@ -58,3 +58,9 @@ def test_a_first_run_and_a_piece_never_installed_here_are_not_refused(monkeypatc
     assert program(doc(SCALED, keda=False), api_key="k").error is None, "no previous contract: nothing to delete"
     previous = first_run(monkeypatch, FIXED)
     assert program(doc(SCALED, keda=True), api_key="k", previous=previous).error is None
+
+
+def test_every_platform_kind_says_what_makes_a_model_hold_one() -> None:
+    from tkf_infra import platform_contract as pc
+
+    assert set(pc._WHAT_MAKES) == set(pc.PLATFORM_KINDS)
