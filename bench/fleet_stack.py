@@ -154,7 +154,6 @@ def main() -> None:
                 plat_changes = plat.preview().change_summary
                 rows.append({"models": n, "fleetChanges": changed, "platformPreview": {str(k): v for k, v in
                                                                                          plat_changes.items()}})
-        phases = traced_phases(tmp, envs, floors) if args.trace else []
         table = []
         for n in sizes:
             table.append({"models": n, "resources": envs[n][0].resources,
@@ -162,14 +161,15 @@ def main() -> None:
                                                                  "floor-up")},
                           "previewRatio": round(best[(n, "fleet-preview")] / best[(n, "floor-preview")], 2),
                           "upRatio": round(best[(n, "fleet-up")] / best[(n, "floor-up")], 2)})
-    print("models resources | fleet preview  floor preview  ratio | fleet up  floor up  ratio  (best of "
-          f"{args.repeat}, s)")
-    for r in table:
-        print(f"{r['models']:>6} {r['resources']:>9} | {r['fleet-preview']:>13} {r['floor-preview']:>14} "
-              f"{r['previewRatio']:>6} | {r['fleet-up']:>8} {r['floor-up']:>9} {r['upRatio']:>6}")
-    print("per round, the fleet's one-model up changed:", json.dumps(rows[-len(sizes):]))
-    if phases:
-        print_phases(phases)
+        print(f"# timed rounds done {load()}")
+        print("models resources | fleet preview  floor preview  ratio | fleet up  floor up  ratio  (best of "
+              f"{args.repeat}, s)")
+        for r in table:
+            print(f"{r['models']:>6} {r['resources']:>9} | {r['fleet-preview']:>13} {r['floor-preview']:>14} "
+                  f"{r['previewRatio']:>6} | {r['fleet-up']:>8} {r['floor-up']:>9} {r['upRatio']:>6}")
+        print("per round, the fleet's one-model up changed:", json.dumps(rows[-len(sizes):]), flush=True)
+        if args.trace:  # after the timed table, while the environments still exist
+            print_phases(traced_phases(tmp, envs, floors))
     print(f"# end {load()}")
     if args.json:
         args.json.write_text(json.dumps({"table": table, "rounds": rows}, indent=2))
