@@ -167,15 +167,26 @@ def breakdown(spans: list[Span]) -> dict[str, float]:
     k8s = [(s.start, s.end) for s in calls if s.peer in go_peers]
     first = min((s.start for s in regs), default=run.start)
     last = max((s.end for s in regs), default=run.end)
+    dynamic_all = [(s.start, s.end) for s in calls if s.peer not in go_peers and not s.name.endswith(
+        ("/Handshake", "/GetPluginInfo", "/Cancel"))]
+    stack_reads = [(s.start, s.end) for s in spans if s.name == "builtinProvider.readStackReference"]
+    state = [(s.start, s.end) for s in spans if s.name.startswith("diyBackend.") and "StackOutputs" not in s.name]
+    logs = [s for s in spans if s.service == "pulumi-cli" and s.name == "pulumirpc.Engine/Log"]
     return {"total": t1 - t0, "startup": run.start - t0, "imports_plan": first - run.start,
             "registration": last - first, "fit_checks": busy(dynamic), "fit_check_calls": float(len(dynamic)),
-            "k8s_provider": busy(k8s), "shutdown": t1 - run.end}
+            "k8s_provider": busy(k8s), "shutdown": t1 - run.end,
+            # Used by bench/fleet_stack.py: every call to the Python dynamic provider (Check, Diff, Update ...),
+            # the engine's reads of stack outputs (the platform contract, the stack's own last outputs),
+            # its state file reads and writes, and the program's Engine/Log calls (each one a round trip).
+            "dynamic_provider": busy(dynamic_all), "stack_reads": busy(stack_reads), "state": busy(state),
+            "engine_logs": float(len(logs))}
 
 
-def traced_preview(p: Program, trace: Path) -> dict[str, float]:
-    """One preview through the CLI with the engine's OpenTelemetry export to a file."""
+def traced_preview(p: Program, trace: Path, command: tuple[str, ...] = ("preview",)) -> dict[str, float]:
+    """One preview (or `command`, e.g. `up --yes --skip-preview` as the Automation API runs it) of the
+    program's stack through the CLI, with the engine's OpenTelemetry export to a file."""
     env = {**os.environ, **p.env, "PULUMI_TRACING_NO_PAYLOADS": "true"}
-    subprocess.run([str(pulumi_home() / "bin" / "pulumi"), "preview", "--stack", "bench", "--non-interactive",
+    subprocess.run([str(pulumi_home() / "bin" / "pulumi"), *command, "--stack", p.stack.name, "--non-interactive",
                     "--otel-traces", f"file://{trace}"],
                    cwd=p.stack.workspace.work_dir, env=env, check=True, capture_output=True)
     try:

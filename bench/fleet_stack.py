@@ -8,6 +8,10 @@ ConfigMaps through the same engine, Kubernetes provider (render mode) and virtua
 resources as the fleet stack holds; its "one change" edits one ConfigMap. `--platform` keeps the dev
 platform's charts in the platform stack (about 150 resources, minutes to apply): the fleet's figures
 should not move, which is the point of the split.
+
+`--trace` adds, after the timed rounds, one traced no-change preview and one traced one-change `up` of
+each program (not timed: tracing is not free), and prints where each one's time went from the engine's
+OpenTelemetry spans (`bench/engine_preview.py`'s `breakdown`; docs/performance.md reads the columns).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from pulumi import automation as auto  # noqa: E402
 
 from bench.catalogs import dev_stack_config, generated_models  # noqa: E402
-from bench.engine_preview import FLOOR_OVERHEAD, Program, _workspace, floor_program  # noqa: E402
+from bench.engine_preview import FLOOR_OVERHEAD, Program, _workspace, floor_program, load, traced_preview  # noqa: E402
 from tkf_infra.ops.stacks import copy_project  # noqa: E402
 
 
@@ -81,15 +85,47 @@ def timed(run: Any) -> tuple[float, Any]:
     return time.perf_counter() - started, result
 
 
+PHASES = ("total", "startup", "imports_plan", "registration", "k8s_provider", "dynamic_provider", "stack_reads",
+          "state", "engine_logs", "shutdown")
+
+
+def traced_phases(tmp: Path, envs: dict[int, tuple[Program, auto.Stack, Path]],
+                  floors: dict[int, Program]) -> list[tuple[int, str, dict[str, float]]]:
+    """One traced no-change preview and one traced one-change `up` (as the Automation API runs it) of each
+    fleet and floor, broken down by phase."""
+    up = ("up", "--yes", "--skip-preview")
+    out = []
+    for n, (fleet, _, path) in envs.items():
+        floor = floors[n]
+        out.append((n, "fleet preview", traced_preview(fleet, tmp / "trace.json")))
+        out.append((n, "floor preview", traced_preview(floor, tmp / "trace.json")))
+        toggle_model(path)
+        out.append((n, "fleet up", traced_preview(fleet, tmp / "trace.json", up)))
+        toggle_configmap(floor)
+        out.append((n, "floor up", traced_preview(floor, tmp / "trace.json", up)))
+    return out
+
+
+def print_phases(phases: list[tuple[int, str, dict[str, float]]]) -> None:
+    print("\nWhere the time goes (one traced run each, s; engine logs = the program's Engine/Log calls)")
+    print("| models | run | " + " | ".join(PHASES) + " |")
+    print("|---|---|" + "---|" * len(PHASES))
+    for n, label, ph in phases:
+        cells = [f"{ph[k]:.0f}" if k == "engine_logs" else f"{ph[k]:.2f}" for k in PHASES]
+        print(f"| {n} | {label} | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="2,50,200")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--platform", action="store_true", help="the dev platform's charts in the platform stack")
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--trace", action="store_true", help="also break one preview and one up of each down by phase")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     rows: list[dict[str, Any]] = []
+    print(f"# start {load()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="tkf-fleet-bench-") as tmpdir:
         tmp = Path(tmpdir)
         envs = {n: fleet_env(tmp, n, args.platform) for n in sizes}
@@ -125,12 +161,16 @@ def main() -> None:
                                                                  "floor-up")},
                           "previewRatio": round(best[(n, "fleet-preview")] / best[(n, "floor-preview")], 2),
                           "upRatio": round(best[(n, "fleet-up")] / best[(n, "floor-up")], 2)})
-    print("models resources | fleet preview  floor preview  ratio | fleet up  floor up  ratio  (best of "
-          f"{args.repeat}, s)")
-    for r in table:
-        print(f"{r['models']:>6} {r['resources']:>9} | {r['fleet-preview']:>13} {r['floor-preview']:>14} "
-              f"{r['previewRatio']:>6} | {r['fleet-up']:>8} {r['floor-up']:>9} {r['upRatio']:>6}")
-    print("per round, the fleet's one-model up changed:", json.dumps(rows[-len(sizes):]))
+        print(f"# timed rounds done {load()}")
+        print("models resources | fleet preview  floor preview  ratio | fleet up  floor up  ratio  (best of "
+              f"{args.repeat}, s)")
+        for r in table:
+            print(f"{r['models']:>6} {r['resources']:>9} | {r['fleet-preview']:>13} {r['floor-preview']:>14} "
+                  f"{r['previewRatio']:>6} | {r['fleet-up']:>8} {r['floor-up']:>9} {r['upRatio']:>6}")
+        print("per round, the fleet's one-model up changed:", json.dumps(rows[-len(sizes):]), flush=True)
+        if args.trace:  # after the timed table, while the environments still exist
+            print_phases(traced_phases(tmp, envs, floors))
+    print(f"# end {load()}")
     if args.json:
         args.json.write_text(json.dumps({"table": table, "rounds": rows}, indent=2))
 

@@ -132,6 +132,25 @@ def test_a_fleet_preview_before_the_platform_is_applied_plans_against_the_file_a
         prepare("test", doc, dry_run=False, read_outputs=lambda s: None)
 
 
+def test_a_fleet_with_an_applied_platform_reads_no_outputs_of_its_own_to_plan() -> None:
+    """Each read of this stack's outputs makes the engine load its whole state file (7.9 MB at 200 models,
+    docs/performance.md); the one-stack check needs them only while the platform has published nothing."""
+    doc = env_doc(CPU)
+    read: list[str] = []
+    table = outputs_from({"test-platform": {pc.PLATFORM_CONTRACT_OUTPUT: contract_of(doc)},
+                          "test": {"contractVersion": 1, "layer": "fleet"}})
+
+    def reader(stack: str) -> Any:
+        read.append(stack)
+        return table(stack)
+
+    assert prepare("test", doc, dry_run=False, read_outputs=reader).layer == Layer.FLEET
+    assert read == ["test-platform"]
+    read.clear()
+    prepare("test", doc, dry_run=True, read_outputs=lambda s: reader(s) if s == "test" else None)
+    assert read == ["test"], "before the platform is applied, the one-stack check still reads them"
+
+
 def test_a_one_stack_deployment_switched_to_fleet_is_refused_until_it_is_split() -> None:
     own = {"contractVersion": 1, "deployed": {"tiny": {}}}
     with pytest.raises(SettingsError, match="split --stack test"):

@@ -116,11 +116,14 @@ def _fleet(stack: str, env: str, raw: dict[str, Any], dry_run: bool, read_output
     """The fleet's settings from its platform stack's contract, and the models that contract cannot serve."""
     platform = layers.platform_stack(env)
     outputs = read_outputs(platform) or {}
-    own = read_outputs(stack) or {}
     warnings: list[str] = []
     # Only the platform's own keys of this file: the comparison below is against what it would publish.
     intended = pc.publish(validate_catalog(layers.platform_settings(raw)), env)
     if pc.PLATFORM_CONTRACT_OUTPUT not in outputs:
+        # This stack's own outputs only here, where they matter: reading them makes the engine load and parse
+        # this stack's whole state file (megabytes at a few hundred models, docs/performance.md), and a
+        # platform that has published its contract means this stack was split already.
+        own = read_outputs(stack) or {}
         if CONTRACT_VERSION_OUTPUT in own and own.get(pc.LAYER_OUTPUT) != Layer.FLEET.value:
             raise _refuse([f"stack {stack} was deployed as one stack (platform and fleet): its state still holds "
                            f"the platform, which this fleet run would delete; move it to stack {platform} first: "

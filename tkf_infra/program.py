@@ -270,7 +270,7 @@ GC_THRESHOLDS = (50_000, 20, 100)
 def set_process_state() -> None:
     """Every process-wide change the program makes, in one place, called once by `deploy` before the build.
 
-    Neither is restored: the program's process ends with the run.
+    None is restored: the program's process ends with the run.
 
     - The SDK's per-registration stack trace is cut to its first frame (`tkf_infra.sdk_trace`, a private
       SDK touch point: docs/architecture.md).
@@ -280,11 +280,15 @@ def set_process_state() -> None:
       again: 30 % of the program's CPU at 500 models under mocks, and the program is the busiest process
       of a preview. Measured peak memory is unchanged (within 2 %, `bench/program_eval.py`); the
       collector still runs, so a long `up` does not grow without bound.
+    - The SDK's own per-resource debug lines stay in the process instead of being one blocking engine call
+      each (`tkf_infra.sdk_debug`; `TKF_SDK_DEBUG_LOGS=1` keeps them).
     """
+    from tkf_infra.sdk_debug import keep_sdk_debug_in_process
     from tkf_infra.sdk_trace import record_creation_frame_only
 
     record_creation_frame_only()
     gc.set_threshold(*GC_THRESHOLDS)
+    keep_sdk_debug_in_process()
 
 
 def deploy(edge: Edge | None = None) -> Any:
