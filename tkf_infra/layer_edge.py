@@ -36,8 +36,6 @@ class LayerRun:
     """Fleet: the platform stack's contract it plans against (`refused` says what it cannot serve)."""
     contract: dict[str, Any] | None = None
     """Platform, and one stack: the contract it exports (one stack: what it installs, for its next run)."""
-    previous_contract: dict[str, Any] | None = None
-    """One stack: the contract its last run exported; the pieces it installed then (`one_stack_removals`)."""
 
 
 def read_env_file(env: str) -> dict[str, Any] | None:
@@ -72,30 +70,30 @@ def prepare(stack: str, settings: dict[str, Any], *, dry_run: bool, read_outputs
     layer, raw = layers.resolve(stack, settings, env_file)
     env = layers.environment(stack)
     if layer == Layer.ALL:
-        return _one_stack(stack, env, raw, read_outputs)
+        return _one_stack(stack, env, raw)
     if layer == Layer.PLATFORM:
         return _platform(stack, env, raw, read_outputs)
     return _fleet(stack, env, raw, dry_run, read_outputs)
 
 
-def _one_stack(stack: str, env: str, raw: dict[str, Any], read_outputs: ReadOutputs) -> LayerRun:
+def _one_stack(stack: str, env: str, raw: dict[str, Any]) -> LayerRun:
     """One stack holds both layers, so removing a platform piece deletes its CRDs in the same run that keeps
-    the models using them: the program checks its own last contract against this one (`deploy`)."""
+    the models using them: the program checks its own last contract against this one (`deploy`, which
+    reads this stack's outputs once, for that and for its last deployment)."""
     try:
         contract = pc.publish(validate_catalog(layers.platform_settings(raw)), env)
     except SettingsError:  # reported with every other problem when the catalog loads; nothing to compare
         return LayerRun(Layer.ALL, env, raw)
-    previous = (read_outputs(stack) or {}).get(pc.PLATFORM_CONTRACT_OUTPUT)
-    return LayerRun(Layer.ALL, env, raw, contract=contract,
-                    previous_contract=previous if isinstance(previous, dict) else None)
+    return LayerRun(Layer.ALL, env, raw, contract=contract)
 
 
-def check_one_stack_removals(run: LayerRun, stack: str, use: dict[str, int]) -> None:
+def check_one_stack_removals(run: LayerRun, stack: str, use: dict[str, int], previous: Any) -> None:
     """A one-stack run's refusal (a SettingsError) to delete a piece's CRDs while its own models keep objects
-    of them: `use` is this run's `platform_use`."""
+    of them: `use` is this run's `platform_use`, `previous` the contract its last run exported."""
     if run.contract is None:
         return
-    if problems := pc.crd_removal_problems(run.previous_contract, run.contract, {stack: use}, one_stack=True):
+    last = previous if isinstance(previous, dict) else None
+    if problems := pc.crd_removal_problems(last, run.contract, {stack: use}, one_stack=True):
         raise _refuse(problems, f"stack {stack} refuses to remove CRDs its own models still use")
 
 

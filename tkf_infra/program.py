@@ -139,12 +139,11 @@ def policy_refusals() -> dict[str, list[str]]:
     return {str(k): [str(r) for r in v] for k, v in data.items()} if isinstance(data, dict) else {}
 
 
-def previous_deployment() -> dict[str, Any]:
-    """The entries the last run of this stack deployed (its `deployed` output), read from the backend.
+def last_outputs() -> dict[str, Any]:
+    """This stack's outputs from its last run, read from the backend ({} on a first run).
 
-    A refused model then keeps serving at those settings instead of being deleted by this run
-    (`tkf_infra.plan.fleet`). Uses the engine's built-in `readStackOutputs` invoke on this very stack;
-    a first run (or an engine that cannot answer) has no previous deployment.
+    Uses the engine's built-in `readStackOutputs` invoke on this very stack, which loads the stack's whole
+    state file (megabytes at a few hundred models, docs/performance.md): a run reads it once.
     """
     name = f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
     try:
@@ -154,7 +153,16 @@ def previous_deployment() -> dict[str, Any]:
                         "before will be removed instead of kept at its last settings")
         return {}
     outputs = (result.value or {}).get("outputs") or {}
-    deployed = outputs.get(DEPLOYED_OUTPUT) or {}
+    return dict(outputs) if isinstance(outputs, dict) else {}
+
+
+def previous_deployment(outputs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The entries the last run of this stack deployed (its `deployed` output; `outputs` when already read).
+
+    A refused model then keeps serving at those settings instead of being deleted by this run
+    (`tkf_infra.plan.fleet`); a first run (or an engine that cannot answer) has no previous deployment.
+    """
+    deployed = (last_outputs() if outputs is None else outputs).get(DEPLOYED_OUTPUT) or {}
     return dict(deployed) if isinstance(deployed, dict) else {}
 
 
@@ -221,8 +229,9 @@ def layer_run(edge: Edge) -> LayerRun:
         raise pulumi.RunError(err.render()) from None
 
 
-def plan(edge: Edge | None = None, run: LayerRun | None = None) -> FleetPlan:
-    """Settings and the edge's data → the fleet plan (no resources registered)."""
+def plan(edge: Edge | None = None, run: LayerRun | None = None, outputs: dict[str, Any] | None = None) -> FleetPlan:
+    """Settings and the edge's data → the fleet plan (no resources registered); `outputs`: this stack's last
+    outputs when the caller has read them already."""
     from tkf_infra.layer_edge import refused
 
     edge = edge or Edge()
@@ -233,7 +242,7 @@ def plan(edge: Edge | None = None, run: LayerRun | None = None) -> FleetPlan:
     cluster = edge.cluster if edge.cluster is not None else cluster_facts(catalog)
     return plan_fleet(catalog, lock=lock, ec2=found, ec2_errors=errors, live=live_findings(catalog),
                       refused_by_policy=policy_refusals(),
-                      previous=previous_deployment() if run.layer != Layer.PLATFORM else {}, cluster=cluster,
+                      previous=previous_deployment(outputs) if run.layer != Layer.PLATFORM else {}, cluster=cluster,
                       footprints=footprints(catalog), refused_by_platform=refused(run, catalog))
 
 
@@ -296,7 +305,8 @@ def deploy(edge: Edge | None = None) -> Any:
     edge = edge or Edge()
     run = layer_run(edge)
     api_keys = None if run.layer == Layer.PLATFORM else runtime_api_keys(edge)
-    fleet_plan = plan(edge, run)
+    outputs = last_outputs() if run.layer == Layer.ALL else None  # read once: the deployment and the contract
+    fleet_plan = plan(edge, run, outputs)
     for warning in run.warnings:
         pulumi.log.warn(warning)
     report(fleet_plan)
@@ -308,7 +318,7 @@ def deploy(edge: Edge | None = None) -> Any:
     from tkf_infra.outputs import export_outputs
 
     if run.layer == Layer.ALL:
-        one_stack(run, fleet_plan)
+        one_stack(run, fleet_plan, outputs or {})
     fleet = build_fleet(fleet_plan, api_keys=api_keys, stack=run.environment, layer=run.layer, kubeconfig=kubeconfig)
     export_outputs(fleet_plan, api_keys)
     if run.layer == Layer.ALL and run.contract is not None:
@@ -323,14 +333,15 @@ def deploy(edge: Edge | None = None) -> Any:
     return fleet
 
 
-def one_stack(run: LayerRun, fleet_plan: FleetPlan) -> None:
+def one_stack(run: LayerRun, fleet_plan: FleetPlan, outputs: dict[str, Any]) -> None:
     """A stack holding both layers stops before registering anything when it would delete a platform piece's
     CRDs while its own models keep objects of them (the split environment's platform does the same)."""
     from tkf_infra.layer_edge import check_one_stack_removals
-    from tkf_infra.platform_contract import platform_use
+    from tkf_infra.platform_contract import PLATFORM_CONTRACT_OUTPUT, platform_use
 
     try:
-        check_one_stack_removals(run, pulumi.get_stack(), platform_use(fleet_plan))
+        check_one_stack_removals(run, pulumi.get_stack(), platform_use(fleet_plan),
+                                 outputs.get(PLATFORM_CONTRACT_OUTPUT))
     except SettingsError as err:
         raise pulumi.RunError(err.render()) from None
 

@@ -1,7 +1,7 @@
 """Keep the Pulumi SDK's own per-resource debug lines in the program's process instead of sending each one
 to the engine.
 
-Why: the Python SDK (3.260.0) logs four or five debug lines for every resource it registers
+Why: the Python SDK (3.272.0, requirements.txt) logs four or five debug lines for every resource it registers
 ("registering resource", "resource registration prepared", "beginning rpc register resource", "resource
 registration successful", and for components "register resource outputs prepared"), and each one is a
 blocking `Engine/Log` call from the program's only thread (`pulumi.log._log`: `engine.Log(req)`), which
