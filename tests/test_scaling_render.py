@@ -171,6 +171,7 @@ def test_scale_to_zero_on_vllm_wakes_on_the_gateways_requests_and_publishes_its_
     model's served name (regex-safe), KEDA's cooldownPeriod is the catalog's cool-down, and the published cold
     start grows with the stack's scrape interval."""
     from tkf_infra.live import gateway_metrics as gm
+    from tkf_infra.live.gateway_metrics import retries_spanning
 
     zero = dict(SINGLE_GPU, servedName="qwen3.8b", scaling={"minReplicas": 0, "maxReplicas": 3,
                                                             "cooldownSeconds": 600, "pollingSeconds": 20})
@@ -197,9 +198,27 @@ def test_scale_to_zero_on_vllm_wakes_on_the_gateways_requests_and_publishes_its_
         assert endpoint["replicas"] == 0 and endpoint["scaling"]["minReplicas"] == 0
         assert [m["model_name"] for m in exported["gatewayModelList"]] == ["qwen3.8b"], "kept in the gateway's list"
         value: int = endpoint["scaling"]["coldStartSeconds"]
+        (listed,) = exported["gatewayModelList"]
+        assert listed["litellm_params"]["num_retries"] == retries_spanning(value), "holds the waking request"
         return value
 
     assert cold_start(scrapeSeconds=90) - cold_start() == 60
+    kept: dict[str, Any] = {}
+    monkeypatch.setattr(pulumi, "export", lambda name, value: kept.__setitem__(name, value))
+    assert program(stack_doc(SCALED, backend="vllm", prometheusUrl=PROM), api_key="k").error is None
+    assert "num_retries" not in kept["gatewayModelList"][0]["litellm_params"], "a model kept up needs none"
+
+
+def test_the_retries_span_litellms_backoff() -> None:
+    """LiteLLM's retry i sleeps min(0.5 x 2^i, 8) s (plus jitter): the count is the fewest whose sleeps cover."""
+    from tkf_infra.live.gateway_metrics import retries_spanning
+
+    def slept(n: int) -> float:
+        return float(sum(min(0.5 * 2.0 ** i, 8.0) for i in range(n)))
+
+    for seconds in (0.4, 1, 7.5, 15.5, 16, 100, 435, 1200):
+        n = retries_spanning(seconds)
+        assert slept(n) >= seconds > slept(n - 1), seconds
 
 
 def test_the_gateway_config_turns_on_the_metrics_that_wake_a_model_at_zero() -> None:

@@ -118,13 +118,24 @@ def adapters_output(entry: ModelEntry) -> dict[str, Any]:
     return {"adapters": [{"name": a.name, "servedName": a.served_name, "model": a.ref} for a in entry.lora.adapters]}
 
 
-def gateway_model_list(catalog: Catalog, deployed: set[str] | None = None) -> list[dict[str, Any]]:
+def gateway_model_list(catalog: Catalog, deployed: set[str] | None = None,
+                       cold_starts: dict[str, int] | None = None) -> list[dict[str, Any]]:
     """The LiteLLM model list of the deployed entries (all valid entries when `deployed` is None), each
-    followed by its LoRA adapters."""
+    followed by its LoRA adapters. `cold_starts`: each scale-to-zero model's `coldStartSeconds`; its
+    entries get the `num_retries` that hold the request that wakes it (`gateway_metrics.retries_spanning`)."""
+    from tkf_infra.live.gateway_metrics import retries_spanning
+
     ns = catalog.settings.namespaces.serving
     env = catalog.settings.serving.api_key_env
-    models = [g for m in catalog.models if deployed is None or m.name in deployed
-              for g in (gateway_model(m, ns, env), *gateway_adapter_models(m, ns, env))]
+    models = []
+    for m in catalog.models:
+        if deployed is not None and m.name not in deployed:
+            continue
+        entries = [gateway_model(m, ns, env), *gateway_adapter_models(m, ns, env)]
+        if (cold := (cold_starts or {}).get(m.name)) is not None:
+            for e in entries:
+                e["litellm_params"]["num_retries"] = retries_spanning(cold)
+        models += entries
     names = [m["model_name"] for m in models]
     if len(names) != len(set(names)):  # the catalog already refuses this; never publish it
         raise ValueError(f"duplicate model_name in gateway model list: {sorted(names)}")
@@ -179,6 +190,15 @@ def scaling_output(plan: FleetPlan, m: ModelPlan) -> dict[str, Any]:
     return {"scaling": {"minReplicas": s.min_replicas, "maxReplicas": s.max_replicas, "reservedReplicas": held,
                         "metric": s.metric.value, "target": s.target_value, "cooldownSeconds": s.cooldown_seconds,
                         "coldStartSeconds": cold_start_seconds(m.entry, m.weight_bytes, serving)}}
+
+
+def cold_starts(plan: FleetPlan) -> dict[str, int]:
+    """`coldStartSeconds` of each deployed model that scales to zero (`minReplicas: 0`)."""
+    from components.autoscaling import cold_start_seconds
+
+    serving = plan.catalog.settings.serving
+    return {m.entry.name: cold_start_seconds(m.entry, m.weight_bytes, serving) for m in plan.models
+            if m.entry.scaling is not None and m.entry.scaling.min_replicas == 0}
 
 
 def pool_headroom(plan: FleetPlan) -> dict[str, Any]:
@@ -239,7 +259,7 @@ def export_outputs(plan: FleetPlan, api_keys: ApiKeys | None = None) -> None:
                  for m in plan.models}
     pulumi.export(CONTRACT_VERSION_OUTPUT, CONTRACT_VERSION)
     pulumi.export(ENDPOINTS_OUTPUT, endpoints)
-    pulumi.export(GATEWAY_MODEL_LIST_OUTPUT, gateway_model_list(catalog, plan.deployed))
+    pulumi.export(GATEWAY_MODEL_LIST_OUTPUT, gateway_model_list(catalog, plan.deployed, cold_starts(plan)))
     pulumi.export(REJECTED_OUTPUT, [x.as_output() for x in plan.excluded])
     pulumi.export(PROBLEMS_OUTPUT, list(plan.errors))
     pulumi.export(GPU_LAYOUT_OUTPUT, {name: layout.published() for name, layout in sorted(plan.layouts.items())})

@@ -4,8 +4,8 @@ counter, scraped by a real Prometheus, read by the very query the rendered Scale
 Why both servers: at zero no vLLM exists, so the only witness of a request is the gateway; a renamed series
 or label on LiteLLM's side, a wrong selector or a PromQL slip on ours (the window, the `unless ... offset`
 for a counter's first sample) fails here. The gateway config is the program's own output (`gatewayModelList`
-and the `litellm_settings` that `gateway-config` adds); the one substitution is the model's `api_base`, a
-port nothing listens on: a model at zero has no pod behind its Service.
+and the `litellm_settings` that `gateway-config` adds); the substitutions are the model's `api_base`, a
+port nothing listens on (a model at zero has no pod behind its Service), and no retries.
 """
 
 from __future__ import annotations
@@ -65,6 +65,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service,
     nobody = f"http://127.0.0.1:{_free_port()}/v1"
     for m in config["model_list"]:
         m["litellm_params"]["api_base"] = nobody
+        # The retries that hold a woken model's first request (tests/prom/test_gateway_cold_start.py) would
+        # hold this one for the whole cold start: here the refusal itself is what is counted.
+        assert m["litellm_params"].pop("num_retries") > 0
     workdir = tmp_path_factory.mktemp("gateway")
     (workdir / "litellm.yaml").write_text(yaml.safe_dump(config))
     master_key = "sk-" + secrets.token_hex(16)
