@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from tests.engine_fixtures import EngineStack
-from tests.kube.apiserver import KubeAPIServer, start_apiserver, stop_apiserver
+from tests.kube.apiserver import KubeAPIServer, own_apiserver
 from tests.kube.client import KubeClient
 from tests.mocks import QWEN3_8B, QWEN_05B, QWEN_72B, stack_doc
 from tests.mocks import program as mock_program
@@ -65,11 +65,8 @@ CATALOG = [
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeAPIServer]:
-    proc, srv = start_apiserver(tmp_path_factory.mktemp("admission-apiserver"))
-    try:
+    with own_apiserver(tmp_path_factory.mktemp("admission-apiserver")) as srv:
         yield srv
-    finally:
-        stop_apiserver(proc)
 
 
 def patch_status(kube: KubeClient, path: str, status: dict[str, Any]) -> None:

@@ -20,7 +20,7 @@ import yaml
 
 from components.gpu_sharing import MIG_CONFIG_KEY, MIG_CONFIG_NAME
 from tests.apiserver.test_admission_live import GPU_TAINT, PRODUCT, node
-from tests.kube.apiserver import KubeAPIServer, start_apiserver, stop_apiserver
+from tests.kube.apiserver import KubeAPIServer, own_apiserver
 from tests.kube.client import KubeClient
 from tests.mocks import program as mock_program
 from tests.mocks import stack_doc
@@ -41,11 +41,8 @@ ALLOC = {"memory": "2095697Mi", "pods": "110", "ephemeral-storage": "3500Gi"}
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeAPIServer]:
-    proc, srv = start_apiserver(tmp_path_factory.mktemp("admission-mig-apiserver"))
-    try:
+    with own_apiserver(tmp_path_factory.mktemp("admission-mig-apiserver")) as srv:
         yield srv
-    finally:
-        stop_apiserver(proc)
 
 
 @pytest.fixture(scope="module")

@@ -22,12 +22,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.apiserver.readback import CRD_API
 from tests.apiserver.test_up_against_apiserver import CPU_MODELS, target_config
 from tests.engine_fixtures import EngineStack
-from tests.kube.apiserver import KubeAPIServer, start_apiserver, stop_apiserver
+from tests.kube.apiserver import KubeAPIServer, own_apiserver
 from tests.kube.client import KubeAPIError
 from tkf_infra import names
 from tkf_infra.config.charts import KEDA_NAMESPACE
@@ -42,22 +41,20 @@ KEDA_CRDS = ("scaledobjects.keda.sh", "scaledjobs.keda.sh", "triggerauthenticati
 
 @pytest.fixture(scope="module")
 def keda_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeAPIServer]:
-    proc, server = start_apiserver(tmp_path_factory.mktemp("keda-apiserver"))
-    try:
+    with own_apiserver(tmp_path_factory.mktemp("keda-apiserver")) as server:
         yield server
-    finally:
-        stop_apiserver(proc)
 
 
 def scaled_stack(es: EngineStack, server: KubeAPIServer) -> tuple[str, dict[str, Any]]:
     model = {k: v for k, v in CPU_MODELS[0].items() if k != "replicas"}
     model["scaling"] = {"minReplicas": 1, "maxReplicas": 2}
     serving = target_config(es, server, "vllm", models=[model])
-    path = es.project / f"Pulumi.{es.stack.name}.yaml"
-    doc = yaml.safe_load(path.read_text())
-    doc["config"]["tkf-infra:platform"]["keda"] = {"version": "v2.18.0"}
-    doc["config"]["tkf-infra:prometheusUrl"] = PROM
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+    def with_keda(config: dict[str, Any]) -> None:
+        config["tkf-infra:platform"]["keda"] = {"version": "v2.18.0"}
+        config["tkf-infra:prometheusUrl"] = PROM
+
+    es.edit_config(with_keda)
     return serving, model
 
 

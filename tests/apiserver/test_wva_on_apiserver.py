@@ -26,7 +26,7 @@ import yaml
 from tests.apiserver.readback import CRD_API, LLMISVC
 from tests.apiserver.test_up_against_apiserver import CPU_MODELS, target_config
 from tests.engine_fixtures import EngineStack
-from tests.kube.apiserver import KubeAPIServer, start_apiserver, stop_apiserver
+from tests.kube.apiserver import KubeAPIServer, own_apiserver
 from tkf_infra.config.charts import WVA_NAMESPACE
 from tkf_infra.outputs import REJECTED_OUTPUT
 
@@ -38,25 +38,23 @@ VA_API = "llmd.ai/v1alpha1"
 
 @pytest.fixture(scope="module")
 def wva_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeAPIServer]:
-    proc, server = start_apiserver(tmp_path_factory.mktemp("wva-apiserver"))
-    try:
+    with own_apiserver(tmp_path_factory.mktemp("wva-apiserver")) as server:
         yield server
-    finally:
-        stop_apiserver(proc)
 
 
 def scaled_stack(es: EngineStack, server: KubeAPIServer) -> tuple[str, dict[str, Any]]:
     model = {k: v for k, v in CPU_MODELS[0].items() if k != "replicas"}
     model["scaling"] = {"minReplicas": 1, "maxReplicas": 2}
     serving = target_config(es, server, "kserve", models=[model])
-    path = es.project / f"Pulumi.{es.stack.name}.yaml"
-    doc = yaml.safe_load(path.read_text())
-    # KServe (and what it needs) installed from the vendored charts; the GPU Operator is not needed by a CPU model.
-    doc["config"]["tkf-infra:platform"]["gpuOperator"]["alreadyInstalled"] = True
-    doc["config"]["tkf-infra:platform"]["keda"] = {"version": "v2.18.0"}
-    doc["config"]["tkf-infra:platform"]["wva"] = {"version": "v0.7.0"}
-    doc["config"]["tkf-infra:prometheusUrl"] = PROM
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+    def with_wva(config: dict[str, Any]) -> None:
+        # KServe (and what it needs) installed from the vendored charts; a CPU model needs no GPU Operator.
+        config["tkf-infra:platform"]["gpuOperator"]["alreadyInstalled"] = True
+        config["tkf-infra:platform"]["keda"] = {"version": "v2.18.0"}
+        config["tkf-infra:platform"]["wva"] = {"version": "v0.7.0"}
+        config["tkf-infra:prometheusUrl"] = PROM
+
+    es.edit_config(with_wva)
     return serving, model
 
 

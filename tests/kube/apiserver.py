@@ -131,6 +131,17 @@ def stop_apiserver(proc: subprocess.Popen[bytes]) -> None:
         proc.stdout.close()
 
 
+@contextlib.contextmanager
+def own_apiserver(workdir: Path) -> Iterator[KubeAPIServer]:
+    """A server of the test module's own, stopped when the block ends: for tests whose objects (APIServices,
+    webhooks, live Node objects) must not reach the package's shared server."""
+    proc, server = start_apiserver(workdir)
+    try:
+        yield server
+    finally:
+        stop_apiserver(proc)
+
+
 def start_apiserver(
     workdir: Path, extra_args: list[str] | None = None, controllers: str | None = None,
     server_args: list[str] | None = None,
