@@ -35,7 +35,7 @@ class LayerRun:
     platform: pc.PlatformContract | None = None
     """Fleet: the platform stack's contract it plans against (`refused` says what it cannot serve)."""
     contract: dict[str, Any] | None = None
-    """Platform, and one stack: the contract it exports (one stack: what it installs, for its next run)."""
+    """Platform: the contract it exports."""
 
 
 def read_env_file(env: str) -> dict[str, Any] | None:
@@ -70,30 +70,18 @@ def prepare(stack: str, settings: dict[str, Any], *, dry_run: bool, read_outputs
     layer, raw = layers.resolve(stack, settings, env_file)
     env = layers.environment(stack)
     if layer == Layer.ALL:
-        return _one_stack(stack, env, raw)
+        return LayerRun(layer, env, raw)
     if layer == Layer.PLATFORM:
         return _platform(stack, env, raw, read_outputs)
     return _fleet(stack, env, raw, dry_run, read_outputs)
 
 
-def _one_stack(stack: str, env: str, raw: dict[str, Any]) -> LayerRun:
+def check_one_stack_removals(stack: str, contract: dict[str, Any], use: dict[str, int], previous: Any) -> None:
     """One stack holds both layers, so removing a platform piece deletes its CRDs in the same run that keeps
-    the models using them: the program checks its own last contract against this one (`deploy`, which
-    reads this stack's outputs once, for that and for its last deployment)."""
-    try:
-        contract = pc.publish(validate_catalog(layers.platform_settings(raw)), env)
-    except SettingsError:  # reported with every other problem when the catalog loads; nothing to compare
-        return LayerRun(Layer.ALL, env, raw)
-    return LayerRun(Layer.ALL, env, raw, contract=contract)
-
-
-def check_one_stack_removals(run: LayerRun, stack: str, use: dict[str, int], previous: Any) -> None:
-    """A one-stack run's refusal (a SettingsError) to delete a piece's CRDs while its own models keep objects
-    of them: `use` is this run's `platform_use`, `previous` the contract its last run exported."""
-    if run.contract is None:
-        return
+    the models using them: a SettingsError when it would. `contract`: what this run installs; `use`: this
+    run's `platform_use`; `previous`: the contract its last run exported."""
     last = previous if isinstance(previous, dict) else None
-    if problems := pc.crd_removal_problems(last, run.contract, {stack: use}, one_stack=True):
+    if problems := pc.crd_removal_problems(last, contract, {stack: use}, one_stack=True):
         raise _refuse(problems, f"stack {stack} refuses to remove CRDs its own models still use")
 
 

@@ -317,14 +317,13 @@ def deploy(edge: Edge | None = None) -> Any:
     from components.fleet import build_fleet
     from tkf_infra.outputs import export_outputs
 
-    if run.layer == Layer.ALL:
-        one_stack(run, fleet_plan, outputs or {})
+    contract = one_stack(fleet_plan, run.environment, outputs or {}) if run.layer == Layer.ALL else None
     fleet = build_fleet(fleet_plan, api_keys=api_keys, stack=run.environment, layer=run.layer, kubeconfig=kubeconfig)
     export_outputs(fleet_plan, api_keys)
-    if run.layer == Layer.ALL and run.contract is not None:
+    if contract is not None:
         from tkf_infra.platform_contract import PLATFORM_CONTRACT_OUTPUT
 
-        pulumi.export(PLATFORM_CONTRACT_OUTPUT, run.contract)
+        pulumi.export(PLATFORM_CONTRACT_OUTPUT, contract)
     if run.layer == Layer.FLEET:
         from tkf_infra.platform_contract import LAYER_OUTPUT, PLATFORM_USE_OUTPUT, platform_use
 
@@ -333,17 +332,20 @@ def deploy(edge: Edge | None = None) -> Any:
     return fleet
 
 
-def one_stack(run: LayerRun, fleet_plan: FleetPlan, outputs: dict[str, Any]) -> None:
+def one_stack(fleet_plan: FleetPlan, environment: str, outputs: dict[str, Any]) -> dict[str, Any]:
     """A stack holding both layers stops before registering anything when it would delete a platform piece's
-    CRDs while its own models keep objects of them (the split environment's platform does the same)."""
+    CRDs while its own models keep objects of them (the split environment's platform does the same); else
+    the platform contract it exports, for its next run to compare."""
     from tkf_infra.layer_edge import check_one_stack_removals
-    from tkf_infra.platform_contract import PLATFORM_CONTRACT_OUTPUT, platform_use
+    from tkf_infra.platform_contract import PLATFORM_CONTRACT_OUTPUT, platform_use, publish
 
+    contract = publish(fleet_plan.catalog, environment)
     try:
-        check_one_stack_removals(run, pulumi.get_stack(), platform_use(fleet_plan),
+        check_one_stack_removals(pulumi.get_stack(), contract, platform_use(fleet_plan),
                                  outputs.get(PLATFORM_CONTRACT_OUTPUT))
     except SettingsError as err:
         raise pulumi.RunError(err.render()) from None
+    return contract
 
 
 def runtime_api_keys(edge: Edge) -> ApiKeys | None:
