@@ -30,6 +30,9 @@ not serve the APIs it needs.
   replicas beyond come from vLLM's own signal, and traffic too light for that still lets the model go
   back to zero `cooldownSeconds` after its last request.
 - The Deployment / LLMInferenceService carries no `replicas` then: the autoscaler owns the count.
+- **A secured Prometheus** (`serving.prometheusAuth`, tkf_infra/config/prometheus_auth.py): every trigger
+  names the stack's TriggerAuthentication and authModes, or skips certificate verification, exactly as
+  KServe adds them to the trigger of the ScaledObject it writes from its inferenceservice-config.
 """
 
 from __future__ import annotations
@@ -145,6 +148,8 @@ def scaled_object(entry: ModelEntry, namespaces: Namespaces, serving: Serving, p
             "metadata": {"serverAddress": prometheus_url, "query": wake_query(entry, namespaces, serving),
                          "threshold": "1", "activationThreshold": "0"},
         })
+    if serving.prometheus_auth is not None:
+        triggers = [serving.prometheus_auth.trigger(t) for t in triggers]
     return {
         "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": names.workload(entry.name)},
         "minReplicaCount": s.min_replicas,

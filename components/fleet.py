@@ -145,6 +145,7 @@ def _platform(plan: FleetPlan, provider: k8s.Provider, *, mig_config: str | None
             pipeline_parallel_preset=pp_preset,
             vllm_image=s.serving.vllm_image, source=s.chart_source, render=s.cluster.mode == "render",
             skip_await=s.cluster.skip_await, wva_prometheus_url=s.prometheus_url,
+            wva_prometheus_auth=s.serving.prometheus_auth,
         ),
         opts=k8s_opts,
     )

@@ -48,6 +48,7 @@ from components.wva import WVA_CHART, drop_service_monitor, wva_values
 from tkf_infra.config import Backend, Namespaces, Platform
 from tkf_infra.config.charts import WVA_NAMESPACE, ChartSource
 from tkf_infra.config.platform import installed_pieces
+from tkf_infra.config.prometheus_auth import PrometheusAuth
 from tkf_infra.config.stack import VLLM_GPU_IMAGE
 from tkf_infra.names import SERVING_PREREQUISITES_TYPE
 
@@ -70,6 +71,8 @@ class ServingPrerequisitesArgs:
     wva_prometheus_url: str | None = None
     """The Prometheus KServe's scaling path reads (the stack's prometheusUrl): written into its
     inferenceservice-config (`kserve_wva_config`); None leaves KServe's chart as it is."""
+    wva_prometheus_auth: PrometheusAuth | None = None
+    """How KEDA authenticates to it (`serving.prometheusAuth`), written beside the URL."""
 
 
 #: The inferenceservice-config key KServe v0.20.0 reads its WVA/KEDA settings from
@@ -79,17 +82,18 @@ WVA_CONFIG_KEY = "autoscaling-wva-controller-config"
 KSERVE_CONFIG_MAP = "inferenceservice-config"
 
 
-def kserve_wva_config(prometheus_url: str) -> Callable[[pulumi.ResourceTransformArgs],
-                                                         pulumi.ResourceTransformResult | None]:
+def kserve_wva_config(prometheus_url: str, auth: PrometheusAuth | None = None
+                      ) -> Callable[[pulumi.ResourceTransformArgs], pulumi.ResourceTransformResult | None]:
     """Add KServe's WVA settings to the inferenceservice-config its chart renders.
 
     Why: KServe v0.20.0 writes the KEDA ScaledObject of an autoscaled LLMInferenceService only when
     `autoscaling-wva-controller-config` names a Prometheus (`validateAutoscalingConfig`, scaling.go l. 338:
     `prometheus.url is required`), and fails the whole reconcile otherwise; its chart has no value that
     sets the key (kserve-llmisvc-resources/files/common/configmap.yaml), so an install of ours must add it.
-    The shape is its `WVAAutoscalingConfig` (config_loader.go l. 119-147): `{"prometheus": {"url": ...}}`.
+    The shape is its `WVAAutoscalingConfig` (config_loader.go l. 119-147): `{"prometheus": {"url": ...}}`,
+    with `serving.prometheusAuth`'s keys beside the URL (KServe copies them into the ScaledObject's trigger).
     """
-    text = json.dumps({"prometheus": {"url": prometheus_url}})
+    text = json.dumps({"prometheus": {"url": prometheus_url, **(auth.kserve_fields() if auth else {})}})
 
     def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
         # A chart's children arrive as plain values (the provider rendered them).
@@ -172,7 +176,8 @@ class ServingPrerequisites(pulumi.ComponentResource):
 
         controller: list[pulumi.Resource] = []
         if "kserve" in installed:
-            wva = [kserve_wva_config(args.wva_prometheus_url)] if args.wva_prometheus_url else []
+            wva = ([kserve_wva_config(args.wva_prometheus_url, args.wva_prometheus_auth)]
+                   if args.wva_prometheus_url else [])
             controller = [self._chart("kserve-llmisvc-resources", "kserve", "kserve-llmisvc-resources", ns.kserve, {},
                                       after=[*cert_manager, *crds, *third], transforms=wva)]
             if p.kserve.presets:

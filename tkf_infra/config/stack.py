@@ -29,6 +29,7 @@ from tkf_infra.config.charts import (
     same_release,
 )
 from tkf_infra.config.platform import Platform, installed_pieces
+from tkf_infra.config.prometheus_auth import PrometheusAuth
 from tkf_infra.config.scaling import Overcommit
 
 #: The vLLM release the platform deploys and the fit check sizes for: the one pin. The images below
@@ -172,6 +173,9 @@ class Serving(SettingsModel):
         30, ge=1, le=600, description="How often the stack's Prometheus scrapes vLLM and the gateway (its scrape "
                                       "interval): how late an autoscaler can see a signal, which bounds a model's "
                                       "published cold start.")
+    prometheus_auth: PrometheusAuth | None = Field(
+        None, description="How KEDA authenticates to prometheusUrl (both backends' autoscalers): authModes and an "
+                          "existing TriggerAuthentication, or insecureSkipVerify (docs/scaling.md).")
     prune_weight_cache: bool = Field(False, description="Delete a removed model's weight PVC (default: keep it).")
     protect: bool = Field(False, description="Protect PVCs and namespaces from deletion (prod).")
     api_key_env: str = Field("TKF_VLLM_API_KEY", description="Env var the gateway reads the runtime API key from.")

@@ -126,6 +126,12 @@ def scaling_checks(entries: Sequence[ModelEntry], settings: StackSettings,
                             "scales through llm-d's Workload Variant Autoscaler, which decides from its own "
                             "saturation thresholds (KV cache, queue) in its ConfigMap, and its CRD's rules refuse "
                             "the HPA behaviour a cool-down would set; they apply on serving.backend vllm")
+    if backend == Backend.KSERVE and not ours and settings.serving.prometheus_auth is not None:
+        warnings.append("serving.prometheusAuth is not written anywhere on the kserve backend here: KServe copies "
+                        "it into the ScaledObjects it writes from its own inferenceservice-config, which this stack "
+                        "does not install (platform.kserve.alreadyInstalled); set the same authModes, "
+                        "triggerAuthName/triggerAuthKind and tlsInsecureSkipVerify under prometheus in that "
+                        "installation's autoscaling-wva-controller-config")
     if served is None and needs and len(refused) < len(scaled):
         warnings.append(f"scaling: {', '.join(e.name for e in scaled if e.name not in refused)} autoscale through "
                         f"{_who(backend)}; the cluster's APIs were not read, so whether it serves "
