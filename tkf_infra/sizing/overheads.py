@@ -93,11 +93,15 @@ def moe_bytes(arch: Arch, tokens: int, sh: Sharding, act_bytes: float, q: QuantS
     return m * (n + n / 2 + arch.hidden) * act_bytes
 
 
-def encoder_bytes(arch: Arch, batch: Batch, act_bytes: float) -> tuple[float, float]:
-    """(encoder profile peak, encoder-cache bytes) of the multimodal dummy batch.
+def encoder_bytes(arch: Arch, batch: Batch, act_bytes: float, tp: int = 1) -> tuple[float, float]:
+    """(encoder profile peak, encoder-cache bytes) of the multimodal dummy batch, on one TP rank.
 
     The profile run encodes the modality with the most tokens at its largest size and keeps the
-    outputs in the encoder cache while the decoder runs (gpu_model_runner.py@v0.11.0:3326-3388)."""
+    outputs in the encoder cache while the decoder runs (gpu_model_runner.py@v0.11.0:3326-3388).
+    The vision tower is tensor-parallel by default (`mm_encoder_tp_mode` "weights", config/multimodal.py
+    @v0.24.0:145, @v0.27.1:165, @v0.31.0:205): its QKV and attention output (QKVParallelLinear / RowParallelLinear,
+    models/qwen2_5_vl.py@v0.24.0:367-391) and its MLP's hidden layer (ColumnParallelLinear,
+    models/qwen3_vl.py@v0.24.0:377-405) hold 1/tp of their width per rank; the residual stream stays whole."""
     v = arch.vision
     if not batch.multimodal or not v:
         return 0.0, 0.0
@@ -107,7 +111,7 @@ def encoder_bytes(arch: Arch, batch: Batch, act_bytes: float) -> tuple[float, fl
         patches = (v["image"] // v["patch"]) ** 2
         tokens_per_item = 256
     budget = max(batch.tokens, tokens_per_item)
-    per_patch = (4 * v["hidden"] + v["intermediate"] + v["hidden"]) * act_bytes
+    per_patch = ((4 * v["hidden"] + v["intermediate"]) / tp + v["hidden"]) * act_bytes
     cache = budget * arch.hidden * act_bytes
     return patches * per_patch, cache
 
@@ -121,7 +125,7 @@ def activation(arch: Arch, row: VersionRow, batch: Batch, sh: Sharding, act_byte
     spec = SPEC_SAMPLER_BYTES * 2 * rows * vocab / GIB if batch.spec_tokens and sampling_rank else 0.0
     forward = forward_bytes(arch, batch.tokens, sh, act_bytes) / GIB
     moe = moe_bytes(arch, batch.tokens, sh, act_bytes, q) / GIB
-    enc, cache = (x / GIB for x in encoder_bytes(arch, batch, act_bytes))
+    enc, cache = (x / GIB for x in encoder_bytes(arch, batch, act_bytes, sh.tp))
     # Peaks do not stack: the encoder runs first, then the decoder, then the sampler, then (with
     # speculative decoding) the rejection sampler on fresh random logits; the encoder cache and the
     # MoE workspaces stay allocated across all of them (gpu_model_runner.py@v0.9.1:1866-1940).
