@@ -58,14 +58,18 @@ def test_a_dense_model_at_tp2_on_pcie_on_0_27_is_estimated_closer_and_its_bound_
 
 @pytest.mark.parametrize("version", ["0.26.0", "0.27.1", "0.28.0"])
 def test_v2_releases_charge_the_penalty_bins_and_no_graphs(version: str) -> None:
+    """The bins count as non-KV from 0.27, where vLLM's non-KV became the drop in free memory since the start-up
+    snapshot (utils/mem_utils.py@v0.27.1:317-326); 0.26 still measured weights + the profile's torch peak increase +
+    non-torch growth (@v0.26.0:308-313), which leaves out what V2 allocates between the two."""
     v2 = estimate(QWEN3_32B, RTX_PRO, params(version))
     v1 = estimate(QWEN3_32B, RTX_PRO, params(version, speculative_config={"method": "ngram",
                                                                           "num_speculative_tokens": 2}))
     assert not v2.cuda_graph_reserved and v2.cuda_graph_gib > 0
     bins = 1024 * (151936 + 4748) * 4 / GIB  # seqs x (vocab + vocab / 32 packed) int32
     assert bins == pytest.approx(0.598, abs=0.001)
+    counted = bins if version != "0.26.0" else 0.0
     assert v2.available_kv_gib == pytest.approx(
-        v2.requested_gib - v2.weights_gib - v2.activation_gib - v2.non_torch_gib - bins, abs=1e-6)
+        v2.requested_gib - v2.weights_gib - v2.activation_gib - v2.non_torch_gib - counted, abs=1e-6)
     # A speculative config is sized as V1 there (V2 refuses some methods): graphs reserved, no bins.
     assert v1.cuda_graph_reserved
 

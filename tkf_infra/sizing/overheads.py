@@ -210,6 +210,18 @@ def runs_v2(row: VersionRow, arch: Arch, spec_method: str) -> bool:
     return row.runner_v2 == "dense" and not arch.is_moe and arch.recurrent is None and not spec_method
 
 
+def pp_receive_buffers_gib(arch: Arch, tokens: int, act_bytes: float) -> float:
+    """What a non-first pipeline stage keeps to receive the previous stage's output: `hidden_states` and
+    `residual` for `max_num_batched_tokens` tokens in the model dtype (make_empty_intermediate_tensors,
+    models/utils.py `make_empty_intermediate_tensors_factory`; llama.py, qwen3.py pass both keys). The V1 runner
+    allocates them in the profile's first dummy run and keeps them (v1/worker/gpu_model_runner.py@v0.24.0:5923-5931,
+    @v0.27.1:6118-6126), so they are in the profiled peak: Llama-3.1-8B at PP 2 on 0.19 printed 2.01 GiB on the last
+    stage against its 1.89 GiB sampler term, 0.125 GiB apart, the buffers' size. Model runner V2 allocates them in
+    `load_model`, after the weights are measured (v1/worker/gpu/model_runner.py@v0.27.1:390-399): counted where the
+    release's non-KV is the drop in free memory (`VersionRow.non_kv_free_memory_drop`)."""
+    return 2 * tokens * arch.hidden * act_bytes / GIB
+
+
 def v2_sampler_state_gib(arch: Arch, seqs: int) -> float:
     """V2's penalty state on each last-stage rank: `output_bin_counts` (seqs x vocab int32) and
     `prompt_bin_mask` (seqs x ceil(vocab / 32) int32), allocated after the weights are measured and never

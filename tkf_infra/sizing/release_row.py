@@ -84,6 +84,12 @@ class VersionRow:
     returns 0 (gpu/model_runner.py@v0.26.0:705-707, @v0.27.1:749-751, @v0.28.0:843-845), so
     `determine_available_memory` takes nothing out for graphs (gpu_worker.py@v0.27.1:517-547); from 0.29 it
     profiles them (@v0.29.0:896-898)."""
+    non_kv_free_memory_drop: bool = False
+    """vLLM's non-KV memory is the drop in free memory since the start-up snapshot plus the transient peak
+    (utils/mem_utils.py@v0.27.1:317-326, `total_consumed + transient_peak_headroom`), so what the runner allocates
+    after the weights are measured and before the profile counts (model runner V2's penalty bins and pipeline
+    receive buffers). Before 0.27 it was weights + the profile's torch peak increase + non-torch growth
+    (@v0.24.0:308-313, @v0.26.0:308-313), which leaves such buffers out."""
     v0_fallback: tuple[str, ...] = ()
     """Conditions under which these releases run the V0 engine instead (`_is_v1_supported_oracle`)."""
     calibration: str = ""

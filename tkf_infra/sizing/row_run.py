@@ -23,6 +23,7 @@ from tkf_infra.sizing.overheads import (
     activation_doubt,
     graph_gib,
     non_torch_gib,
+    pp_receive_buffers_gib,
     runs_v2,
     v2_sampler_state_gib,
 )
@@ -93,7 +94,11 @@ def run_row(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max
     non_torch, non_torch_doubt = non_torch_gib(row, gpu, sh)
     v2 = runs_v2(row, arch, method)
     reserved = row.graphs_reserved and (row.v2_graph_estimate or not v2)
-    bins = v2_sampler_state_gib(arch, seqs) if v2 else 0.0
+    # V2's penalty bins and pipeline receive buffers are allocated before the profile: non-KV only where vLLM
+    # counts the drop in free memory (0.27+); the V1 runner allocates its receive buffers inside the profile.
+    counted = not v2 or row.non_kv_free_memory_drop
+    bins = v2_sampler_state_gib(arch, seqs) if v2 and counted else 0.0
+    receive = pp_receive_buffers_gib(arch, mnbt, act_bytes) if row.engine == "v1" and counted else 0.0
     total, u = gpu.memory_gib, params.gpu_memory_utilization
     requested = total * u
     multi = sh.tp * sh.pp * sh.dp > 1
@@ -120,6 +125,7 @@ def run_row(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max
         w += weights_extra if stage == 0 else 0.0
         graphs = graph_gib(arch, len(rng), sh, batch, params.enforce_eager or bnb_forces_eager(arch.quant))
         state = bins if stage == len(ranges) - 1 else 0.0  # V2's sampler lives on the last stage only
+        state += receive if stage > 0 else 0.0  # every stage after the first receives
         avail = requested - w - act.total - non_torch - (graphs if reserved else 0.0) - lora_gib[stage] - state
         if row.reserve_includes_fragmentation:
             avail -= 0.1 * act.total  # V0 <= 0.6 kept torch's cached blocks in the measured peak
@@ -177,7 +183,8 @@ def run_row(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max
                 need=need, per_token=per_token, doubts=doubts, problems=problems, context=context, warmup=warmup,
                   warmup_reuse=reused, need_whole=whole.need_per_request(max_len, mnbt),
                   least_available=least_avail, lora=lora_gib[stage], lora_host=lora.host / GIB if lora else 0.0,
-                  sampler_state=bins if stage == len(ranges) - 1 else 0.0)
+                  sampler_state=bins if stage == len(ranges) - 1 else 0.0,
+                  receive_buffers=receive if stage > 0 else 0.0)
 
 
 def profile_activation(config: dict[str, Any], gpu: GpuSpec, params: SizingParams, row: VersionRow) -> Activation:

@@ -54,7 +54,7 @@ _CONCURRENCY = replace(_TRITON, name="V1, graphs reserved, tokens from concurren
                        graphs_reserved=True, tokens_from_concurrency=True)
 #: From 0.28: the 16384-token tier on the largest GPUs and prefix caching on by default for hybrid models.
 _XL = replace(_CONCURRENCY, name="V1, 16384-token tier, hybrid prefix caching", first=(0, 28, 0),
-              defaults_xl_gib=_XL_GIB, hybrid_prefix_caching=True)
+              defaults_xl_gib=_XL_GIB, hybrid_prefix_caching=True, non_kv_free_memory_drop=True)
 
 ROWS: tuple[VersionRow, ...] = (
     replace(
@@ -162,6 +162,7 @@ ROWS: tuple[VersionRow, ...] = (
         calibration="accounting as 0.21 (no 0.26 start-up in the case files)"),
     replace(
         _CONCURRENCY, name="v0.27", first=(0, 27, 0), last=(0, 27, 99), pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
+        non_kv_free_memory_drop=True,
         sources=("vllm/utils/mem_utils.py@v0.27.0:234-326 (non-KV = drop in free memory + transient peak)",
                  "vllm/v1/worker/gpu_worker.py@v0.27.0:460-612 (determine_available_memory)",
                  "vllm/config/vllm.py@v0.27.1:578-658 (model runner V2 by default for dense decoders)",
