@@ -69,9 +69,12 @@ class VersionRow:
     defaults_exclude_cc: tuple[tuple[int, int], ...] = ()
     """Compute capabilities kept on the small batch tier whatever their memory (GB10, cc 12.1, from 0.33)."""
     profile_sampler_plain: bool = False
-    """The profile's sampler pass runs without sampling parameters (model runner V2, the default), so
-    the post-allocation warm-up (`warmup_kernels`, every sampling feature on) finds none of the sampler's
-    memory freed inside the budget: it must come from what the budget leaves outside."""
+    """Model runner V2's profile samples without sampling parameters (`_dummy_sampler_run`,
+    gpu/model_runner.py@v0.26.0:654-665 to @v0.32.0:972-983), so the profile holds the logits and not the full
+    sampler (`overheads.logits_gib`), and the post-allocation warm-up (`warmup_kernels`, gpu/warmup.py@v0.26.0:155-231,
+    `SamplingParams.for_sampler_warmup`, every feature on) finds only that peak freed inside the budget: the rest
+    of the sampler must come from what the budget leaves outside. Applies where V2 runs (`runner_v2`); 0.33's
+    profile adds the full pass (False)."""
     runner_v2: str = ""
     """Which models run model runner V2 (`vllm/v1/worker/gpu/`) by default: "" none, "dense" generative
     decoders that are neither MoE nor hybrid (config/vllm.py `_is_default_v2_model_runner_model`,

@@ -158,7 +158,7 @@ ROWS: tuple[VersionRow, ...] = (
                  "vllm/v1/kv_cache_interface.py@v0.26.0:710-720 (align mode: 2 + spec state blocks per request)",
                  "vllm/config/vllm.py@v0.26.0:550-621 (model runner V2 by default for dense decoders)",
                  "vllm/v1/worker/gpu/model_runner.py@v0.26.0:705-707 (V2: no CUDA-graph memory estimate)"),
-        hybrid_prefix_caching=False, runner_v2="dense", v2_graph_estimate=False,
+        hybrid_prefix_caching=False, runner_v2="dense", v2_graph_estimate=False, profile_sampler_plain=True,
         calibration="accounting as 0.21 (no 0.26 start-up in the case files)"),
     replace(
         _CONCURRENCY, name="v0.27", first=(0, 27, 0), last=(0, 27, 99), pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
@@ -172,7 +172,7 @@ ROWS: tuple[VersionRow, ...] = (
                  "vllm/v1/worker/gpu/sample/penalties.py@v0.27.1:32-42 (output_bin_counts: seqs x vocab int32)",
                  "vllm/engine/arg_utils.py@v0.27.1:2515-2562 (70 GiB tier only: no 16384-token tier yet)",
                  "vllm/engine/arg_utils.py@v0.27.1:2602-2606 (hybrid models: prefix caching still opt-in)"),
-        hybrid_prefix_caching=False, runner_v2="dense", v2_graph_estimate=False,
+        hybrid_prefix_caching=False, runner_v2="dense", v2_graph_estimate=False, profile_sampler_plain=True,
         calibration="three 0.27.1 start-ups (Qwen3-32B, RTX PRO 6000, utilization 0.426: TP 1, TP 2, PP 2), all on "
                     "model runner V2"),
     replace(
@@ -183,7 +183,7 @@ ROWS: tuple[VersionRow, ...] = (
                  "vllm/v1/worker/gpu/model_runner.py@v0.28.0:843-845 (V2: no CUDA-graph memory estimate)",
                  "vllm/v1/worker/gpu/sample/penalties.py@v0.28.0:32-42 (output_bin_counts)",
                  "vllm/engine/arg_utils.py@v0.28.0:2650 (prefix caching on by default, hybrid models included)"),
-        runner_v2="dense", v2_graph_estimate=False,
+        runner_v2="dense", v2_graph_estimate=False, profile_sampler_plain=True,
         calibration="accounting as 0.27 (no 0.28 start-up in the case files)"),
     replace(
         _XL, name="v0.29", first=(0, 29, 0), last=(0, 29, 99), pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
@@ -192,7 +192,7 @@ ROWS: tuple[VersionRow, ...] = (
                  "vllm/v1/worker/gpu/model_runner.py@v0.29.0:896-898 (V2 profiles CUDA-graph memory)",
                  "vllm/v1/worker/gpu/sample/penalties.py@v0.29.0:32-42 (output_bin_counts)",
                  "vllm/engine/arg_utils.py@v0.28.0:2582-2590 (16384 batched tokens on >= 160 GiB)"),
-        runner_v2="all",
+        runner_v2="all", profile_sampler_plain=True,
         calibration="accounting as 0.27 with V2's graph estimate (no 0.29 start-up in the case files)"),
     replace(
         _XL, name="v0.30-0.31", first=(0, 30, 0), last=(0, 31, 99),
@@ -201,7 +201,7 @@ ROWS: tuple[VersionRow, ...] = (
                  "vllm/v1/kv_cache_interface.py@v0.30.0:1034-1044 (align mode: 2 + spec state blocks per request)",
                  "vllm/config/vllm.py@v0.30.0:675-723 (model runner V2 by default; @v0.31.0:701-761)",
                  "vllm/v1/worker/gpu/sample/penalties.py@v0.30.0:40 (V2 output_bin_counts; @v0.31.0:45)"),
-        sampler_fast_min_rows=0, runner_v2="all",
+        sampler_fast_min_rows=0, runner_v2="all", profile_sampler_plain=True,
         calibration="accounting as 0.32 (no 0.30/0.31 start-up in the case files)"),
     replace(
         _XL, name="v0.32", first=(0, 32, 0), last=(0, 32, 99),
