@@ -173,10 +173,10 @@ def run_row(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max
         # (at TP 2: none): the bound keeps what the V1 runner would have reserved, the full sampler warm-up its
         # profile leaves out and, on 0.26-0.28, the CUDA graphs it does not reserve, so the estimate gains the
         # accuracy and the bound loses none of its margin.
+        unreserved = " and the CUDA graphs it does not reserve" if not reserved and graphs else ""
         doubts.append(Doubt(term=f"model runner V2's non-KV use beyond the source's terms ({row.name}: 1.3-1.6 GiB "
                                  "seen on 0.27.1 at TP 1 and PP 2), sized as the sampler warm-up its profile leaves "
-                                 "out" + (" and the CUDA graphs it does not reserve" if not reserved and graphs else ""),
-                            gib=v2_gap, pin="a start-up log on this release pins it"))
+                                 f"out{unreserved}", gib=v2_gap, pin="a start-up log on this release pins it"))
     problems = quant_problems(q, params.quantization, None, gpu.cc, gpu.name)
     # After the cache is allocated vLLM warms the sampler on the same rows as in profiling.
     warmup = max(act.sampler, act.spec) + (MXFP4_WARMUP_GIB if q.name == "mxfp4" and arch.is_moe else 0.0)
