@@ -40,8 +40,12 @@ class VersionRow:
     pcie_ceiling_no_fusion_gib: float | None = None
     """The NVLink figure less FlashInfer's all-reduce + RMSNorm workspace, built in the profile's compile
     (compilation/passes/fusion/allreduce_rms_fusion.py@v0.24.0:966-994) only at TP > 1 on cc 9.0 or 10.x
-    (config/vllm.py@v0.17.0:113-133, @v0.24.0:131-151, @v0.29.0:161-185; off @v0.16.0:118-194): the PCIe bound's
-    ceiling on other GPUs. None: the NVLink figure (0.30 adds flashinfer_pcie_ipc_all_reduce.py for PCIe)."""
+    (config/vllm.py@v0.17.0:113-133, @v0.24.0:131-151, @v0.29.0:161-185, @v0.31.0:178-202, @v0.32.0:171-195,
+    @v0.33.0:179-203; off @v0.16.0:118-194): the PCIe bound's ceiling on other GPUs, 0.17 to 0.33. The PCIe IPC
+    all-reduce 0.30 added is opt-in (VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC, default 0: envs.py@v0.30.0:1866-1868,
+    @v0.32.0:1976-1978, @v0.33.0:1967-1969) and built with the communicator in `init_worker_distributed_environment`,
+    before the start-up snapshot (cuda_communicator.py@v0.32.0:139-147, gpu_worker.py@v0.32.0:505-534), so it adds
+    no non-torch memory by default. None: the NVLink figure."""
     context_single_gib: float = 0.51
     context_multi_gib: float = 1.55
     """Memory in use before vLLM's start-up snapshot (CUDA context, NCCL): must fit outside the budget."""
