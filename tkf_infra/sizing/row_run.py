@@ -182,7 +182,10 @@ def run_row(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max
     warmup = max(act.sampler, act.spec) + (MXFP4_WARMUP_GIB if q.name == "mxfp4" and arch.is_moe else 0.0)
     # What of the profiled peak the warm-up finds freed inside the budget: all of it, and where the profile
     # sampled without parameters (model runner V2 before 0.33) that is the logits-only peak, while the warm-up
-    # (`warmup_kernels`, every sampling feature on) needs the full sampler: the rest comes from outside.
+    # (`warmup_kernels`, every sampling feature on) needs the full sampler: the rest comes from outside. 0.33 adds
+    # that pass to the profile for this reason ("warmup_kernels ... pays for the fp32 logits pipeline, so the
+    # profiled peak must too", gpu/model_runner.py@v0.33.0:1008-1009); V2 warms up after capturing the graphs
+    # (gpu_worker.py@v0.27.1:793-795), so unreserved graphs are not free then.
     reused = act.total
     return RowRun(row=row.name, seqs=seqs, mnbt=mnbt, block=block, weights=w_gib, activation=act.total,
                 non_torch=non_torch, graphs=graphs, reserved=reserved, available=avail, layout=layout,
