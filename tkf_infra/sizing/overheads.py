@@ -241,8 +241,9 @@ def runs_v2(row: VersionRow, arch: Arch, spec_method: str) -> bool:
 
 def pp_receive_buffers_gib(arch: Arch, tokens: int, act_bytes: float) -> float:
     """What a non-first pipeline stage keeps to receive the previous stage's output: `hidden_states` and
-    `residual` for `max_num_batched_tokens` tokens in the model dtype (make_empty_intermediate_tensors,
-    models/utils.py `make_empty_intermediate_tensors_factory`; llama.py, qwen3.py pass both keys). The V1 runner
+    `residual` for `max_num_batched_tokens` tokens in the model dtype (`make_empty_intermediate_tensors_factory`,
+    models/utils.py@v0.27.1:866-879; llama.py@v0.27.1:393 and qwen2.py@v0.27.1:386, which Qwen3 reuses, pass both
+    keys). The V1 runner
     allocates them in the profile's first dummy run and keeps them (v1/worker/gpu_model_runner.py@v0.24.0:5923-5931,
     @v0.27.1:6118-6126), so they are in the profiled peak: Llama-3.1-8B at PP 2 on 0.19 printed 2.01 GiB on the last
     stage against its 1.89 GiB sampler term, 0.125 GiB apart, the buffers' size. Model runner V2 allocates them in
