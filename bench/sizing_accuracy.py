@@ -63,6 +63,8 @@ class Scored:
     kv_err: float | None = None
     w_err: float | None = None
     line: str = ""
+    since: tuple[int, int, int] | None = None
+    """The first release of the row the case was sized with, when its release is known (None: unknown)."""
 
 
 @dataclass
@@ -127,6 +129,8 @@ def run(cases_path: Path, lock_path: Path | None = None, only: set[str] | None =
         unknown = any("most conservative" in w for w in est.warnings)
         profile = est.vllm_profile + (" [release unknown: most conservative]" if unknown else "")
         s = Scored(cid, ok, est.fits, est.gpu, profile, family(case), inputs.co_resident)
+        row = next((r for r in versions.ROWS if r.name == est.vllm_profile), None)
+        s.since = row.first if row is not None and not unknown else None
         if (case.get("weights_gib") or 0) > 0:
             s.w_err = _pct(est.weights_gib, case["weights_gib"])
         if ok and case.get("kv_cache_tokens"):
@@ -155,6 +159,22 @@ def summary(report: Report) -> str:
     if co:
         line += f" co_resident_kv_err_pct={','.join(f'{x:.1f}' for x in co)}"
     return line
+
+
+#: The releases issue 29's bar is set on (KV-token median and max, false rejects per case that started).
+RECENT = (0, 17, 0)
+
+
+def recent(report: Report) -> str:
+    """The summary over cases of a known release from 0.17 on (sized with a row that starts there or later)."""
+    members = [s for s in report.scored if s.since is not None and s.since >= RECENT]
+    kv = [s.kv_err for s in members if s.kv_err is not None and not s.co_resident]
+    started = sum(1 for s in members if s.ok)
+    fa = sum(1 for s in members if s.fits and not s.ok)
+    fr = sum(1 for s in members if s.ok and not s.fits)
+    spread = f"kv_median={_med(kv):.2f}% kv_max={max(kv):.2f}%" if kv else "kv=not printed"
+    return (f"  releases>=0.17 (known): cases={len(members)} kv_scored={len(kv)} {spread} false_accepts={fa} "
+            f"false_rejects={fr}/{started} started")
 
 
 def by_group(report: Report) -> list[str]:
@@ -219,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in report.lines:
             print(line)
         print(summary(report))
+        print(recent(report))
         if args.by:
             for line in by_group(report):
                 print(line)

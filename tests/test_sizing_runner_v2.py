@@ -40,17 +40,19 @@ def params(version: str, **kw: Any) -> SizingParams:
 
 
 def test_a_dense_model_at_tp2_on_pcie_on_0_27_is_estimated_closer_and_its_bound_keeps_the_v2_doubt() -> None:
-    """The estimate drops the graphs V2 does not reserve (closer to the 8.22 GiB printed); the bound keeps
-    their size as the doubt of V2's unexplained non-KV use (0.6-0.8 GiB seen at TP 1), so it stays below
-    what vLLM had. It fits one 32768-token request (4.0 GiB) since the PCIe non-torch doubt no longer charges
-    the all-reduce fusion workspace an RTX PRO 6000 (cc 12.0) never builds (test_sizing_pcie_fusion.py)."""
+    """The estimate drops the graphs V2 does not reserve and the sampler warm-up its parameterless profile does not
+    run (logits only: gpu/model_runner.py@v0.27.1:683-694), within 5 % of the 8.22 GiB printed; the bound keeps both
+    as the doubt of V2's unexplained non-KV use (1.3-1.6 GiB seen at TP 1 and PP 2), so it stays below what vLLM
+    had. It fits one 32768-token request (4.0 GiB) since the PCIe non-torch doubt no longer charges the all-reduce
+    fusion workspace an RTX PRO 6000 (cc 12.0) never builds (test_sizing_pcie_fusion.py)."""
     on_027 = estimate(QWEN3_32B, RTX_PRO, params("0.27.1"))
     assert not on_027.cuda_graph_reserved
     assert on_027.need_per_request_gib < on_027.available_kv_gib_bound < on_027.available_kv_gib <= 8.22
-    assert on_027.available_kv_gib > 6.2, "within 25 % of what vLLM printed (8.22 GiB)"
+    assert on_027.available_kv_gib > 0.95 * 8.22, "within 5 % of what vLLM printed (8.22 GiB)"
     assert on_027.fits, on_027.problems
     v2_doubt = next(d for d in on_027.doubts if "model runner V2's non-KV use beyond the source's terms" in d.term)
-    assert v2_doubt.gib == pytest.approx(on_027.cuda_graph_gib)
+    sampler_full = 1024 * 151936 * 14.45 / GIB  # the V1 profile's sampler warm-up, which V2's profile leaves out
+    assert v2_doubt.gib == pytest.approx(on_027.cuda_graph_gib + 0.123 + sampler_full - on_027.activation_gib, abs=1e-3)
     # 0.29 profiles V2's graphs, so the same deployment reserves them in the estimate too.
     on_029 = estimate(QWEN3_32B, RTX_PRO, params("0.29.0"))
     assert on_029.cuda_graph_reserved and on_029.available_kv_gib < on_027.available_kv_gib and not on_029.fits
@@ -58,14 +60,18 @@ def test_a_dense_model_at_tp2_on_pcie_on_0_27_is_estimated_closer_and_its_bound_
 
 @pytest.mark.parametrize("version", ["0.26.0", "0.27.1", "0.28.0"])
 def test_v2_releases_charge_the_penalty_bins_and_no_graphs(version: str) -> None:
+    """The bins count as non-KV from 0.27, where vLLM's non-KV became the drop in free memory since the start-up
+    snapshot (utils/mem_utils.py@v0.27.1:317-326); 0.26 still measured weights + the profile's torch peak increase +
+    non-torch growth (@v0.26.0:308-313), which leaves out what V2 allocates between the two."""
     v2 = estimate(QWEN3_32B, RTX_PRO, params(version))
     v1 = estimate(QWEN3_32B, RTX_PRO, params(version, speculative_config={"method": "ngram",
                                                                           "num_speculative_tokens": 2}))
     assert not v2.cuda_graph_reserved and v2.cuda_graph_gib > 0
     bins = 1024 * (151936 + 4748) * 4 / GIB  # seqs x (vocab + vocab / 32 packed) int32
     assert bins == pytest.approx(0.598, abs=0.001)
+    counted = bins if version != "0.26.0" else 0.0
     assert v2.available_kv_gib == pytest.approx(
-        v2.requested_gib - v2.weights_gib - v2.activation_gib - v2.non_torch_gib - bins, abs=1e-6)
+        v2.requested_gib - v2.weights_gib - v2.activation_gib - v2.non_torch_gib - counted, abs=1e-6)
     # A speculative config is sized as V1 there (V2 refuses some methods): graphs reserved, no bins.
     assert v1.cuda_graph_reserved
 

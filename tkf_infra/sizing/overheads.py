@@ -30,6 +30,20 @@ DYNAMIC_ENCODER_PATCHES = 65536
 SPEC_SAMPLER_BYTES = 10.0
 
 
+def logits_gib(rows: int, vocab: int, tp: int, act_bytes: float) -> float:
+    """The logits of the profile's sampler rows when model runner V2 samples them without parameters.
+
+    V2's profile (`_dummy_sampler_run`, vllm/v1/worker/gpu/model_runner.py@v0.26.0:654-665, @v0.27.1:683-694,
+    @v0.29.0:832-843, @v0.31.0:942-953) samples a dummy batch that carries no sampling parameters, so
+    `Sampler._requires_logits_processing` is false: no float32 copy, no top-k/top-p, and the Gumbel sample
+    is one Triton kernel over the logits (gpu/sample/sampler.py@v0.27.1:200-271). What the pass holds is the
+    logits in the model dtype (logits_processor.py@v0.27.1:84-95); at TP > 1 they are all-gathered along
+    the vocabulary, which keeps the local shard, the gathered buffer and its reshaped copy at once
+    (device_communicators/cuda_communicator.py@v0.27.1:377-385): 2 + 1/tp copies."""
+    copies = 1.0 if tp == 1 else 2.0 + 1.0 / tp
+    return rows * vocab * act_bytes * copies / GIB
+
+
 @dataclass(frozen=True)
 class Batch:
     """The profile run's shape and the deployment features that change it."""
@@ -56,6 +70,14 @@ class Activation:
     """Logits elements the warm-up samples (rows x vocabulary), for calibration."""
     sampler_fast: bool = False
     approximate: dict[str, float] = field(default_factory=dict)
+    sampler_profiled: float | None = None
+    """What the profile's sampler pass takes when it is not the full warm-up (`sampler`, which the
+    post-allocation warm-up still needs): model runner V2's parameterless pass, the logits only. None: the
+    profile runs the full warm-up."""
+
+    @property
+    def profiled_sampler(self) -> float:
+        return self.sampler if self.sampler_profiled is None else self.sampler_profiled
 
 
 def sampler_bytes(row: VersionRow, rows: int) -> float:
@@ -93,11 +115,15 @@ def moe_bytes(arch: Arch, tokens: int, sh: Sharding, act_bytes: float, q: QuantS
     return m * (n + n / 2 + arch.hidden) * act_bytes
 
 
-def encoder_bytes(arch: Arch, batch: Batch, act_bytes: float) -> tuple[float, float]:
-    """(encoder profile peak, encoder-cache bytes) of the multimodal dummy batch.
+def encoder_bytes(arch: Arch, batch: Batch, act_bytes: float, tp: int = 1) -> tuple[float, float]:
+    """(encoder profile peak, encoder-cache bytes) of the multimodal dummy batch, on one TP rank.
 
     The profile run encodes the modality with the most tokens at its largest size and keeps the
-    outputs in the encoder cache while the decoder runs (gpu_model_runner.py@v0.11.0:3326-3388)."""
+    outputs in the encoder cache while the decoder runs (gpu_model_runner.py@v0.11.0:3326-3388).
+    The vision tower is tensor-parallel by default (`mm_encoder_tp_mode` "weights", config/multimodal.py
+    @v0.24.0:145, @v0.27.1:165, @v0.31.0:205): its QKV and attention output (QKVParallelLinear / RowParallelLinear,
+    models/qwen2_5_vl.py@v0.24.0:367-391) and its MLP's hidden layer (ColumnParallelLinear,
+    models/qwen3_vl.py@v0.24.0:377-405) hold 1/tp of their width per rank; the residual stream stays whole."""
     v = arch.vision
     if not batch.multimodal or not v:
         return 0.0, 0.0
@@ -107,30 +133,35 @@ def encoder_bytes(arch: Arch, batch: Batch, act_bytes: float) -> tuple[float, fl
         patches = (v["image"] // v["patch"]) ** 2
         tokens_per_item = 256
     budget = max(batch.tokens, tokens_per_item)
-    per_patch = (4 * v["hidden"] + v["intermediate"] + v["hidden"]) * act_bytes
+    per_patch = ((4 * v["hidden"] + v["intermediate"]) / tp + v["hidden"]) * act_bytes
     cache = budget * arch.hidden * act_bytes
     return patches * per_patch, cache
 
 
 def activation(arch: Arch, row: VersionRow, batch: Batch, sh: Sharding, act_bytes: float, q: QuantScheme,
-               sampling_rank: bool = True) -> Activation:
-    """The torch peak of the profile run on one rank (GiB)."""
+               sampling_rank: bool = True, plain_sampler: bool = False) -> Activation:
+    """The torch peak of the profile run on one rank (GiB).
+
+    `plain_sampler`: the profile samples without parameters (model runner V2 before 0.33, `logits_gib`), so
+    its sampler pass holds the logits only; `sampler` stays the full warm-up's figure."""
     rows = min(batch.seqs, batch.tokens)
     vocab = arch.vocab or 0
     sampler = sampler_bytes(row, rows) * rows * vocab / GIB if sampling_rank else 0.0
+    profiled = min(logits_gib(rows, vocab, sh.tp, act_bytes), sampler) if plain_sampler else sampler
     spec = SPEC_SAMPLER_BYTES * 2 * rows * vocab / GIB if batch.spec_tokens and sampling_rank else 0.0
     forward = forward_bytes(arch, batch.tokens, sh, act_bytes) / GIB
     moe = moe_bytes(arch, batch.tokens, sh, act_bytes, q) / GIB
-    enc, cache = (x / GIB for x in encoder_bytes(arch, batch, act_bytes))
+    enc, cache = (x / GIB for x in encoder_bytes(arch, batch, act_bytes, sh.tp))
     # Peaks do not stack: the encoder runs first, then the decoder, then the sampler, then (with
     # speculative decoding) the rejection sampler on fresh random logits; the encoder cache and the
     # MoE workspaces stay allocated across all of them (gpu_model_runner.py@v0.9.1:1866-1940).
-    peak = max(forward, sampler, spec, enc) + cache + moe
+    peak = max(forward, profiled, spec, enc) + cache + moe
     total = row.activation_base_gib + peak
     approx = {"encoder profile": 0.5 * (enc + cache), "speculative sampler": 0.5 * spec}
     fast = row.sampler_fast_bytes is not None and rows >= row.sampler_fast_min_rows
     return Activation(row.activation_base_gib, sampler, forward, moe, enc, cache, spec, total,
-                      rows * vocab if sampling_rank else 0.0, fast, {k: v for k, v in approx.items() if v > 0})
+                      rows * vocab if sampling_rank else 0.0, fast, {k: v for k, v in approx.items() if v > 0},
+                      profiled if plain_sampler else None)
 
 
 def activation_doubt(act: Activation, row: VersionRow) -> float:
@@ -142,9 +173,11 @@ def activation_doubt(act: Activation, row: VersionRow) -> float:
     measured per release), every other part `activation_uncertainty`. With both equal this is
     `activation_uncertainty x total`, the row's old single figure."""
     au = row.activation_uncertainty
-    su = au if row.sampler_uncertainty is None else row.sampler_uncertainty
-    peak = max(act.forward, act.sampler, act.spec, act.encoder)
-    high = max(act.forward * (1 + au), act.sampler * (1 + su), act.spec * (1 + au), act.encoder * (1 + au))
+    # The sampler's own (measured) uncertainty is that of the full warm-up; V2's logits-only pass takes the row's.
+    su = au if row.sampler_uncertainty is None or act.sampler_profiled is not None else row.sampler_uncertainty
+    sampler = act.profiled_sampler
+    peak = max(act.forward, sampler, act.spec, act.encoder)
+    high = max(act.forward * (1 + au), sampler * (1 + su), act.spec * (1 + au), act.encoder * (1 + au))
     return high - peak + au * (act.total - peak)
 
 
@@ -204,6 +237,19 @@ def runs_v2(row: VersionRow, arch: Arch, spec_method: str) -> bool:
     if row.runner_v2 == "all":
         return True
     return row.runner_v2 == "dense" and not arch.is_moe and arch.recurrent is None and not spec_method
+
+
+def pp_receive_buffers_gib(arch: Arch, tokens: int, act_bytes: float) -> float:
+    """What a non-first pipeline stage keeps to receive the previous stage's output: `hidden_states` and
+    `residual` for `max_num_batched_tokens` tokens in the model dtype (`make_empty_intermediate_tensors_factory`,
+    models/utils.py@v0.27.1:866-879; llama.py@v0.27.1:393 and qwen2.py@v0.27.1:386, which Qwen3 reuses, pass both
+    keys). The V1 runner
+    allocates them in the profile's first dummy run and keeps them (v1/worker/gpu_model_runner.py@v0.24.0:5923-5931,
+    @v0.27.1:6118-6126), so they are in the profiled peak: Llama-3.1-8B at PP 2 on 0.19 printed 2.01 GiB on the last
+    stage against its 1.89 GiB sampler term, 0.125 GiB apart, the buffers' size. Model runner V2 allocates them in
+    `load_model`, after the weights are measured (v1/worker/gpu/model_runner.py@v0.27.1:390-399): counted where the
+    release's non-KV is the drop in free memory (`VersionRow.non_kv_free_memory_drop`)."""
+    return 2 * tokens * arch.hidden * act_bytes / GIB
 
 
 def v2_sampler_state_gib(arch: Arch, seqs: int) -> float:

@@ -40,8 +40,12 @@ class VersionRow:
     pcie_ceiling_no_fusion_gib: float | None = None
     """The NVLink figure less FlashInfer's all-reduce + RMSNorm workspace, built in the profile's compile
     (compilation/passes/fusion/allreduce_rms_fusion.py@v0.24.0:966-994) only at TP > 1 on cc 9.0 or 10.x
-    (config/vllm.py@v0.17.0:113-133, @v0.24.0:131-151, @v0.29.0:161-185; off @v0.16.0:118-194): the PCIe bound's
-    ceiling on other GPUs. None: the NVLink figure (0.30 adds flashinfer_pcie_ipc_all_reduce.py for PCIe)."""
+    (config/vllm.py@v0.17.0:113-133, @v0.24.0:131-151, @v0.29.0:161-185, @v0.31.0:178-202, @v0.32.0:171-195,
+    @v0.33.0:179-203; off @v0.16.0:118-194): the PCIe bound's ceiling on other GPUs, 0.17 to 0.33. The PCIe IPC
+    all-reduce 0.30 added is opt-in (VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC, default 0: envs.py@v0.30.0:1866-1868,
+    @v0.32.0:1976-1978, @v0.33.0:1967-1969) and built with the communicator in `init_worker_distributed_environment`,
+    before the start-up snapshot (cuda_communicator.py@v0.32.0:139-147, gpu_worker.py@v0.32.0:505-534), so it adds
+    no non-torch memory by default. None: the NVLink figure."""
     context_single_gib: float = 0.51
     context_multi_gib: float = 1.55
     """Memory in use before vLLM's start-up snapshot (CUDA context, NCCL): must fit outside the budget."""
@@ -69,9 +73,12 @@ class VersionRow:
     defaults_exclude_cc: tuple[tuple[int, int], ...] = ()
     """Compute capabilities kept on the small batch tier whatever their memory (GB10, cc 12.1, from 0.33)."""
     profile_sampler_plain: bool = False
-    """The profile's sampler pass runs without sampling parameters (model runner V2, the default), so
-    the post-allocation warm-up (`warmup_kernels`, every sampling feature on) finds none of the sampler's
-    memory freed inside the budget: it must come from what the budget leaves outside."""
+    """Model runner V2's profile samples without sampling parameters (`_dummy_sampler_run`,
+    gpu/model_runner.py@v0.26.0:654-665 to @v0.32.0:972-983), so the profile holds the logits and not the full
+    sampler (`overheads.logits_gib`), and the post-allocation warm-up (`warmup_kernels`, gpu/warmup.py@v0.26.0:155-231,
+    `SamplingParams.for_sampler_warmup`, every feature on) finds only that peak freed inside the budget: the rest
+    of the sampler must come from what the budget leaves outside. Applies where V2 runs (`runner_v2`); 0.33's
+    profile adds the full pass (False)."""
     runner_v2: str = ""
     """Which models run model runner V2 (`vllm/v1/worker/gpu/`) by default: "" none, "dense" generative
     decoders that are neither MoE nor hybrid (config/vllm.py `_is_default_v2_model_runner_model`,
@@ -84,6 +91,12 @@ class VersionRow:
     returns 0 (gpu/model_runner.py@v0.26.0:705-707, @v0.27.1:749-751, @v0.28.0:843-845), so
     `determine_available_memory` takes nothing out for graphs (gpu_worker.py@v0.27.1:517-547); from 0.29 it
     profiles them (@v0.29.0:896-898)."""
+    non_kv_free_memory_drop: bool = False
+    """vLLM's non-KV memory is the drop in free memory since the start-up snapshot plus the transient peak
+    (utils/mem_utils.py@v0.27.1:317-326, `total_consumed + transient_peak_headroom`), so what the runner allocates
+    after the weights are measured and before the profile counts (model runner V2's penalty bins and pipeline
+    receive buffers). Before 0.27 it was weights + the profile's torch peak increase + non-torch growth
+    (@v0.24.0:308-313, @v0.26.0:308-313), which leaves such buffers out."""
     v0_fallback: tuple[str, ...] = ()
     """Conditions under which these releases run the V0 engine instead (`_is_v1_supported_oracle`)."""
     calibration: str = ""

@@ -23,6 +23,7 @@ from tkf_infra.sizing.overheads import (
     activation_doubt,
     graph_gib,
     non_torch_gib,
+    pp_receive_buffers_gib,
     runs_v2,
     v2_sampler_state_gib,
 )
@@ -89,11 +90,18 @@ def run_row(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max
     if arch.recurrent is not None and row.engine == "v1":
         block = hybrid_block_size(arch, sh.tp, kv_bytes, act_bytes, k, params.block_size)
     batch = Batch(seqs, mnbt, k, arch.multimodal)
-    act = activation(arch, row, batch, sh, act_bytes, q)
-    non_torch, non_torch_doubt = non_torch_gib(row, gpu, sh)
     v2 = runs_v2(row, arch, method)
+    plain = v2 and row.profile_sampler_plain
+    act = activation(arch, row, batch, sh, act_bytes, q, plain_sampler=plain)
+    # What a profile that runs the full sampler warm-up reserves: the V1 runner's, and what V2's bound keeps.
+    full_profile = activation(arch, row, batch, sh, act_bytes, q).total if plain else act.total
+    non_torch, non_torch_doubt = non_torch_gib(row, gpu, sh)
     reserved = row.graphs_reserved and (row.v2_graph_estimate or not v2)
-    bins = v2_sampler_state_gib(arch, seqs) if v2 else 0.0
+    # V2's penalty bins and pipeline receive buffers are allocated before the profile: non-KV only where vLLM
+    # counts the drop in free memory (0.27+); the V1 runner allocates its receive buffers inside the profile.
+    counted = not v2 or row.non_kv_free_memory_drop
+    bins = v2_sampler_state_gib(arch, seqs) if v2 and counted else 0.0
+    receive = pp_receive_buffers_gib(arch, mnbt, act_bytes) if row.engine == "v1" and counted else 0.0
     total, u = gpu.memory_gib, params.gpu_memory_utilization
     requested = total * u
     multi = sh.tp * sh.pp * sh.dp > 1
@@ -120,6 +128,7 @@ def run_row(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max
         w += weights_extra if stage == 0 else 0.0
         graphs = graph_gib(arch, len(rng), sh, batch, params.enforce_eager or bnb_forces_eager(arch.quant))
         state = bins if stage == len(ranges) - 1 else 0.0  # V2's sampler lives on the last stage only
+        state += receive if stage > 0 else 0.0  # every stage after the first receives
         avail = requested - w - act.total - non_torch - (graphs if reserved else 0.0) - lora_gib[stage] - state
         if row.reserve_includes_fragmentation:
             avail -= 0.1 * act.total  # V0 <= 0.6 kept torch's cached blocks in the measured peak
@@ -158,26 +167,34 @@ def run_row(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max
     if reserved and graphs:
         doubts.append(Doubt(term="CUDA-graph memory estimate (extrapolated by vLLM from two captures)", gib=graphs,
                             pin="enforceEager: true removes the CUDA-graph term"))
-    elif v2 and row.graphs_reserved and graphs:
-        # V2 on 0.26-0.28 reserves nothing for graphs, yet its TP-1 start-ups printed 0.6-0.8 GiB more non-KV
-        # than every term the source shows: the bound keeps the graphs' size as that gap's doubt, so the
-        # estimate gains the accuracy and the bound loses none of its margin.
-        doubts.append(Doubt(term=f"model runner V2's non-KV use beyond the source's terms ({row.name}: 0.6-0.8 GiB "
-                                 "seen at TP 1), sized as the CUDA graphs it does not reserve", gib=graphs,
-                            pin="a start-up log on this release pins it"))
+    v2_gap = (graphs if v2 and row.graphs_reserved and not reserved else 0.0) + (full_profile - act.total)
+    if v2 and v2_gap > 0:
+        # V2's 0.27.1 start-ups at TP 1 and PP 2 printed 1.3-1.6 GiB more non-KV than every term the source shows
+        # (at TP 2: none): the bound keeps what the V1 runner would have reserved, the full sampler warm-up its
+        # profile leaves out and, on 0.26-0.28, the CUDA graphs it does not reserve, so the estimate gains the
+        # accuracy and the bound loses none of its margin.
+        unreserved = " and the CUDA graphs it does not reserve" if not reserved and graphs else ""
+        doubts.append(Doubt(term=f"model runner V2's non-KV use beyond the source's terms ({row.name}: 1.3-1.6 GiB "
+                                 "seen on 0.27.1 at TP 1 and PP 2), sized as the sampler warm-up its profile leaves "
+                                 f"out{unreserved}", gib=v2_gap, pin="a start-up log on this release pins it"))
     problems = quant_problems(q, params.quantization, None, gpu.cc, gpu.name)
     # After the cache is allocated vLLM warms the sampler on the same rows as in profiling.
     warmup = max(act.sampler, act.spec) + (MXFP4_WARMUP_GIB if q.name == "mxfp4" and arch.is_moe else 0.0)
-    # What of the profiled peak the warm-up finds freed inside the budget: not the sampler's share where the
-    # profile sampled without parameters (0.32's model runner V2) and the warm-up turns every feature on.
-    reused = act.total - (act.sampler if row.profile_sampler_plain else 0.0)
+    # What of the profiled peak the warm-up finds freed inside the budget: all of it, and where the profile
+    # sampled without parameters (model runner V2 before 0.33) that is the logits-only peak, while the warm-up
+    # (`warmup_kernels`, every sampling feature on) needs the full sampler: the rest comes from outside. 0.33 adds
+    # that pass to the profile for this reason ("warmup_kernels ... pays for the fp32 logits pipeline, so the
+    # profiled peak must too", gpu/model_runner.py@v0.33.0:1008-1009); V2 warms up after capturing the graphs
+    # (gpu_worker.py@v0.27.1:793-795), so unreserved graphs are not free then.
+    reused = act.total
     return RowRun(row=row.name, seqs=seqs, mnbt=mnbt, block=block, weights=w_gib, activation=act.total,
                 non_torch=non_torch, graphs=graphs, reserved=reserved, available=avail, layout=layout,
                 layout_low=layout_low,
                 need=need, per_token=per_token, doubts=doubts, problems=problems, context=context, warmup=warmup,
                   warmup_reuse=reused, need_whole=whole.need_per_request(max_len, mnbt),
                   least_available=least_avail, lora=lora_gib[stage], lora_host=lora.host / GIB if lora else 0.0,
-                  sampler_state=bins if stage == len(ranges) - 1 else 0.0)
+                  sampler_state=bins if stage == len(ranges) - 1 else 0.0,
+                  receive_buffers=receive if stage > 0 else 0.0)
 
 
 def profile_activation(config: dict[str, Any], gpu: GpuSpec, params: SizingParams, row: VersionRow) -> Activation:

@@ -76,6 +76,8 @@ class RowRun(BaseModel):
     lora_host: float = 0.0
     sampler_state: float = 0.0
     """Model runner V2's penalty state on the limiting rank, non-KV memory (overheads.v2_sampler_state_gib)."""
+    receive_buffers: float = 0.0
+    """A non-first pipeline stage's receive buffers on the limiting rank (overheads.pp_receive_buffers_gib)."""
 
 
 def budget_problems(run: RowRun, gpu: GpuSpec, params: SizingParams, avail: float, avail_low: float,
@@ -105,6 +107,7 @@ def budget_problems(run: RowRun, gpu: GpuSpec, params: SizingParams, avail: floa
             f"{run.non_torch:.2f} GiB non-torch"
             + (f" + {run.graphs:.2f} GiB CUDA graphs" if run.reserved else "")
             + (f" + {run.sampler_state:.2f} GiB sampler state (model runner V2)" if run.sampler_state else "")
+            + (f" + {run.receive_buffers:.2f} GiB pipeline receive buffers" if run.receive_buffers else "")
             + f" against the {requested:.1f} GiB budget ({u:.2f} x {total:.2f} GiB)"
         )
     elif need > avail_low * GIB:

@@ -46,15 +46,17 @@ _V0 = VersionRow(
     sampler_sort_bytes=40.0, activation_base_gib=0.05, sampler_all_ranks=False,
     non_torch_tp1_gib=0.05, non_torch_multi_gib=2.1, non_torch_multi_pcie_gib=0.6, hybrid_group_ratio=1.0,
     defaults_exclude_a100=False)
-#: V1 from 0.17, when the Triton top-k/top-p sampler arrived: both sampler figures.
+#: V1 from 0.17, when the Triton top-k/top-p sampler arrived: both sampler figures; and the all-reduce + RMSNorm
+#: fusion, whose workspace only cc 9.0 / 10.x build (`VersionRow.pcie_ceiling_no_fusion_gib`).
 _TRITON = VersionRow("V1, Triton sampler", (0, 17, 0), (0, 33, 99), "v1", sources=(),
-                     sampler_sort_bytes=_SORT_BYTES, sampler_fast_bytes=_FAST_BYTES)
+                     sampler_sort_bytes=_SORT_BYTES, sampler_fast_bytes=_FAST_BYTES,
+                     pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION)
 #: From 0.21: the CUDA-graph estimate out of the KV budget (from 0.20) and tokens from the concurrency.
 _CONCURRENCY = replace(_TRITON, name="V1, graphs reserved, tokens from concurrency", first=(0, 21, 0),
                        graphs_reserved=True, tokens_from_concurrency=True)
 #: From 0.28: the 16384-token tier on the largest GPUs and prefix caching on by default for hybrid models.
 _XL = replace(_CONCURRENCY, name="V1, 16384-token tier, hybrid prefix caching", first=(0, 28, 0),
-              defaults_xl_gib=_XL_GIB, hybrid_prefix_caching=True)
+              defaults_xl_gib=_XL_GIB, hybrid_prefix_caching=True, non_kv_free_memory_drop=True)
 
 ROWS: tuple[VersionRow, ...] = (
     replace(
@@ -121,7 +123,6 @@ ROWS: tuple[VersionRow, ...] = (
         activation_uncertainty=0.2, sampler_uncertainty=0.04),
     replace(
         _TRITON, name="v0.17-0.19", first=(0, 17, 0), last=(0, 19, 99),
-        pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
         sources=("vllm/v1/worker/gpu_worker.py@v0.19.0:332-483 (determine_available_memory; graph estimate "
                  "computed, not applied)",
                  "vllm/envs.py@v0.19.0:1654-1655 (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 0)",
@@ -133,7 +134,7 @@ ROWS: tuple[VersionRow, ...] = (
         calibration="29 H100 start-ups of 0.19.0 (llm-d-planner PR 205): KV tokens median 0.02%",
         activation_uncertainty=0.08, non_torch_uncertainty_gib=0.1),
     replace(
-        _TRITON, name="v0.20", first=(0, 20, 0), last=(0, 20, 99), pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
+        _TRITON, name="v0.20", first=(0, 20, 0), last=(0, 20, 99),
         sources=("vllm/envs.py@v0.20.0:1724-1725 (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 1)",
                  "vllm/v1/worker/gpu_worker.py@v0.20.0:379-424 (available = requested - non-KV - graph estimate)",
                  "vllm/utils/mem_utils.py@v0.20.0:191-273 (memory_profiling)"),
@@ -141,7 +142,6 @@ ROWS: tuple[VersionRow, ...] = (
         calibration="accounting as 0.19 plus the graph estimate (no 0.20 start-up in the case files)"),
     replace(
         _CONCURRENCY, name="v0.21-0.25", first=(0, 21, 0), last=(0, 25, 99),
-        pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
         sources=("vllm/v1/worker/gpu_worker.py@v0.24.0:400-553 (determine_available_memory)",
                  "vllm/v1/core/kv_cache_utils.py@v0.21.0:1700-1712 (tokens = int(concurrency x max_model_len))",
                  "vllm/v1/worker/gpu_model_runner.py@v0.21.0:5702 (sampler warmed twice; same peak)",
@@ -151,17 +151,18 @@ ROWS: tuple[VersionRow, ...] = (
         mamba2_all_mode=True,
         calibration="accounting as 0.20 (one 0.22 start-up without its memory lines: RTX 3090 TP2 hybrid MTP)"),
     replace(
-        _CONCURRENCY, name="v0.26", first=(0, 26, 0), last=(0, 26, 99), pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
+        _CONCURRENCY, name="v0.26", first=(0, 26, 0), last=(0, 26, 99),
         sources=("vllm/v1/worker/gpu_worker.py@v0.26.0:448-608 (determine_available_memory)",
                  "vllm/engine/arg_utils.py@v0.26.0:2518-2522 (hybrid models: prefix caching opt-in by default; "
                  "config/model.py@v0.26.0:1895-1897 only says they support it)",
                  "vllm/v1/kv_cache_interface.py@v0.26.0:710-720 (align mode: 2 + spec state blocks per request)",
                  "vllm/config/vllm.py@v0.26.0:550-621 (model runner V2 by default for dense decoders)",
                  "vllm/v1/worker/gpu/model_runner.py@v0.26.0:705-707 (V2: no CUDA-graph memory estimate)"),
-        hybrid_prefix_caching=False, runner_v2="dense", v2_graph_estimate=False,
+        hybrid_prefix_caching=False, runner_v2="dense", v2_graph_estimate=False, profile_sampler_plain=True,
         calibration="accounting as 0.21 (no 0.26 start-up in the case files)"),
     replace(
-        _CONCURRENCY, name="v0.27", first=(0, 27, 0), last=(0, 27, 99), pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
+        _CONCURRENCY, name="v0.27", first=(0, 27, 0), last=(0, 27, 99),
+        non_kv_free_memory_drop=True,
         sources=("vllm/utils/mem_utils.py@v0.27.0:234-326 (non-KV = drop in free memory + transient peak)",
                  "vllm/v1/worker/gpu_worker.py@v0.27.0:460-612 (determine_available_memory)",
                  "vllm/config/vllm.py@v0.27.1:578-658 (model runner V2 by default for dense decoders)",
@@ -171,27 +172,27 @@ ROWS: tuple[VersionRow, ...] = (
                  "vllm/v1/worker/gpu/sample/penalties.py@v0.27.1:32-42 (output_bin_counts: seqs x vocab int32)",
                  "vllm/engine/arg_utils.py@v0.27.1:2515-2562 (70 GiB tier only: no 16384-token tier yet)",
                  "vllm/engine/arg_utils.py@v0.27.1:2602-2606 (hybrid models: prefix caching still opt-in)"),
-        hybrid_prefix_caching=False, runner_v2="dense", v2_graph_estimate=False,
+        hybrid_prefix_caching=False, runner_v2="dense", v2_graph_estimate=False, profile_sampler_plain=True,
         calibration="three 0.27.1 start-ups (Qwen3-32B, RTX PRO 6000, utilization 0.426: TP 1, TP 2, PP 2), all on "
                     "model runner V2"),
     replace(
-        _XL, name="v0.28", first=(0, 28, 0), last=(0, 28, 99), pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
+        _XL, name="v0.28", first=(0, 28, 0), last=(0, 28, 99),
         sources=("vllm/v1/worker/gpu_worker.py@v0.28.0:475-559 (determine_available_memory)",
                  "vllm/engine/arg_utils.py@v0.28.0:2582-2590 (16384 batched tokens on >= 160 GiB)",
                  "vllm/config/vllm.py@v0.28.0:615-712 (model runner V2 by default for dense decoders)",
                  "vllm/v1/worker/gpu/model_runner.py@v0.28.0:843-845 (V2: no CUDA-graph memory estimate)",
                  "vllm/v1/worker/gpu/sample/penalties.py@v0.28.0:32-42 (output_bin_counts)",
                  "vllm/engine/arg_utils.py@v0.28.0:2650 (prefix caching on by default, hybrid models included)"),
-        runner_v2="dense", v2_graph_estimate=False,
+        runner_v2="dense", v2_graph_estimate=False, profile_sampler_plain=True,
         calibration="accounting as 0.27 (no 0.28 start-up in the case files)"),
     replace(
-        _XL, name="v0.29", first=(0, 29, 0), last=(0, 29, 99), pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION,
+        _XL, name="v0.29", first=(0, 29, 0), last=(0, 29, 99),
         sources=("vllm/utils/mem_utils.py@v0.29.0:234-326 (non-KV = drop in free memory + transient peak)",
                  "vllm/config/vllm.py@v0.29.0:645-677 (model runner V2 by default for every model)",
                  "vllm/v1/worker/gpu/model_runner.py@v0.29.0:896-898 (V2 profiles CUDA-graph memory)",
                  "vllm/v1/worker/gpu/sample/penalties.py@v0.29.0:32-42 (output_bin_counts)",
                  "vllm/engine/arg_utils.py@v0.28.0:2582-2590 (16384 batched tokens on >= 160 GiB)"),
-        runner_v2="all",
+        runner_v2="all", profile_sampler_plain=True,
         calibration="accounting as 0.27 with V2's graph estimate (no 0.29 start-up in the case files)"),
     replace(
         _XL, name="v0.30-0.31", first=(0, 30, 0), last=(0, 31, 99),
@@ -200,7 +201,7 @@ ROWS: tuple[VersionRow, ...] = (
                  "vllm/v1/kv_cache_interface.py@v0.30.0:1034-1044 (align mode: 2 + spec state blocks per request)",
                  "vllm/config/vllm.py@v0.30.0:675-723 (model runner V2 by default; @v0.31.0:701-761)",
                  "vllm/v1/worker/gpu/sample/penalties.py@v0.30.0:40 (V2 output_bin_counts; @v0.31.0:45)"),
-        sampler_fast_min_rows=0, runner_v2="all",
+        sampler_fast_min_rows=0, runner_v2="all", profile_sampler_plain=True,
         calibration="accounting as 0.32 (no 0.30/0.31 start-up in the case files)"),
     replace(
         _XL, name="v0.32", first=(0, 32, 0), last=(0, 32, 99),
