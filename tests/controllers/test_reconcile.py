@@ -84,6 +84,9 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 SCALING = {"minReplicas": 1, "maxReplicas": 3}
 #: The Prometheus the stack names (nothing answers there: no KEDA or WVA controller runs in this tier).
 PROMETHEUS_URL = "http://prometheus.monitoring.svc:9090"
+#: How KEDA reaches it (`serving.prometheusAuth`): KServe must copy it into the trigger of the ScaledObject it writes.
+PROMETHEUS_AUTH = {"authModes": "bearer", "triggerAuthentication": "prometheus-reader",
+                   "kind": "ClusterTriggerAuthentication", "insecureSkipVerify": True}
 SCALING_CRDS = (DATA / "crds" / "keda.sh_scaledobjects-v2.18.0.yaml",
                 DATA / "crds" / "llmd.ai_variantautoscalings-v0.7.0.yaml")
 
@@ -144,7 +147,10 @@ def reconciled_deploys(kube_apiserver: KubeAPIServer, kube: KubeClient, webhooks
             kube.apply(crd)
             kube.wait_crd_served(crd, timeout=120)
         if any("scaling" in m for m in models):
-            es.edit_config(lambda c: c.update({"tkf-infra:prometheusUrl": PROMETHEUS_URL}))
+            def name_prometheus(c: dict[str, Any]) -> None:
+                c["tkf-infra:prometheusUrl"] = PROMETHEUS_URL
+                c["tkf-infra:serving"]["prometheusAuth"] = PROMETHEUS_AUTH
+            es.edit_config(name_prometheus)
         first = len(starters)  # this deploy's
         starters.append(StartWhenServed(kube_apiserver.client, LWS_CRDS, launcher(start_lws, "lws")))
         if backend == "kserve":
@@ -176,7 +182,8 @@ def reconciled_deploys(kube_apiserver: KubeAPIServer, kube: KubeClient, webhooks
 def assert_kserve_scaling(kube: KubeClient, namespace: str, name: str, scaling: dict[str, int]) -> None:
     """KServe wrote the autoscaler path of an autoscaled model (scaling.go at v0.20.0): WVA's
     VariantAutoscaling and a KEDA ScaledObject on its Deployment with our range, whose Prometheus trigger
-    reads WVA's `wva_desired_replicas` from the Prometheus our install put in its inferenceservice-config."""
+    reads WVA's `wva_desired_replicas` from the Prometheus our install put in its inferenceservice-config, with
+    the stack's `serving.prometheusAuth` (KServe's `prometheusTrigger` reads it from the same config)."""
     va = wait(f"KServe's VariantAutoscaling of {name}",
               partial(kube.get, "llmd.ai/v1alpha1", "VariantAutoscaling", f"{name}-kserve-va", namespace))
     assert (va["spec"]["minReplicas"], va["spec"]["maxReplicas"]) == (scaling["minReplicas"], scaling["maxReplicas"])
@@ -189,6 +196,9 @@ def assert_kserve_scaling(kube: KubeClient, namespace: str, name: str, scaling: 
     (trigger,) = spec["triggers"]
     assert trigger["type"] == "prometheus" and trigger["metadata"]["serverAddress"] == PROMETHEUS_URL, trigger
     assert f'variant_name="{name}-kserve-va"' in trigger["metadata"]["query"], trigger
+    assert trigger["authenticationRef"] == {"name": PROMETHEUS_AUTH["triggerAuthentication"],
+                                            "kind": PROMETHEUS_AUTH["kind"]}, trigger
+    assert (trigger["metadata"]["authModes"], trigger["metadata"]["unsafeSsl"]) == ("bearer", "true"), trigger
 
 
 def assert_webhooks_judged(kube: KubeClient, pieces: list[str]) -> None:
