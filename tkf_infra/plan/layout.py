@@ -86,27 +86,41 @@ Rooms = Sequence[tuple[int, int]]
 """Per node of the pool, in order: (CPU millicores, memory MiB) it can give pods."""
 
 
-def _pack(order: Sequence[Demand], keys: list[tuple[int, int]],
-          rooms: Rooms | None = None) -> tuple[dict[tuple[int, int], str], _Held, dict[str, int],
-                                               dict[str, list[tuple[int, int, bool]]]]:
-    """Place the demands in this order (first fit, all replicas of a model or none): whole GPUs, instances,
-    and for each model that did not fit, how many of its replicas did. With `rooms`, a replica goes only
-    to a node that still has its pod's CPU and memory; for a model that did not fit, each node's
-    (CPU, memory) left and whether its GPUs had a spot, when it failed."""
-    whole: dict[tuple[int, int], str] = {}
-    held: _Held = {}
-    used: _Used = {}
-    failed: dict[str, int] = {}
-    short: dict[str, list[tuple[int, int, bool]]] = {}
-    left = [list(r) for r in rooms] if rooms is not None else None
-    for d in order:
+Short = list[tuple[int, int, bool]]
+"""Per node, when a demand did not fit: (CPU, memory) left and whether its GPUs had a spot for it."""
+
+
+class _Packing:
+    """First fit in progress: the demands placed so far, in order, each one able to be taken back (last first).
+
+    Why: admission tries each new model on the packing of every model admitted before it (`plan_mig`), and
+    that packing first fit decreasing puts the new model among the others; the state after a prefix of demands
+    depends on that prefix alone, so a trial re-places only from the first demand where it differs from the
+    packing at hand (`packs`) instead of from scratch, with the same result. A demand taken back leaves its
+    GPUs' entries empty (`[]`, `(0, 0)`) rather than absent, which every reader treats alike."""
+
+    def __init__(self, keys: list[tuple[int, int]], rooms: Rooms | None = None) -> None:
+        self.keys = keys
+        self.whole: dict[tuple[int, int], str] = {}
+        self.held: _Held = {}
+        self.used: _Used = {}
+        self.left = [list(r) for r in rooms] if rooms is not None else None
+        self.placed: list[tuple[Demand, list[tuple[int, int]], list[int]]] = []
+        """Each demand placed, in order, with the GPUs its replicas took and the node of each replica's pod."""
+
+    def place(self, d: Demand, explain: bool = True) -> tuple[int | None, Short | None]:
+        """Place all replicas of `d`, or none (first fit). None when placed; else how many of its replicas
+        did, and (with rooms and `explain`) each node's room and GPU spot when it failed."""
+        keys, whole, held, used, left = self.keys, self.whole, self.held, self.used, self.left
         taken: list[tuple[int, int]] = []
         pods: list[int] = []  # the node of each replica's pod
+        failed: int | None = None
+        short: Short | None = None
 
-        def room(node: int, d: Demand = d) -> bool:
+        def room(node: int) -> bool:
             return left is None or (left[node][0] >= d.cpu_millis and left[node][1] >= d.memory_mib)
 
-        def pods_room(node: int, d: Demand = d) -> int:
+        def pods_room(node: int) -> int:
             """How many more of this demand's pods the node's CPU and memory hold."""
             if left is None:
                 return d.replicas
@@ -124,10 +138,10 @@ def _pack(order: Sequence[Demand], keys: list[tuple[int, int]],
             spot = (_whole_spot(keys, whole, held, d.gpus, room) if d.profile is None
                     else _mig_spot(keys, whole, held, used, d.profile, room, fills))
             if spot is None:
-                failed[d.model] = replica
-                if left is not None:
+                failed = replica
+                if left is not None and explain:
                     gpu_ok = _gpu_spots(keys, whole, held, used, d)
-                    short[d.model] = [(c, m, n in gpu_ok) for n, (c, m) in enumerate(left)]
+                    short = [(c, m, n in gpu_ok) for n, (c, m) in enumerate(left)]
                 break
             for key in spot:
                 if d.profile is None:
@@ -141,17 +155,65 @@ def _pack(order: Sequence[Demand], keys: list[tuple[int, int]],
                 left[spot[0][0]][1] -= d.memory_mib
             pods.append(spot[0][0])
             taken += spot
-        if d.model in failed:  # all or nothing: free what its first replicas took
-            for key in taken:
-                whole.pop(key, None)
-                if key in held:
-                    held[key] = [h for h in held[key] if h[0] != d.model]
-                    used[key] = (sum(h[2].slices for h in held[key]), sum(h[2].compute for h in held[key]))
+        if failed is None:
+            self.placed.append((d, taken, pods))
+            return None, None
+        for key in taken:  # all or nothing: free what its first replicas took
+            whole.pop(key, None)
+            if key in held:
+                held[key] = [h for h in held[key] if h[0] != d.model]
+                used[key] = (sum(h[2].slices for h in held[key]), sum(h[2].compute for h in held[key]))
+        for node in pods:
+            if left is not None:
+                left[node][0] += d.cpu_millis
+                left[node][1] += d.memory_mib
+        return failed, short
+
+    def undo(self) -> None:
+        """Take back the last demand placed."""
+        d, taken, pods = self.placed.pop()
+        for key in reversed(taken):
+            if d.profile is None:
+                del self.whole[key]
+            else:
+                self.held[key].pop()
+                mem, compute = self.used[key]
+                self.used[key] = (mem - d.profile.slices, compute - d.profile.compute)
+        if self.left is not None:
             for node in pods:
-                if left is not None:
-                    left[node][0] += d.cpu_millis
-                    left[node][1] += d.memory_mib
-    return whole, held, failed, short
+                self.left[node][0] += d.cpu_millis
+                self.left[node][1] += d.memory_mib
+
+    def packs(self, order: Sequence[Demand]) -> bool:
+        """Whether first fit places every demand of `order` (as `_pack` would find): kept from the packing at
+        hand up to the first demand where the two differ, re-placed from there, stopped at the first failure.
+        Afterwards the packing holds `order` (when True) or its prefix before the demand that failed."""
+        same = 0
+        for (done, _, _), d in zip(self.placed, order, strict=False):
+            if done is not d:
+                break
+            same += 1
+        while len(self.placed) > same:
+            self.undo()
+        return all(self.place(d, explain=False)[0] is None for d in order[same:])
+
+
+def _pack(order: Sequence[Demand], keys: list[tuple[int, int]],
+          rooms: Rooms | None = None) -> tuple[dict[tuple[int, int], str], _Held, dict[str, int], dict[str, Short]]:
+    """Place the demands in this order (first fit, all replicas of a model or none): whole GPUs, instances,
+    and for each model that did not fit, how many of its replicas did. With `rooms`, a replica goes only
+    to a node that still has its pod's CPU and memory; for a model that did not fit, each node's
+    (CPU, memory) left and whether its GPUs had a spot, when it failed."""
+    packing = _Packing(keys, rooms)
+    failed: dict[str, int] = {}
+    short: dict[str, Short] = {}
+    for d in order:
+        replica, nodes = packing.place(d)
+        if replica is not None:
+            failed[d.model] = replica
+            if nodes is not None:
+                short[d.model] = nodes
+    return packing.whole, packing.held, failed, short
 
 
 def _gpu_spots(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: _Held, used: _Used,
@@ -182,20 +244,26 @@ def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: in
     order: list[Demand] = []
     refused: dict[str, str] = {}
     short_of_room: set[str] = set()
+    # Trials re-place only from where they differ from the last one tried (`_Packing.packs`): the same answers
+    # as packing each from scratch, without re-placing, for every new model, all those admitted before it.
+    packing, gpus_only = _Packing(keys, rooms), _Packing(keys)
     for d in sorted(demands, key=lambda d: (not d.held, -d.priority, _footprint(d), d.model)):
         if d.replicas <= 0:
             continue
         trials = (sorted([*order, d], key=_largest_first), [*order, d])
-        fits = next((t for t in trials if not _pack(t, keys, rooms)[2]), None)
+        fits = next((t for t in trials if packing.packs(t)), None)
         if fits is not None:
             order = list(fits)
             continue
-        whole, held, failed, short = _pack([*order, d], keys, rooms)
-        if rooms is not None and any(not _pack(t, keys)[2] for t in trials):  # the GPUs hold it, the nodes do not
+        # `order` packs, so the second trial failed at `d` and `packing` holds `order`: place `d` once more
+        # for how far it got and (with rooms) each node's room then, as `_pack([*order, d], ...)` reports.
+        failed, short = packing.place(d)
+        replica = failed or 0
+        if rooms is not None and any(gpus_only.packs(t) for t in trials):  # the GPUs hold it, the nodes do not
             short_of_room.add(d.model)
-            refused[d.model] = room_refusal(pool, nodes, d, failed.get(d.model, 0), short[d.model], rooms_from)
+            refused[d.model] = room_refusal(pool, nodes, d, replica, short or [], rooms_from)
             continue
-        refused[d.model] = _refusal(pool, board, d, failed.get(d.model, 0), keys, whole, held, len(nodes),
+        refused[d.model] = _refusal(pool, board, d, replica, keys, packing.whole, packing.held, len(nodes),
                                     gpus_per_node)
     from tkf_infra.plan.mig_optimum import fewest_gpus  # it builds on this module's packer
 
