@@ -29,7 +29,8 @@ largest asks (models are admitted smallest first). Pure: no Pulumi, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -97,21 +98,57 @@ class _Packing:
     that packing first fit decreasing puts the new model among the others; the state after a prefix of demands
     depends on that prefix alone, so a trial re-places only from the first demand where it differs from the
     packing at hand (`packs`) instead of from scratch, with the same result. A demand taken back leaves its
-    GPUs' entries empty (`[]`, `(0, 0)`) rather than absent, which every reader treats alike."""
+    GPUs' entries empty (`[]`, `(0, 0)`) rather than absent, which every reader treats alike.
+
+    The spot searches walk only the GPUs that can matter, kept in `keys` order as placements change: those
+    carrying instances with a memory and a compute slice still free (`open`; every profile takes at least one
+    of each) and the unused ones (`unused`), instead of every GPU of the pool, most of them full."""
 
     def __init__(self, keys: list[tuple[int, int]], rooms: Rooms | None = None) -> None:
         self.keys = keys
+        self.nodes = list(dict.fromkeys(n for n, _ in keys))
+        self.index = {k: i for i, k in enumerate(keys)}
         self.whole: dict[tuple[int, int], str] = {}
         self.held: _Held = {}
         self.used: _Used = {}
         self.left = [list(r) for r in rooms] if rooms is not None else None
         self.placed: list[tuple[Demand, list[tuple[int, int]], list[int]]] = []
         """Each demand placed, in order, with the GPUs its replicas took and the node of each replica's pod."""
+        self.open: list[int] = []
+        """Positions in `keys` of the GPUs carrying instances with a memory and a compute slice free, ascending."""
+        self.unused: list[int] = list(range(len(keys)))
+        """Positions in `keys` of the GPUs neither whole nor carrying an instance, ascending."""
+
+    def _mark(self, key: tuple[int, int]) -> None:
+        """Put `key` in or out of `open` and `unused` after its GPU changed."""
+        items = self.held.get(key)
+        mem, compute = self.used.get(key, (0, 0))
+        _member(self.open, self.index[key], bool(items) and mem < MEMORY_SLICES and compute < COMPUTE_SLICES)
+        _member(self.unused, self.index[key], not items and key not in self.whole)
+
+    def spot(self, d: Demand, room: Callable[[int], bool],
+             fills: Callable[[int], bool] | None = None) -> list[tuple[int, int]] | None:
+        """Where one replica of `d` goes: `gpus` unused GPUs of one node, or one instance (`_mig_spot`)."""
+        if d.profile is None:
+            return _whole_spot(self.nodes, [self.keys[i] for i in self.unused], d.gpus, room)
+        return _mig_spot((self.keys[i] for i in self.open), (self.keys[i] for i in self.unused), self.held,
+                         self.used, d.profile, room, fills)
+
+    def gpu_spots(self, d: Demand) -> set[int]:
+        """The nodes whose GPUs could still take one replica of `d`, whatever their CPU and memory."""
+        out: set[int] = set()
+        for n in self.nodes:
+            def only(m: int, n: int = n) -> bool:
+                return m == n
+
+            if self.spot(d, only) is not None:
+                out.add(n)
+        return out
 
     def place(self, d: Demand, explain: bool = True) -> tuple[int | None, Short | None]:
         """Place all replicas of `d`, or none (first fit). None when placed; else how many of its replicas
         did, and (with rooms and `explain`) each node's room and GPU spot when it failed."""
-        keys, whole, held, used, left = self.keys, self.whole, self.held, self.used, self.left
+        whole, held, used, left = self.whole, self.held, self.used, self.left
         taken: list[tuple[int, int]] = []
         pods: list[int] = []  # the node of each replica's pod
         failed: int | None = None
@@ -135,12 +172,11 @@ class _Packing:
             def fills(node: int, want: int = want) -> bool:
                 return pods_room(node) >= want
 
-            spot = (_whole_spot(keys, whole, held, d.gpus, room) if d.profile is None
-                    else _mig_spot(keys, whole, held, used, d.profile, room, fills))
+            spot = self.spot(d, room, fills if d.profile is not None else None)
             if spot is None:
                 failed = replica
                 if left is not None and explain:
-                    gpu_ok = _gpu_spots(keys, whole, held, used, d)
+                    gpu_ok = self.gpu_spots(d)
                     short = [(c, m, n in gpu_ok) for n, (c, m) in enumerate(left)]
                 break
             for key in spot:
@@ -150,6 +186,7 @@ class _Packing:
                     held.setdefault(key, []).append((d.model, replica, d.profile))
                     mem, compute = used.get(key, (0, 0))
                     used[key] = (mem + d.profile.slices, compute + d.profile.compute)
+                self._mark(key)
             if left is not None:
                 left[spot[0][0]][0] -= d.cpu_millis
                 left[spot[0][0]][1] -= d.memory_mib
@@ -163,6 +200,7 @@ class _Packing:
             if key in held:
                 held[key] = [h for h in held[key] if h[0] != d.model]
                 used[key] = (sum(h[2].slices for h in held[key]), sum(h[2].compute for h in held[key]))
+            self._mark(key)
         for node in pods:
             if left is not None:
                 left[node][0] += d.cpu_millis
@@ -179,6 +217,7 @@ class _Packing:
                 self.held[key].pop()
                 mem, compute = self.used[key]
                 self.used[key] = (mem - d.profile.slices, compute - d.profile.compute)
+            self._mark(key)
         if self.left is not None:
             for node in pods:
                 self.left[node][0] += d.cpu_millis
@@ -214,21 +253,6 @@ def _pack(order: Sequence[Demand], keys: list[tuple[int, int]],
             if nodes is not None:
                 short[d.model] = nodes
     return packing.whole, packing.held, failed, short
-
-
-def _gpu_spots(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: _Held, used: _Used,
-               d: Demand) -> set[int]:
-    """The nodes whose GPUs could still take one replica of `d`, whatever their CPU and memory."""
-    out: set[int] = set()
-    for n in dict.fromkeys(k[0] for k in keys):
-        def only(m: int, n: int = n) -> bool:
-            return m == n
-
-        spot = (_whole_spot(keys, whole, held, d.gpus, only) if d.profile is None
-                else _mig_spot(keys, whole, held, used, d.profile, only))
-        if spot is not None:
-            out.add(n)
-    return out
 
 
 def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: int, demands: Sequence[Demand],
@@ -278,12 +302,23 @@ def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: in
     return PoolLayout(pool, "mig", board.gpu, tuple(cards), refused, short_of_room=frozenset(short_of_room))
 
 
-def _whole_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: dict[tuple[int, int], list[Any]],
-                gpus: int, room: Callable[[int], bool]) -> list[tuple[int, int]] | None:
-    for node in dict.fromkeys(n for n, _ in keys):
+def _member(positions: list[int], i: int, inside: bool) -> None:
+    """Keep `i` in the ascending list `positions` exactly when `inside`."""
+    at = bisect_left(positions, i)
+    there = at < len(positions) and positions[at] == i
+    if inside and not there:
+        positions.insert(at, i)
+    elif there and not inside:
+        del positions[at]
+
+
+def _whole_spot(nodes: Sequence[int], unused: Sequence[tuple[int, int]], gpus: int,
+                room: Callable[[int], bool]) -> list[tuple[int, int]] | None:
+    """The first `gpus` unused GPUs (in pool order) of the first node with room that has that many."""
+    for node in nodes:
         if not room(node):
             continue
-        free = [k for k in keys if k[0] == node and k not in whole and not held.get(k)]
+        free = [k for k in unused if k[0] == node]
         if len(free) >= gpus:
             return free[:gpus]
     return None
@@ -298,14 +333,16 @@ def _per_gpu(profile: MigProfile) -> int:
     return max(k, 1)
 
 
-def _mig_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: _Held, used: _Used,
+def _mig_spot(parted: Iterable[tuple[int, int]], unused: Iterable[tuple[int, int]], held: _Held, used: _Used,
               profile: MigProfile, room: Callable[[int], bool],
               fills: Callable[[int], bool] | None = None) -> list[tuple[int, int]] | None:
     """The first partitioned GPU the instance still fits on, else the first unused GPU (of a node with room;
     first of a node that `fills` says can fill it, if any).
 
-    One pass, each GPU's slices (`used`) tested before `_solve`'s search, each node's room asked once: most GPUs
-    of a packed pool are full, and this runs for every instance of every trial packing (most of the plan time)."""
+    `parted`: in pool order, the GPUs carrying instances that may have room (at least every one with a memory
+    and a compute slice free), and `unused` those neither whole nor carrying any; each GPU's slices (`used`)
+    are tested before `_solve`'s search, each node's room asked once: this runs for every instance of every
+    trial packing."""
     ok: dict[int, bool] = {}
 
     def fine(node: int) -> bool:
@@ -313,26 +350,27 @@ def _mig_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], he
             ok[node] = room(node)
         return ok[node]
 
-    first: tuple[int, int] | None = None  # the first unused GPU of a node with room
-    filled: tuple[int, int] | None = None  # ... of a node that `fills` says can fill it
-    full: dict[int, bool] = {}
-    for key in keys:
-        items = held.get(key)
-        if not items:
-            if filled is None and key not in whole and fine(key[0]):
-                first = first or key
-                if fills is None:
-                    filled = key
-                else:
-                    if key[0] not in full:
-                        full[key[0]] = fills(key[0])
-                    filled = key if full[key[0]] else None
-            continue
+    for key in parted:
         mem, compute = used[key]
         if mem + profile.slices > MEMORY_SLICES or compute + profile.compute > COMPUTE_SLICES or not fine(key[0]):
             continue
-        if placement([*(h[2] for h in items), profile]) is not None:
+        if placement([*(h[2] for h in held[key]), profile]) is not None:
             return [key]
+    first: tuple[int, int] | None = None  # the first unused GPU of a node with room
+    filled: tuple[int, int] | None = None  # ... of a node that `fills` says can fill it
+    full: dict[int, bool] = {}
+    for key in unused:
+        if not fine(key[0]):
+            continue
+        first = first or key
+        if fills is None:
+            filled = key
+            break
+        if key[0] not in full:
+            full[key[0]] = fills(key[0])
+        if full[key[0]]:
+            filled = key
+            break
     spot = filled or first
     return [spot] if spot is not None and placement([profile]) is not None else None
 
