@@ -248,3 +248,22 @@ def test_every_profile_adds_to_a_gpu_exactly_when_the_placement_rule_places_it()
                 assert _adds(tuple(_shape(c) for c in combo), _shape(p)) is expected, (combo, p)
                 assert expected <= (sum(c.slices for c in (*combo, p)) <= MEMORY_SLICES
                                     and sum(c.compute for c in (*combo, p)) <= COMPUTE_SLICES)
+
+
+def test_a_memoised_estimate_is_a_fresh_copy_named_for_its_model() -> None:
+    from bench.packing import LOCK, QWEN05
+    from tkf_infra.sizing.estimate import estimate, sized_once
+    from tkf_infra.sizing.gpus import lookup_gpu
+    from tkf_infra.sizing.params import SizingParams
+
+    facts = LOCK.get(QWEN05["repo"], QWEN05["revision"])
+    assert facts is not None
+    gpu, params = lookup_gpu("H100-80GB"), SizingParams(vllm_version="0.32.0", max_model_len=4096)
+    plain = estimate(facts, gpu, params, model="a")
+    with sized_once():
+        first = estimate(facts, gpu, params, model="a")
+        first.problems.append("changed by its caller")
+        first.doubts.clear()
+        again = estimate(facts, gpu, params, model="b")
+    assert again.model == "b" and again.model_copy(update={"model": "a"}) == plain
+    assert estimate(facts, gpu, params, model="a") == plain  # outside the block: sized afresh

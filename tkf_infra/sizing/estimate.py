@@ -146,6 +146,18 @@ def sized_once() -> Iterator[None]:
         _memo.reset(token)
 
 
+def _memo_key(facts: ModelFacts | dict[str, Any], gpu: GpuSpec | None, params: SizingParams,
+              prefix_caching: bool | None) -> tuple[int, str, str, bool | None] | None:
+    """What a memoised GPU estimate is looked up by (None: not memoised): the lock facts by identity, the GPU
+    and the flags by their JSON, as the fit record digests them (`FitInputs.summary`)."""
+    if gpu is None or not isinstance(facts, ModelFacts):
+        return None
+    try:
+        return id(facts), gpu.model_dump_json(), params.model_dump_json(), prefix_caching
+    except ValueError:  # a flag value JSON cannot carry (speculativeConfig is free-form): sized each time
+        return None
+
+
 def estimate(facts: ModelFacts | dict[str, Any], gpu: GpuSpec | None, params: SizingParams,
              model: str = "", prefix_caching: bool | None = None) -> Estimate:
     """Predict what vLLM prints for ``params`` on ``gpu`` (None = CPU profile) and judge the fit.
@@ -157,10 +169,10 @@ def estimate(facts: ModelFacts | dict[str, Any], gpu: GpuSpec | None, params: Si
     shape the reader let through (`reading_config`), so a config never crashes its caller. Inside
     `sized_once`, a GPU estimate of lock facts is computed once per input."""
     memo = _memo.get()
-    if memo is None or gpu is None or not isinstance(facts, ModelFacts):
+    key = _memo_key(facts, gpu, params, prefix_caching) if memo is not None else None
+    if memo is None or key is None or not isinstance(facts, ModelFacts):
         with reading_config():
             return _estimate(facts, gpu, params, model, prefix_caching)
-    key = (id(facts), gpu.model_dump_json(), params.model_dump_json(), prefix_caching)
     hit = memo.get(key)
     if hit is None:
         with reading_config():
