@@ -23,7 +23,7 @@ Shape = tuple[int, int, tuple[int, ...]]
 
 
 @lru_cache(maxsize=4096)
-def _solve(shapes: tuple[tuple[int, int, tuple[int, ...]], ...]) -> tuple[int, ...] | None:
+def _solve(shapes: tuple[Shape, ...]) -> tuple[int, ...] | None:
     """Start slices for (memory slices, compute, allowed starts) shapes, in the given order; None if none fit."""
 
     def place(i: int, used: int, compute: int) -> tuple[int, ...] | None:
@@ -67,7 +67,6 @@ def _adds(shapes: tuple[Shape, ...], shape: Shape) -> bool:
     return _solve(tuple(sorted((*shapes, shape), key=lambda s: (-s[0], -s[1])))) is not None
 
 
-
 _Held = dict[tuple[int, int], list[tuple[str, int, MigProfile]]]
 _Used = dict[tuple[int, int], tuple[int, int]]
 """Memory and compute slices the instances on each GPU take (what `_solve` budgets), kept beside `_Held`."""
@@ -82,11 +81,11 @@ Short = list[tuple[int, int, bool]]
 class _Packing:
     """First fit in progress: the demands placed so far, in order, each one able to be taken back (last first).
 
-    Why: admission tries each new model on the packing of every model admitted before it (`plan_mig`), and
-    that packing first fit decreasing puts the new model among the others; the state after a prefix of demands
-    depends on that prefix alone, so a trial re-places only from the first demand where it differs from the
-    packing at hand (`packs`) instead of from scratch, with the same result. A demand taken back leaves its
-    GPUs' entries empty (`[]`, `(0, 0)`) rather than absent, which every reader treats alike.
+    Why: admission packs each new model with every model admitted before it (`plan_mig`), first fit
+    decreasing, so the new model lands among the others; the state after a prefix of demands depends on that
+    prefix alone, so a trial re-places only from the first demand where it differs from the packing at hand
+    (`packs`) instead of from scratch, with the same result. A demand taken back leaves its GPUs' entries
+    empty (`[]`, `(0, 0)`, `()`) rather than absent, which every reader treats alike.
 
     The spot searches walk only the GPUs that can matter, kept in `keys` order as placements change: those
     carrying instances with a memory and a compute slice still free (`open`; every profile takes at least one
