@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tkf_infra.plan.layout import _pack, plan_mig
+from tkf_infra.plan.layout import plan_mig
 from tkf_infra.plan.mig_optimum import pack_patterns
+from tkf_infra.plan.mig_pack import _pack
 from tkf_infra.plan.pool_layout import Demand, PoolLayout
 from tkf_infra.sizing.mig import MigBoard, mig_board
 

@@ -32,6 +32,7 @@ from tkf_infra.plan.share import Share, ShareProblem, size_share
 from tkf_infra.sizing.arch import parse_arch
 from tkf_infra.sizing.contract import FitInputs, FitResult
 from tkf_infra.sizing.ec2 import InstanceGpus
+from tkf_infra.sizing.estimate import sized_once
 from tkf_infra.sizing.facts import ModelFacts
 from tkf_infra.sizing.params import SizingError, SizingParams
 from tkf_infra.sizing.weights import checkpoint_bytes
@@ -271,21 +272,22 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
     for i, raw in enumerate(catalog.settings.models):
         if isinstance(raw, Mapping) and isinstance(raw.get("name"), str):
             positions.setdefault(raw["name"], i)
-    for entry in catalog.models:
-        index = positions.get(entry.name, -1)
-        if entry.name in policy:
-            excluded.append(Exclusion.of(entry.name, index, Stage.POLICY, policy[entry.name]))
-            continue
-        if refused_by_platform and entry.name in refused_by_platform:
-            excluded.append(Exclusion.of(entry.name, index, Stage.TOPOLOGY, refused_by_platform[entry.name]))
-            continue
-        result = _plan_model(entry, index, ctx)
-        if isinstance(result, Exclusion):
-            excluded.append(result)
-        else:
-            planned.append(result)
-    if previous:
-        excluded = _keep_last_good(excluded, planned, previous, ctx)
+    with sized_once():  # many entries of few checkpoints at few settings: each estimate computed once
+        for entry in catalog.models:
+            index = positions.get(entry.name, -1)
+            if entry.name in policy:
+                excluded.append(Exclusion.of(entry.name, index, Stage.POLICY, policy[entry.name]))
+                continue
+            if refused_by_platform and entry.name in refused_by_platform:
+                excluded.append(Exclusion.of(entry.name, index, Stage.TOPOLOGY, refused_by_platform[entry.name]))
+                continue
+            result = _plan_model(entry, index, ctx)
+            if isinstance(result, Exclusion):
+                excluded.append(result)
+            else:
+                planned.append(result)
+        if previous:
+            excluded = _keep_last_good(excluded, planned, previous, ctx)
 
     # An autoscaler the cluster cannot run refuses its models before they take any room.
     scale_refused, scale_warnings = scaling_checks([m.entry for m in planned], s, cluster)

@@ -29,45 +29,15 @@ largest asks (models are admitted smallest first). Pure: no Pulumi, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from functools import lru_cache
+from collections.abc import Sequence
 from typing import Any
 
+from tkf_infra.plan.mig_optimum import fewest_gpus
+from tkf_infra.plan.mig_pack import Rooms, _order, _pack, _Packing
+from tkf_infra.plan.mig_pack import placement as placement  # the placement rule, where it has been imported from
 from tkf_infra.plan.mig_room import room_refusal
 from tkf_infra.plan.pool_layout import Card, Demand, Instance, PoolLayout
-from tkf_infra.sizing.mig import COMPUTE_SLICES, MEMORY_SLICES, MigBoard, MigProfile
-
-
-@lru_cache(maxsize=4096)
-def _solve(shapes: tuple[tuple[int, int, tuple[int, ...]], ...]) -> tuple[int, ...] | None:
-    """Start slices for (memory slices, compute, allowed starts) shapes, in the given order; None if none fit."""
-
-    def place(i: int, used: int, compute: int) -> tuple[int, ...] | None:
-        if i == len(shapes):
-            return ()
-        size, comp, starts = shapes[i]
-        if compute + comp > COMPUTE_SLICES:
-            return None
-        for start in starts:
-            mask = ((1 << size) - 1) << start
-            if start + size <= MEMORY_SLICES and not used & mask:
-                rest = place(i + 1, used | mask, compute + comp)
-                if rest is not None:
-                    return (start, *rest)
-        return None
-
-    return place(0, 0, 0)
-
-
-def _order(profile: MigProfile) -> tuple[int, int, str]:
-    return -profile.slices, -profile.compute, profile.name
-
-
-def placement(profiles: Sequence[MigProfile]) -> list[tuple[MigProfile, int]] | None:
-    """A valid placement of these instances on one GPU (largest first, lowest start), else None."""
-    ordered = sorted(profiles, key=_order)
-    starts = _solve(tuple((p.slices, p.compute, p.starts) for p in ordered))
-    return None if starts is None else list(zip(ordered, starts, strict=True))
+from tkf_infra.sizing.mig import MEMORY_SLICES, MigBoard
 
 
 def _footprint(d: Demand) -> int:
@@ -77,96 +47,6 @@ def _footprint(d: Demand) -> int:
 
 def _largest_first(d: Demand) -> tuple[Any, ...]:
     return (d.profile is not None, -d.gpus, *(_order(d.profile) if d.profile else (0, 0, "")), d.model)
-
-
-_Held = dict[tuple[int, int], list[tuple[str, int, MigProfile]]]
-_Used = dict[tuple[int, int], tuple[int, int]]
-"""Memory and compute slices the instances on each GPU take (what `_solve` budgets), kept beside `_Held`."""
-Rooms = Sequence[tuple[int, int]]
-"""Per node of the pool, in order: (CPU millicores, memory MiB) it can give pods."""
-
-
-def _pack(order: Sequence[Demand], keys: list[tuple[int, int]],
-          rooms: Rooms | None = None) -> tuple[dict[tuple[int, int], str], _Held, dict[str, int],
-                                               dict[str, list[tuple[int, int, bool]]]]:
-    """Place the demands in this order (first fit, all replicas of a model or none): whole GPUs, instances,
-    and for each model that did not fit, how many of its replicas did. With `rooms`, a replica goes only
-    to a node that still has its pod's CPU and memory; for a model that did not fit, each node's
-    (CPU, memory) left and whether its GPUs had a spot, when it failed."""
-    whole: dict[tuple[int, int], str] = {}
-    held: _Held = {}
-    used: _Used = {}
-    failed: dict[str, int] = {}
-    short: dict[str, list[tuple[int, int, bool]]] = {}
-    left = [list(r) for r in rooms] if rooms is not None else None
-    for d in order:
-        taken: list[tuple[int, int]] = []
-        pods: list[int] = []  # the node of each replica's pod
-
-        def room(node: int, d: Demand = d) -> bool:
-            return left is None or (left[node][0] >= d.cpu_millis and left[node][1] >= d.memory_mib)
-
-        def pods_room(node: int, d: Demand = d) -> int:
-            """How many more of this demand's pods the node's CPU and memory hold."""
-            if left is None:
-                return d.replicas
-            return min(left[node][0] // d.cpu_millis if d.cpu_millis else d.replicas,
-                       left[node][1] // d.memory_mib if d.memory_mib else d.replicas)
-
-        for replica in range(d.replicas):
-            # A fresh GPU goes first to a node that can fill it with this demand's pods (as many as a GPU
-            # holds, or as are left): a node whose room runs out sooner would leave its last GPU part-used.
-            want = min(_per_gpu(d.profile), d.replicas - replica) if d.profile is not None else 0
-
-            def fills(node: int, want: int = want) -> bool:
-                return pods_room(node) >= want
-
-            spot = (_whole_spot(keys, whole, held, d.gpus, room) if d.profile is None
-                    else _mig_spot(keys, whole, held, used, d.profile, room, fills))
-            if spot is None:
-                failed[d.model] = replica
-                if left is not None:
-                    gpu_ok = _gpu_spots(keys, whole, held, used, d)
-                    short[d.model] = [(c, m, n in gpu_ok) for n, (c, m) in enumerate(left)]
-                break
-            for key in spot:
-                if d.profile is None:
-                    whole[key] = d.model
-                else:
-                    held.setdefault(key, []).append((d.model, replica, d.profile))
-                    mem, compute = used.get(key, (0, 0))
-                    used[key] = (mem + d.profile.slices, compute + d.profile.compute)
-            if left is not None:
-                left[spot[0][0]][0] -= d.cpu_millis
-                left[spot[0][0]][1] -= d.memory_mib
-            pods.append(spot[0][0])
-            taken += spot
-        if d.model in failed:  # all or nothing: free what its first replicas took
-            for key in taken:
-                whole.pop(key, None)
-                if key in held:
-                    held[key] = [h for h in held[key] if h[0] != d.model]
-                    used[key] = (sum(h[2].slices for h in held[key]), sum(h[2].compute for h in held[key]))
-            for node in pods:
-                if left is not None:
-                    left[node][0] += d.cpu_millis
-                    left[node][1] += d.memory_mib
-    return whole, held, failed, short
-
-
-def _gpu_spots(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: _Held, used: _Used,
-               d: Demand) -> set[int]:
-    """The nodes whose GPUs could still take one replica of `d`, whatever their CPU and memory."""
-    out: set[int] = set()
-    for n in dict.fromkeys(k[0] for k in keys):
-        def only(m: int, n: int = n) -> bool:
-            return m == n
-
-        spot = (_whole_spot(keys, whole, held, d.gpus, only) if d.profile is None
-                else _mig_spot(keys, whole, held, used, d.profile, only))
-        if spot is not None:
-            out.add(n)
-    return out
 
 
 def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: int, demands: Sequence[Demand],
@@ -182,23 +62,28 @@ def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: in
     order: list[Demand] = []
     refused: dict[str, str] = {}
     short_of_room: set[str] = set()
+    # Trials re-place only from where they differ from the last one tried (`_Packing.packs`): the same answers
+    # as packing each from scratch, without re-placing, for every new model, all those admitted before it.
+    packing, gpus_only = _Packing(keys, rooms), _Packing(keys)
+    rank = {id(d): _largest_first(d) for d in demands}  # sort keys taken once, not at every trial
     for d in sorted(demands, key=lambda d: (not d.held, -d.priority, _footprint(d), d.model)):
         if d.replicas <= 0:
             continue
-        trials = (sorted([*order, d], key=_largest_first), [*order, d])
-        fits = next((t for t in trials if not _pack(t, keys, rooms)[2]), None)
+        trials = (sorted([*order, d], key=lambda x: rank[id(x)]), [*order, d])
+        fits = next((t for t in trials if packing.packs(t)), None)
         if fits is not None:
             order = list(fits)
             continue
-        whole, held, failed, short = _pack([*order, d], keys, rooms)
-        if rooms is not None and any(not _pack(t, keys)[2] for t in trials):  # the GPUs hold it, the nodes do not
+        # `order` packs, so the second trial failed at `d` and `packing` holds `order`: place `d` once more
+        # for how far it got and (with rooms) each node's room then, as `_pack([*order, d], ...)` reports.
+        failed, short = packing.place(d)
+        replica = failed or 0
+        if rooms is not None and any(gpus_only.packs(t) for t in trials):  # the GPUs hold it, the nodes do not
             short_of_room.add(d.model)
-            refused[d.model] = room_refusal(pool, nodes, d, failed.get(d.model, 0), short[d.model], rooms_from)
+            refused[d.model] = room_refusal(pool, nodes, d, replica, short or [], rooms_from)
             continue
-        refused[d.model] = _refusal(pool, board, d, failed.get(d.model, 0), keys, whole, held, len(nodes),
+        refused[d.model] = _refusal(pool, board, d, replica, keys, packing.whole, packing.held, len(nodes),
                                     gpus_per_node)
-    from tkf_infra.plan.mig_optimum import fewest_gpus  # it builds on this module's packer
-
     whole, held = fewest_gpus(order, keys, rooms, *_pack(order, keys, rooms)[:2])
     cards = []
     for n, g in keys:
@@ -208,65 +93,6 @@ def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: in
             Instance(h[0], h[1], p.name, start, p.slices, p.compute) for h, (p, start) in zip(items, placed,
                                                                                               strict=True))))
     return PoolLayout(pool, "mig", board.gpu, tuple(cards), refused, short_of_room=frozenset(short_of_room))
-
-
-def _whole_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: dict[tuple[int, int], list[Any]],
-                gpus: int, room: Callable[[int], bool]) -> list[tuple[int, int]] | None:
-    for node in dict.fromkeys(n for n, _ in keys):
-        if not room(node):
-            continue
-        free = [k for k in keys if k[0] == node and k not in whole and not held.get(k)]
-        if len(free) >= gpus:
-            return free[:gpus]
-    return None
-
-
-@lru_cache(maxsize=256)
-def _per_gpu(profile: MigProfile) -> int:
-    """How many instances of one profile a GPU holds (placement rules, both slice budgets)."""
-    k = 0
-    while k < MEMORY_SLICES and placement([profile] * (k + 1)) is not None:
-        k += 1
-    return max(k, 1)
-
-
-def _mig_spot(keys: list[tuple[int, int]], whole: dict[tuple[int, int], str], held: _Held, used: _Used,
-              profile: MigProfile, room: Callable[[int], bool],
-              fills: Callable[[int], bool] | None = None) -> list[tuple[int, int]] | None:
-    """The first partitioned GPU the instance still fits on, else the first unused GPU (of a node with room;
-    first of a node that `fills` says can fill it, if any).
-
-    One pass, each GPU's slices (`used`) tested before `_solve`'s search, each node's room asked once: most GPUs
-    of a packed pool are full, and this runs for every instance of every trial packing (most of the plan time)."""
-    ok: dict[int, bool] = {}
-
-    def fine(node: int) -> bool:
-        if node not in ok:
-            ok[node] = room(node)
-        return ok[node]
-
-    first: tuple[int, int] | None = None  # the first unused GPU of a node with room
-    filled: tuple[int, int] | None = None  # ... of a node that `fills` says can fill it
-    full: dict[int, bool] = {}
-    for key in keys:
-        items = held.get(key)
-        if not items:
-            if filled is None and key not in whole and fine(key[0]):
-                first = first or key
-                if fills is None:
-                    filled = key
-                else:
-                    if key[0] not in full:
-                        full[key[0]] = fills(key[0])
-                    filled = key if full[key[0]] else None
-            continue
-        mem, compute = used[key]
-        if mem + profile.slices > MEMORY_SLICES or compute + profile.compute > COMPUTE_SLICES or not fine(key[0]):
-            continue
-        if placement([*(h[2] for h in items), profile]) is not None:
-            return [key]
-    spot = filled or first
-    return [spot] if spot is not None and placement([profile]) is not None else None
 
 
 def _refusal(pool: str, board: MigBoard, d: Demand, replica: int, keys: list[tuple[int, int]],

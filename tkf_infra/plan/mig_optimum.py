@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from tkf_infra.plan.layout import Rooms, _Held, _order, _pack, placement
+from tkf_infra.plan.mig_pack import Rooms, _Held, _order, _pack, placement
 from tkf_infra.plan.pool_layout import Demand
 from tkf_infra.sizing.mig import COMPUTE_SLICES, MEMORY_SLICES, MigProfile
 

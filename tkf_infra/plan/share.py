@@ -110,12 +110,12 @@ def slice_utilization(total_gib: float, k: int, n: int, vllm_version: str) -> fl
     return min(MAX_UTILIZATION, math.floor(budget / total_gib * 10_000) / 10_000)
 
 
-def slice_fit(inputs: FitInputs, k: int, n: int, kv_bytes: int | None = None) -> tuple[float, int, FitInputs,
-                                                                                     FitResult]:
+def slice_fit(inputs: FitInputs, k: int, n: int, kv_bytes: int | None = None,
+              explain: bool = True) -> tuple[float, int, FitInputs, FitResult]:
     """k of N replicas of the (time-sliced) GPU of `inputs`: (utilization, KV bytes, inputs, verdict).
 
     The KV cache is pinned at the bound of what the budget leaves once co-tenants cannot change it
-    (`kv_bytes` when the entry sets kvCacheMemoryBytes itself)."""
+    (`kv_bytes` when the entry sets kvCacheMemoryBytes itself). `explain`: as `evaluate`'s."""
     assert inputs.gpu is not None
     total = inputs.gpu.memory_gib
     u = slice_utilization(total, k, n, inputs.params.vllm_version)
@@ -127,23 +127,24 @@ def slice_fit(inputs: FitInputs, k: int, n: int, kv_bytes: int | None = None) ->
         # Graphs captured after the cache is allocated must fit in the share too (no memory outside it is ours).
         left = probe.available_kv_gib_bound - (0.0 if probe.cuda_graph_reserved else probe.cuda_graph_gib)
     except (SizingError, KeyError, ValueError):
-        return u, 0, budgeted, evaluate(budgeted)  # cannot size: the verdict says why
+        return u, 0, budgeted, evaluate(budgeted, explain)  # cannot size: the verdict says why
     kv = kv_bytes or max(int(left * GIB) // MIB * MIB, MIB)
     final = inputs.model_copy(update={"params": budgeted.params.model_copy(update={"kv_cache_memory_bytes": kv}),
                                       "gpu": inputs.gpu.model_copy(update={"shared": True})})
-    return u, kv, final, evaluate(final)
+    return u, kv, final, evaluate(final, explain)
 
 
-def mig_fit(inputs: FitInputs, profile: MigProfile) -> tuple[FitInputs, FitResult]:
-    """The model on one MIG device of the board in `inputs`."""
+def mig_fit(inputs: FitInputs, profile: MigProfile, explain: bool = True) -> tuple[FitInputs, FitResult]:
+    """The model on one MIG device of the board in `inputs`. `explain`: as `evaluate`'s."""
     assert inputs.gpu is not None
     final = inputs.model_copy(update={"gpu": mig_gpu(inputs.gpu, profile)})
-    return final, evaluate(final)
+    return final, evaluate(final, explain)
 
 
-def size_slice(entry: ModelEntry, pool: PoolFacts, k: int, inputs: FitInputs, requested: str) -> Sized:
+def size_slice(entry: ModelEntry, pool: PoolFacts, k: int, inputs: FitInputs, requested: str,
+               explain: bool = True) -> Sized:
     """k of the pool's N replicas, with the entry as served (its budget flags set)."""
-    u, kv, final, fit = slice_fit(inputs, k, pool.time_slices, entry.kv_cache_memory_bytes)
+    u, kv, final, fit = slice_fit(inputs, k, pool.time_slices, entry.kv_cache_memory_bytes, explain)
     assert inputs.gpu is not None
     total = inputs.gpu.memory_gib
     served = entry.model_copy(update={"gpu_memory_utilization": u, "kv_cache_memory_bytes": kv})
@@ -152,8 +153,9 @@ def size_slice(entry: ModelEntry, pool: PoolFacts, k: int, inputs: FitInputs, re
     return Sized(share, served, final, fit)
 
 
-def size_mig(entry: ModelEntry, profile: MigProfile, inputs: FitInputs, requested: str) -> Sized:
-    final, fit = mig_fit(inputs, profile)
+def size_mig(entry: ModelEntry, profile: MigProfile, inputs: FitInputs, requested: str,
+             explain: bool = True) -> Sized:
+    final, fit = mig_fit(inputs, profile, explain)
     assert final.gpu is not None
     share = Share("mig", requested, final.gpu.memory_gib, final.gpu.memory_gib, profile=profile,
                   utilization=entry.gpu_memory_utilization)
@@ -163,7 +165,9 @@ def size_mig(entry: ModelEntry, profile: MigProfile, inputs: FitInputs, requeste
 def _first_fit(candidates: Iterable[Sized], what: str) -> Sized:
     """The smallest candidate that fits, with why each smaller one does not; else the largest's refusal.
 
-    Candidates are sized lazily, smallest first: sizing stops at the first that fits."""
+    Candidates are sized lazily, smallest first: sizing stops at the first that fits. Of one that does not
+    fit only `problems` is read (never empty then) and the refusal is written here, so candidates are
+    sized with `explain=False`: no way out (`suggest`) is computed for a message nobody reads."""
     skipped: list[str] = []
     tried: list[Sized] = []
     for c in candidates:
@@ -214,8 +218,9 @@ def size_share(entry: ModelEntry, pool: PoolFacts | None, inputs: FitInputs) -> 
                                f"slice:{pool.time_slices}")
         return size_slice(entry, pool, k, inputs, entry.gpu_share)
     if board is not None:  # auto on a MIG pool
-        return _first_fit((size_mig(entry, p, inputs, "auto") for p in board.by_size()), "MIG profile")
+        return _first_fit((size_mig(entry, p, inputs, "auto", explain=False) for p in board.by_size()),
+                          "MIG profile")
     if pool.time_slices > 1:  # auto on a time-sliced pool
-        return _first_fit((size_slice(entry, pool, k, inputs, "auto")
+        return _first_fit((size_slice(entry, pool, k, inputs, "auto", explain=False)
                            for k in range(1, pool.time_slices + 1)), "time-sliced share")
     return Sized(None, entry, inputs, evaluate(inputs))

@@ -131,13 +131,17 @@ class FitResult(FitFigures):
     message: str | None = None
 
 
-def evaluate(inputs: FitInputs) -> FitResult:
-    """Size the model and judge it: the one place the verdict is computed."""
+def evaluate(inputs: FitInputs, explain: bool = True) -> FitResult:
+    """Size the model and judge it: the one place the verdict is computed.
+
+    `explain=False` leaves out the way out of a no-fit (`message` stays None): for a caller that reads only
+    the verdict and `problems`, as `gpuShare: auto` does of each candidate it passes over, since `suggest`
+    sizes the model again at up to eight tensor-parallel sizes (most of the plan's sizing time)."""
     try:
         est = estimate(inputs.facts, inputs.gpu, inputs.params, model=inputs.model,
                        prefix_caching=inputs.params.enable_prefix_caching)
         message = None
-        if not est.fits:
+        if not est.fits and explain:
             sugg = None
             if inputs.gpu is not None:
                 sugg = suggest(inputs.facts, inputs.gpu, inputs.params, max_tp=inputs.max_tensor_parallel,

@@ -15,6 +15,9 @@ the bound, so an estimate can only err towards refusing.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -122,6 +125,39 @@ def _weights(facts: ModelFacts | dict[str, Any], arch: Arch, params: SizingParam
     return weights, extra, doubts, warnings
 
 
+_Memo = dict[tuple[int, str, str, bool | None], tuple[ModelFacts, "Estimate"]]
+_memo: ContextVar[_Memo | None] = ContextVar("tkf_estimate_memo", default=None)
+
+
+@contextmanager
+def sized_once() -> Iterator[None]:
+    """Within this block, a GPU estimate asked again with the same facts, GPU and flags is a copy of the first.
+
+    Why: a fleet plan sizes many entries of few checkpoints at few settings (`gpuShare: auto` tries each
+    candidate MIG profile of every model; 300 generated models ask 486 estimates of 160 distinct inputs),
+    and each estimate walks every layer. Scoped to one plan (`plan_fleet`) rather than process-wide, so
+    nothing outlives the tables it was computed from. The facts are keyed by identity and kept alive by the
+    memo (frozen, one object per lock entry); GPU and flags by their JSON; the model's name, which only
+    labels the estimate, is set on each copy."""
+    token = _memo.set({})
+    try:
+        yield
+    finally:
+        _memo.reset(token)
+
+
+def _memo_key(facts: ModelFacts | dict[str, Any], gpu: GpuSpec | None, params: SizingParams,
+              prefix_caching: bool | None) -> tuple[int, str, str, bool | None] | None:
+    """What a memoised GPU estimate is looked up by (None: not memoised): the lock facts by identity, the GPU
+    and the flags by their JSON, as the fit record digests them (`FitInputs.summary`)."""
+    if gpu is None or not isinstance(facts, ModelFacts):
+        return None
+    try:
+        return id(facts), gpu.model_dump_json(), params.model_dump_json(), prefix_caching
+    except ValueError:  # a flag value JSON cannot carry (speculativeConfig is free-form): sized each time
+        return None
+
+
 def estimate(facts: ModelFacts | dict[str, Any], gpu: GpuSpec | None, params: SizingParams,
              model: str = "", prefix_caching: bool | None = None) -> Estimate:
     """Predict what vLLM prints for ``params`` on ``gpu`` (None = CPU profile) and judge the fit.
@@ -130,9 +166,18 @@ def estimate(facts: ModelFacts | dict[str, Any], gpu: GpuSpec | None, params: Si
     the bound assumes on); it only changes hybrid models' recurrent state blocks.
 
     A config.json field sizing cannot use raises `ConfigFieldError` (a SizingError) naming it; so does any
-    shape the reader let through (`reading_config`), so a config never crashes its caller."""
-    with reading_config():
-        return _estimate(facts, gpu, params, model, prefix_caching)
+    shape the reader let through (`reading_config`), so a config never crashes its caller. Inside
+    `sized_once`, a GPU estimate of lock facts is computed once per input."""
+    memo = _memo.get()
+    key = _memo_key(facts, gpu, params, prefix_caching) if memo is not None else None
+    if memo is None or key is None or not isinstance(facts, ModelFacts):
+        with reading_config():
+            return _estimate(facts, gpu, params, model, prefix_caching)
+    hit = memo.get(key)
+    if hit is None:
+        with reading_config():
+            hit = memo[key] = (facts, _estimate(facts, gpu, params, "", prefix_caching))
+    return hit[1].model_copy(update={"model": model or facts.repo}, deep=True)
 
 
 def _estimate(facts: ModelFacts | dict[str, Any], gpu: GpuSpec | None, params: SizingParams, model: str,
