@@ -92,3 +92,23 @@ def test_mxfp4_weights_carry_the_largest_measured_excess_of_the_moe_backends_lay
     weights = next(d for d in est.doubts if "MXFP4" in d.term)
     assert weights.gib == pytest.approx(0.07 * est.weights_gib, rel=0.01)
     assert est.available_kv_gib_bound <= 1.71 and not est.fits
+
+
+def test_a_float_ssm_state_is_sized_as_float32_as_vllm_resolves_it() -> None:
+    """vLLM looks the SSM state's dtype up in STR_DTYPE_TO_TORCH_DTYPE, where "float" is float32
+    (utils/torch_utils.py@v0.32.0:33-38): a config saying "float" holds 4-byte states, not the model's 2."""
+    import json
+    from pathlib import Path
+
+    from tkf_infra.sizing.arch import parse_arch
+    from tkf_infra.sizing.kv import recurrent_state_bytes
+
+    path = Path(__file__).resolve().parent / "data" / "calibration" / "configs" / "nvidia__Qwen3.6-27B-NVFP4.json"
+    config = json.loads(path.read_text())
+    text = config.get("text_config", config)
+
+    def state(dtype: str) -> float:
+        text["mamba_ssm_dtype"] = dtype
+        return recurrent_state_bytes(parse_arch(text, config), tp=1, act_bytes=2.0, spec_tokens=0)
+
+    assert state("float") == state("float32") > state("bfloat16")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tkf_infra.sizing.arch import Arch, LayerKind
-from tkf_infra.sizing.params import SizingError
+from tkf_infra.sizing.params import FLOAT32_DTYPES, SizingError
 
 #: vllm/model_executor/models/config.py@v0.16.0:429 — FlashAttention block sizes are multiples of 16.
 KERNEL_BLOCK_ALIGNMENT = 16
@@ -30,11 +30,13 @@ def recurrent_state_bytes(arch: Arch, tp: int, act_bytes: float, spec_tokens: in
     """Bytes of one request's state in one recurrent layer (conv state + SSM/temporal state).
 
     vllm/model_executor/layers/mamba/mamba_utils.py@v0.16.0:174-197 (gated delta net); the SSM
-    state's dtype follows the config's mamba_ssm_dtype (vllm/model_executor/models/config.py@v0.17.0:630-645)."""
+    state's dtype follows the config's mamba_ssm_dtype (vllm/model_executor/models/config.py@v0.17.0:630-645),
+    looked up in `STR_DTYPE_TO_TORCH_DTYPE` (mamba_utils.py@v0.32.0:108, 143), where "float" is float32 too
+    (utils/torch_utils.py@v0.32.0:33-38)."""
     r = arch.recurrent
     if r is None:
         return 0.0
-    ssm_bytes = 4.0 if (r.ssm_dtype or "").lower() in ("float32", "fp32") else act_bytes
+    ssm_bytes = 4.0 if (r.ssm_dtype or "").lower() in FLOAT32_DTYPES else act_bytes
     conv = (r.conv_kernel - 1 + spec_tokens) * r.conv_dim / tp * act_bytes
     ssm = r.heads / tp * r.head_dim * r.state_dim * ssm_bytes
     return conv + ssm
