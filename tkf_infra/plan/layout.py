@@ -26,9 +26,9 @@ so reordering the catalog yields the same layout and nodes are not re-partitione
 run's layout of the pool (`previous`, its `gpuLayout` entry), what it placed stays where it was and
 only new or changed replicas are packed around it (`tkf_infra.plan.mig_sticky`), so one added model
 re-partitions only the nodes it lands on; from scratch, with a warning naming what moves, when that
-cannot place every admitted model. An overfull
-catalog refuses new models before those the last run deployed, then its lowest priority, then its
-largest asks (models are admitted smallest first). Pure: no Pulumi, no I/O.
+cannot place every admitted model. An overfull catalog refuses new models before those the last run
+deployed, then its lowest priority, then its largest asks (models are admitted smallest first).
+Pure: no Pulumi, no I/O.
 """
 
 from __future__ import annotations
