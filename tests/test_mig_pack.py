@@ -130,8 +130,9 @@ def reference_pack(order: Sequence[Demand], keys: list[Key], rooms: Sequence[tup
 
 def reference_plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: int,
                        demands: Sequence[Demand], rooms: Sequence[tuple[int, int]] | None = None,
-                       rooms_from: str = "") -> PoolLayout:
-    """`plan_mig` as it was: each admission trial packed from scratch with `reference_pack`."""
+                       rooms_from: str = "", previous: Any = None) -> PoolLayout:
+    """`plan_mig` as it was: each admission trial packed from scratch with `reference_pack` (no last layout)."""
+    assert previous is None, "the catalogs compared here are planned from scratch"
     keys = [(n, g) for n in range(len(nodes)) for g in range(gpus_per_node)]
     order: list[Demand] = []
     refused: dict[str, str] = {}

@@ -26,7 +26,7 @@ from tkf_infra.config.reader import read_api_keys
 from tkf_infra.hub.lock import Lock, load_lock
 from tkf_infra.layer_edge import LayerRun
 from tkf_infra.layers import Layer
-from tkf_infra.outputs import DEPLOYED_OUTPUT
+from tkf_infra.outputs import DEPLOYED_OUTPUT, GPU_LAYOUT_OUTPUT
 from tkf_infra.plan import FleetPlan, LiveFindings, plan_fleet
 from tkf_infra.plan.admission import ClusterState, Footprints
 from tkf_infra.sizing.ec2 import InstanceGpus
@@ -240,10 +240,13 @@ def plan(edge: Edge | None = None, run: LayerRun | None = None, outputs: dict[st
     found, errors = ec2_facts(catalog, edge.ec2_client, edge.region)
     lock = edge.lock if edge.lock is not None else load_lock()
     cluster = edge.cluster if edge.cluster is not None else cluster_facts(catalog)
+    if run.layer != Layer.PLATFORM and outputs is None:
+        outputs = last_outputs()  # once: the deployed entries and the GPU layout
+    last = outputs if run.layer != Layer.PLATFORM and outputs is not None else {}
     return plan_fleet(catalog, lock=lock, ec2=found, ec2_errors=errors, live=live_findings(catalog),
-                      refused_by_policy=policy_refusals(),
-                      previous=previous_deployment(outputs) if run.layer != Layer.PLATFORM else {}, cluster=cluster,
-                      footprints=footprints(catalog), refused_by_platform=refused(run, catalog))
+                      refused_by_policy=policy_refusals(), previous=previous_deployment(last), cluster=cluster,
+                      footprints=footprints(catalog), refused_by_platform=refused(run, catalog),
+                      previous_layout=last.get(GPU_LAYOUT_OUTPUT))
 
 
 def report(plan: FleetPlan) -> None:

@@ -147,12 +147,14 @@ def reserved(m: ModelPlan, floors: frozenset[str] = frozenset()) -> int:
 
 def plan_layouts(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], version: str,
                  asks: Mapping[str, tuple[int, int]] | None = None, rooms: Mapping[str, adm.PoolNodes] | None = None,
-                 held: frozenset[str] = frozenset(), floors: frozenset[str] = frozenset()) -> dict[str, PoolLayout]:
+                 held: frozenset[str] = frozenset(), floors: frozenset[str] = frozenset(),
+                 previous: Any = None) -> dict[str, PoolLayout]:
     """Lay out every MIG pool, and prove every time-sliced pool that hosts shares (`tkf_infra.plan.layout`).
 
     `asks`: model → (CPU millicores, memory MiB) of one pod; `rooms`: pool → its nodes' figures. With both,
     a MIG instance goes only to a node with room for its pod. `held`: the models the last run deployed.
-    `floors`: the autoscaled models held at their minimum (`reserved`)."""
+    `floors`: the autoscaled models held at their minimum (`reserved`). `previous`: the last run's `gpuLayout`
+    output (pool → published layout; None: every pool from scratch), so placed models stay where they are."""
     layouts: dict[str, PoolLayout] = {}
     for name, pool in sorted(pools.items()):
         on = [m for m in models if m.pool is not None and m.pool.name == name and not m.entry.is_cpu]
@@ -164,7 +166,9 @@ def plan_layouts(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], ve
                               *((asks or {}).get(m.entry.name, (0, 0))), priority=m.entry.priority or 0,
                               held=m.entry.name in held)
                        for m in on if reserved(m, floors) > 0]
-            layouts[name] = plan_mig(name, pool.mig, pool.pool.nodes, pool.gpus_per_node, demands, node_rooms, source)
+            last = previous.get(name) if isinstance(previous, Mapping) else previous  # not a mapping: warned
+            layouts[name] = plan_mig(name, pool.mig, pool.pool.nodes, pool.gpus_per_node, demands, node_rooms, source,
+                                     last)
         elif pool.time_slices > 1 and pool.gpu is not None and any(m.share for m in on):
             total, context = pool.gpu.memory_gib, context_gib(version)
             demands_ts = [SliceDemand(m.entry.name, reserved(m, floors) * (1 if m.share else m.entry.gpus),
@@ -195,10 +199,12 @@ def _pinned(layout: PoolLayout | None, models: Sequence[ModelPlan]) -> dict[str,
 
 def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: Catalog,
           cluster: adm.ClusterState | None, fp: adm.Footprints, ec2: Mapping[str, InstanceGpus],
-          held: frozenset[str] = frozenset(), floors: frozenset[str] = frozenset()) -> Admitted:
+          held: frozenset[str] = frozenset(), floors: frozenset[str] = frozenset(),
+          previous_layout: Any = None) -> Admitted:
     """Topology, layouts, node capacity and storage for the planned models, in the given order (module docstring).
 
-    `floors`: autoscaled models held at minReplicas rather than maxReplicas (`reserved`)."""
+    `floors`: autoscaled models held at minReplicas rather than maxReplicas (`reserved`). `previous_layout`:
+    the last run's `gpuLayout` output, which the MIG layouts keep what they can of (`plan_layouts`)."""
     s = catalog.settings
     render = s.cluster.mode == "render"
     refused, warnings = topology(models, catalog, cluster)
@@ -213,7 +219,7 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
             rooms[name], notes = pool_nodes(pf, cluster, ec2, render, "gpuOperator" in installed)
             warnings += notes
     alive = [m for m in models if m.entry.name not in refused]
-    layouts = plan_layouts(alive, pools, s.serving.version, asks, rooms, held, floors)
+    layouts = plan_layouts(alive, pools, s.serving.version, asks, rooms, held, floors, previous_layout)
     laid_out = _layout_refusals(layouts)
     refused.update(laid_out)
     before = set(refused)  # what the layouts already left out (topology, their own refusals)
@@ -244,12 +250,14 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
         for m in models)}
     if again:
         kept = [m for m in models if m.entry.name not in refused]
-        fresh = plan_layouts(kept, {n: pools[n] for n in again}, s.serving.version, asks, rooms, held, floors)
+        fresh = plan_layouts(kept, {n: pools[n] for n in again}, s.serving.version, asks, rooms, held, floors,
+                             previous_layout)
         for name, lay in fresh.items():
             layouts[name] = lay
             refused.update({k: v for k, v in _layout_refusals({name: lay}).items() if k not in refused})
             for model, where in _pinned(lay, kept).items():
                 prints[model]["nodes"] = where
+    warnings += [w for lay in layouts.values() for w in lay.warnings]  # of the layouts applied, once each
     return Admitted(refused, warnings, prints, layouts, frozenset(laid_out))
 
 

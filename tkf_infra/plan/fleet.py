@@ -230,7 +230,8 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
                refused_by_policy: Mapping[str, Sequence[str]] | None = None,
                previous: Mapping[str, Any] | None = None, cluster: adm.ClusterState | None = None,
                footprints: adm.Footprints | None = None,
-               refused_by_platform: Mapping[str, Sequence[str]] | None = None) -> FleetPlan:
+               refused_by_platform: Mapping[str, Sequence[str]] | None = None,
+               previous_layout: Any = None) -> FleetPlan:
     """Decide the fleet from validated settings and the edge's data; no I/O, no resources.
 
     `refused_by_policy`: models the platform owner's policy pack refused at the preview before this
@@ -240,6 +241,9 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
     caches are sized — with them the node capacity, storage and topology checks run
     (`tkf_infra.plan.admission`). `refused_by_platform`: models a fleet stack's platform cannot serve
     (model → reasons, `tkf_infra.platform_contract.unmet_needs`), left out at the topology stage.
+    `previous_layout`: the last run's `gpuLayout` output; each MIG pool keeps what it placed where it was
+    (`tkf_infra.plan.mig_sticky`) so an added model re-partitions only the nodes it lands on. None (or a first
+    run's nothing): laid out from scratch; unreadable: from scratch with a warning.
     """
     s = catalog.settings
     errors = [str(p) for p in catalog.pool_problems]
@@ -302,15 +306,18 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
         # Models the last run deployed hold their room; the others follow by priority, then catalog order.
         order = sorted(planned, key=lambda m: (m.entry.name not in (previous or {}), -(m.entry.priority or 0),
                                                positions.get(m.entry.name, -1)))
-        done = admit(order, pools, catalog, cluster, footprints, ec2 or {}, frozenset(previous or {}))
+        done = admit(order, pools, catalog, cluster, footprints, ec2 or {}, frozenset(previous or {}),
+                     previous_layout=previous_layout)
         if s.serving.overcommit is Overcommit.ALLOW and (floors := over_maximum(done.refused, entries)):
             at_max = done.refused  # the same order again, those models at their floor
-            done = admit(order, pools, catalog, cluster, footprints, ec2 or {}, frozenset(previous or {}), floors)
+            done = admit(order, pools, catalog, cluster, footprints, ec2 or {}, frozenset(previous or {}), floors,
+                         previous_layout)
             warnings += [overcommitted(entries[n], at_max[n][1]) for n in sorted(floors) if n not in done.refused]
         layouts, refusals, prints, laid_out = done.layouts, done.refused, done.prints, done.laid_out_refused
         warnings += done.warnings
     else:
-        layouts = plan_layouts(planned, pools, s.serving.version)
+        layouts = plan_layouts(planned, pools, s.serving.version, previous=previous_layout)
+        warnings += [w for lay in layouts.values() for w in lay.warnings]
         refusals = {name: ("placement", reason) for lay in layouts.values() for name, reason in lay.refused.items()}
         laid_out = frozenset(refusals)
     excluded += [Exclusion.of(name, positions.get(name, -1), Stage(stage),

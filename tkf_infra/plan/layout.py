@@ -22,20 +22,26 @@ small instances over nodes instead of filling one node's GPUs beyond its CPU; a 
 has room for is refused at stage `capacity` (`PoolLayout.short_of_room`), the others at `placement`.
 
 Stable: demand is ordered by deployed-or-not, priority, size and name, never by catalog position,
-so reordering the catalog yields the same layout and nodes are not re-partitioned. An overfull
-catalog refuses new models before those the last run deployed, then its lowest priority, then its
-largest asks (models are admitted smallest first). Pure: no Pulumi, no I/O.
+so reordering the catalog yields the same layout and nodes are not re-partitioned. Given the last
+run's layout of the pool (`previous`, its `gpuLayout` entry), what it placed stays where it was and
+only new or changed replicas are packed around it (`tkf_infra.plan.mig_sticky`), so one added model
+re-partitions only the nodes it lands on; from scratch, with a warning naming what moves, when that
+cannot place every admitted model. An overfull catalog refuses new models before those the last run
+deployed, then its lowest priority, then its largest asks (models are admitted smallest first).
+Pure: no Pulumi, no I/O.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from tkf_infra.plan.mig_optimum import fewest_gpus
 from tkf_infra.plan.mig_pack import Rooms, _order, _pack, _Packing
 from tkf_infra.plan.mig_pack import placement as placement  # the placement rule, where it has been imported from
 from tkf_infra.plan.mig_room import room_refusal
+from tkf_infra.plan.mig_sticky import moved_warning, read_previous, sticky_cards
 from tkf_infra.plan.pool_layout import Card, Demand, Instance, PoolLayout
 from tkf_infra.sizing.mig import MEMORY_SLICES, MigBoard
 
@@ -50,14 +56,15 @@ def _largest_first(d: Demand) -> tuple[Any, ...]:
 
 
 def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: int, demands: Sequence[Demand],
-             rooms: Rooms | None = None, rooms_from: str = "") -> PoolLayout:
+             rooms: Rooms | None = None, rooms_from: str = "", previous: Any = None) -> PoolLayout:
     """Pack the demands into the pool's GPUs (see module docstring); refuse what cannot be placed.
 
     Models are admitted deployed ones first, then by priority, then smallest first (so an overfull
     catalog refuses its largest asks, not many small ones) and packed largest first (first-fit
     decreasing), or in admission order when that packs and largest first does not; then laid out by
     `mig_optimum` instead when that uses fewer GPUs. `rooms`: each node's CPU and memory (None: unchecked),
-    read from `rooms_from`."""
+    read from `rooms_from`. `previous`: the last run's published layout of this pool (None: none, the
+    layout is this packing; else the admitted models are laid out around it, `mig_sticky`)."""
     keys = [(n, g) for n in range(len(nodes)) for g in range(gpus_per_node)]
     order: list[Demand] = []
     refused: dict[str, str] = {}
@@ -92,7 +99,20 @@ def plan_mig(pool: str, board: MigBoard, nodes: Sequence[str], gpus_per_node: in
         cards.append(Card(nodes[n], g, whole.get((n, g)), tuple(
             Instance(h[0], h[1], p.name, start, p.slices, p.compute) for h, (p, start) in zip(items, placed,
                                                                                               strict=True))))
-    return PoolLayout(pool, "mig", board.gpu, tuple(cards), refused, short_of_room=frozenset(short_of_room))
+    layout = PoolLayout(pool, "mig", board.gpu, tuple(cards), refused, short_of_room=frozenset(short_of_room))
+    return layout if previous is None else _around(layout, previous, nodes, gpus_per_node, order, rooms, rank)
+
+
+def _around(layout: PoolLayout, published: Any, nodes: Sequence[str], gpus_per_node: int, order: Sequence[Demand],
+            rooms: Rooms | None, rank: dict[int, tuple[Any, ...]]) -> PoolLayout:
+    """`layout` (from scratch) or, when every admitted model fits around the last run's, the sticky one."""
+    last, warnings = read_previous(layout.pool, published)
+    if last is None:
+        return replace(layout, warnings=tuple(warnings))
+    cards = sticky_cards(nodes, gpus_per_node, order, rooms, last, lambda d: rank[id(d)])
+    if cards is not None:
+        return replace(layout, cards=cards)
+    return replace(layout, warnings=(moved_warning(layout.pool, last, layout.cards, layout.node_configs()),))
 
 
 def _refusal(pool: str, board: MigBoard, d: Demand, replica: int, keys: list[tuple[int, int]],

@@ -73,6 +73,8 @@ class PoolLayout:
     proof: str = ""
     short_of_room: frozenset[str] = frozenset()
     """Refused models whose GPUs would fit but no node with them has CPU or memory left (stage `capacity`)."""
+    warnings: tuple[str, ...] = ()
+    """What the fleet plan should warn about this layout: a last layout unreadable or not kept (`mig_sticky`)."""
 
     def node_configs(self) -> dict[str, str]:
         """Node name → mig-parted config name (equal geometries share one config; the name is its digest)."""
