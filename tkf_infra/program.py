@@ -292,15 +292,15 @@ def set_process_state() -> None:
       again: 30 % of the program's CPU at 500 models under mocks, and the program is the busiest process
       of a preview. Measured peak memory is unchanged (within 2 %, `bench/program_eval.py`); the
       collector still runs, so a long `up` does not grow without bound.
-    - The SDK's own per-resource debug lines stay in the process instead of being one blocking engine call
-      each (`tkf_infra.sdk_debug`; `TKF_SDK_DEBUG_LOGS=1` keeps them).
+    - The SDK's own per-resource debug lines are dropped in the process instead of being one blocking engine
+      call each (`tkf_infra.sdk_debug`; `TKF_SDK_DEBUG_LOGS=1` keeps them).
     """
-    from tkf_infra.sdk_debug import keep_sdk_debug_in_process
+    from tkf_infra.sdk_debug import drop_sdk_debug_lines
     from tkf_infra.sdk_trace import record_creation_frame_only
 
     record_creation_frame_only()
     gc.set_threshold(*GC_THRESHOLDS)
-    keep_sdk_debug_in_process()
+    drop_sdk_debug_lines()
 
 
 def deploy(edge: Edge | None = None) -> Any:

@@ -1,5 +1,5 @@
-"""Keep the Pulumi SDK's own per-resource debug lines in the program's process instead of sending each one
-to the engine.
+"""Drop the Pulumi SDK's own per-resource debug lines in the program's process instead of sending each one
+to the engine, where the CLI drops them anyway unless `--debug`.
 
 Why: the Python SDK (3.272.0, requirements.txt) logs four or five debug lines for every resource it registers
 ("registering resource", "resource registration prepared", "beginning rpc register resource", "resource
@@ -32,7 +32,7 @@ def _not_sent(msg: str, resource: Any = None, stream_id: Any = None, ephemeral: 
     """`pulumi.log.debug` with the same signature, sending nothing."""
 
 
-def keep_sdk_debug_in_process() -> bool:
+def drop_sdk_debug_lines() -> bool:
     """Replace `pulumi.log.debug` for this process unless `KEEP_ENV` is set; True when replaced.
 
     The SDK's modules call it as `log.debug(...)` through the `pulumi.log` module, so swapping the
