@@ -7,6 +7,7 @@ definition (docs/outputs.md documents it; tests pin it). Version it: a consumer 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tkf_infra.config import Catalog, Mode, ModelEntry
@@ -175,30 +176,29 @@ def footprint_output(plan: FleetPlan, m: ModelPlan) -> dict[str, Any]:
     return {"footprint": {k: fp[k] for k in keys if k in fp}}
 
 
-def scaling_output(plan: FleetPlan, m: ModelPlan) -> dict[str, Any]:
+def scaling_output(plan: FleetPlan, m: ModelPlan, cold: Mapping[str, int]) -> dict[str, Any]:
     """`scaling` of an autoscaled model: its range, the replicas the plan holds room for (the maximum, or
     the minimum under `overcommit: allow`), signal and target, and the bound on a new replica's start
     (`coldStartSeconds`: a model at zero keeps its place in the gateway's model_list, and the gateway's
-    timeout or retries for it must cover this). Fixed-count models have none (docs/scaling.md)."""
-    from components.autoscaling import cold_start_seconds
-
+    timeout or retries for it must cover this; `cold`: `cold_starts`). Fixed-count models have none
+    (docs/scaling.md)."""
     s = m.entry.scaling
     if s is None:
         return {}
-    serving = plan.catalog.settings.serving
     held = s.min_replicas if m.entry.name in plan.floors else s.max_replicas
     return {"scaling": {"minReplicas": s.min_replicas, "maxReplicas": s.max_replicas, "reservedReplicas": held,
                         "metric": s.metric.value, "target": s.target_value, "cooldownSeconds": s.cooldown_seconds,
-                        "coldStartSeconds": cold_start_seconds(m.entry, m.weight_bytes, serving)}}
+                        "coldStartSeconds": cold[m.entry.name]}}
 
 
 def cold_starts(plan: FleetPlan) -> dict[str, int]:
-    """`coldStartSeconds` of each deployed model that scales to zero (`minReplicas: 0`)."""
+    """`coldStartSeconds` of each deployed model that autoscales: published in its endpoint, and for a model
+    that scales to zero (`minReplicas: 0`) the gateway's retries for it are derived from it too."""
     from components.autoscaling import cold_start_seconds
 
     serving = plan.catalog.settings.serving
     return {m.entry.name: cold_start_seconds(m.entry, m.weight_bytes, serving) for m in plan.models
-            if m.entry.scaling is not None and m.entry.scaling.min_replicas == 0}
+            if m.entry.scaling is not None}
 
 
 def pool_headroom(plan: FleetPlan) -> dict[str, Any]:
@@ -253,13 +253,16 @@ def export_outputs(plan: FleetPlan, api_keys: ApiKeys | None = None) -> None:
 
     catalog = plan.catalog
     ns = catalog.settings.namespaces.serving
+    cold = cold_starts(plan)
     endpoints = {m.entry.served_name: {**endpoint(m.entry, ns), "fit": m.fit.published(), **share_output(plan, m),
-                                       **footprint_output(plan, m), **scaling_output(plan, m),
+                                       **footprint_output(plan, m), **scaling_output(plan, m, cold),
                                        **adapters_output(m.entry)}
                  for m in plan.models}
     pulumi.export(CONTRACT_VERSION_OUTPUT, CONTRACT_VERSION)
     pulumi.export(ENDPOINTS_OUTPUT, endpoints)
-    pulumi.export(GATEWAY_MODEL_LIST_OUTPUT, gateway_model_list(catalog, plan.deployed, cold_starts(plan)))
+    at_zero = {m.entry.name: cold[m.entry.name] for m in plan.models
+               if m.entry.scaling is not None and m.entry.scaling.min_replicas == 0}
+    pulumi.export(GATEWAY_MODEL_LIST_OUTPUT, gateway_model_list(catalog, plan.deployed, at_zero))
     pulumi.export(REJECTED_OUTPUT, [x.as_output() for x in plan.excluded])
     pulumi.export(PROBLEMS_OUTPUT, list(plan.errors))
     pulumi.export(GPU_LAYOUT_OUTPUT, {name: layout.published() for name, layout in sorted(plan.layouts.items())})
