@@ -1,13 +1,29 @@
-"""The fleet stack of a split environment (docs/stacks.md) through the real engine, against the engine's
-floor with the same resource count: a no-change `preview` and a one-model-change `up`, at 2, 50 and 200
+"""The fleet stack of a split environment (docs/stacks.md) through the real engine, against two engine
+floors with the same resource count: a no-change `preview` and a one-model-change `up`, at 2, 50 and 200
 models, interleaved in one run (best of `--repeat`), so machine noise hits all alike.
 
 Each size is an environment of its own: `<env>-platform` (applied once, before the timed runs) and the
-fleet `<env>` (applied once, then timed). The floor is `bench/engine_preview.py`'s: a program of plain
-ConfigMaps through the same engine, Kubernetes provider (render mode) and virtualenv, with as many
-resources as the fleet stack holds; its "one change" edits one ConfigMap. `--platform` keeps the dev
-platform's charts in the platform stack (about 150 resources, minutes to apply): the fleet's figures
-should not move, which is the point of the split.
+fleet `<env>` (applied once, then timed). Two floors, each a bare program through the same engine,
+Kubernetes provider (render mode) and virtualenv, with as many resources as the fleet stack holds:
+
+- the **count floor** (`bench/engine_preview.py`'s): plain ConfigMaps; its "one change" edits one;
+- the **payload floor**: the fleet's own resources, dumped from its applied state (`pulumi stack export`)
+  and registered again as they are there: every Kubernetes object with the same type, name, parent and
+  inputs (through the SDK's generic `CustomResource`, so none of tkf's code runs), every component as a
+  bare `ComponentResource` of the same type (no outputs), the same `dependsOn`; the FitCheck (tkf's
+  dynamic provider) becomes a ConfigMap holding its inputs as JSON, and the stack exports nothing. Its
+  "one change" is an annotation on the first model's workload and that ConfigMap: two updates, as the
+  fleet's one-model `up` (the model's workload and the FitCheck).
+
+fleet / count floor is the issue's ratio; payload floor / count floor is what the Kubernetes objects'
+size costs the engine and the provider whatever program registers them; fleet / payload floor is
+tkf-infra's own overhead (plan, FitCheck, component outputs, stack outputs and reads).
+
+`--compare-with REF` also measures the fleet of a git ref (`git archive REF`, the same virtualenv), in
+environments of its own, interleaved with the others: a before/after in one run.
+
+`--platform` keeps the dev platform's charts in the platform stack (about 150 resources, minutes to
+apply): the fleet's figures should not move, which is the point of the split.
 
 `--trace` adds, after the timed rounds, one traced no-change preview and one traced one-change `up` of
 each program (not timed: tracing is not free), and prints where each one's time went from the engine's
@@ -17,10 +33,16 @@ OpenTelemetry spans (`bench/engine_preview.py`'s `breakdown`; docs/performance.m
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +55,14 @@ from pulumi import automation as auto  # noqa: E402
 
 from bench.catalogs import dev_stack_config, generated_models  # noqa: E402
 from bench.engine_preview import FLOOR_OVERHEAD, Program, _workspace, floor_program, load, traced_preview  # noqa: E402
-from tkf_infra.ops.stacks import copy_project  # noqa: E402
+from tkf_infra.ops.stacks import copy_project, pulumi_home  # noqa: E402
 
 
-def fleet_env(tmp: Path, n: int, platform: bool) -> tuple[Program, auto.Stack, Path]:
-    """Environment `f<n>`: its platform applied, its fleet of `n` generated models applied once."""
-    env_name = f"f{n}"
-    project = copy_project(tmp / env_name)
+def fleet_env(tmp: Path, n: int, platform: bool, checkout: Path = ROOT, prefix: str = "f") -> tuple[
+        Program, auto.Stack, Path]:
+    """Environment `<prefix><n>`: its platform applied, its fleet of `n` generated models applied once."""
+    env_name = f"{prefix}{n}"
+    project = copy_project(tmp / env_name, checkout)
     doc = dev_stack_config(platform)
     doc["config"]["tkf-infra:layer"] = "fleet"
     doc["config"]["tkf-infra:models"] = generated_models(n)
@@ -52,7 +75,20 @@ def fleet_env(tmp: Path, n: int, platform: bool) -> tuple[Program, auto.Stack, P
     plat.up()
     fleet = auto.create_stack(env_name, work_dir=str(project), opts=opts)
     fleet.up()
-    return Program(f"fleet-{n}", fleet, env), plat, path
+    return Program(f"fleet-{env_name}", fleet, env), plat, path
+
+
+def ref_checkout(tmp: Path, ref: str) -> Path:
+    """The program as committed at `ref` (`git archive`: no worktree is added), sharing this virtualenv."""
+    dest = tmp / "ref-checkout"
+    dest.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", ref], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    (dest / ".venv").symlink_to(ROOT / ".venv")
+    if (ROOT / "policy" / ".venv").exists() and (dest / "policy").is_dir():
+        (dest / "policy" / ".venv").symlink_to(ROOT / "policy" / ".venv")
+    return dest
 
 
 def toggle_model(path: Path) -> None:
@@ -63,7 +99,7 @@ def toggle_model(path: Path) -> None:
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
-def toggle_configmap(p: Program) -> None:
+def toggle_salt(p: Program) -> None:
     p.stack.set_config("tkf-floor:salt", auto.ConfigValue(str(time.time_ns())))
 
 
@@ -78,32 +114,142 @@ for i in range(n):
                           opts=pulumi.ResourceOptions(provider=prov))
 '''
 
+#: The payload floor: registers the resources of `tkf-floor:resources` (`dump_resources`) as they are.
+PAYLOAD_MAIN = '''
+import copy, importlib, json, pulumi, pulumi_kubernetes as k8s
+cfg = pulumi.Config()
+salt = cfg.get("salt") or ""
+with open(cfg.require("resources")) as f:
+    resources = json.load(f)
+for module in sorted({r["module"] for r in resources if r["module"]}):
+    importlib.import_module(module)  # what a typed program registering these kinds imports
+prov = k8s.Provider("render", render_yaml_to_directory=cfg.require("renderDir"))
 
-def timed(run: Any) -> tuple[float, Any]:
+def secrets(v):
+    if isinstance(v, dict):
+        if len(v) == 1 and "__secret" in v:
+            return pulumi.Output.secret(v["__secret"])
+        return {k: secrets(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [secrets(x) for x in v]
+    return v
+
+made = {}
+for r in resources:
+    inputs = secrets(r["inputs"])
+    if r["salted"] and salt:
+        inputs = copy.deepcopy(inputs)
+        inputs["metadata"].setdefault("annotations", {})["bench.tkf.io/salt"] = salt
+    opts = pulumi.ResourceOptions(parent=made.get(r["parent"]), depends_on=[made[d] for d in r["deps"]],
+                                  protect=r["protect"], retain_on_delete=r["retainOnDelete"])
+    if r["custom"]:
+        opts.provider = prov
+        made[r["urn"]] = pulumi.CustomResource(r["type"], r["name"], inputs, opts)
+    else:
+        made[r["urn"]] = pulumi.ComponentResource(r["type"], r["name"], None, opts)
+'''
+
+#: The type prefix of the FitCheck (tkf's dynamic provider), and what the payload floor makes of it.
+DYNAMIC_TYPE = "pulumi-python:dynamic"
+CONFIGMAP_TYPE = "kubernetes:core/v1:ConfigMap"
+
+
+def _plain(value: Any) -> Any:
+    """A state value with `--show-secrets`' secret envelopes as {"__secret": value}."""
+    if isinstance(value, dict):
+        if "plaintext" in value and len(value) == 2:
+            return {"__secret": json.loads(value["plaintext"])}
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def typed_module(rtype: str) -> str | None:
+    """The `pulumi_kubernetes` module of a Kubernetes type's typed class (`apiextensions` for custom
+    resources), so the payload floor imports what a typed program would; None for other types."""
+    if not rtype.startswith("kubernetes:"):
+        return None
+    group, version = rtype.split(":")[1].split("/")
+    package = importlib.util.find_spec("pulumi_kubernetes")
+    where = Path(next(iter(package.submodule_search_locations or []))) if package else None
+    sub = (group.removesuffix(".k8s.io"), version)
+    if where is None or not (where / sub[0] / sub[1] / "__init__.py").exists():
+        return "pulumi_kubernetes.apiextensions"
+    return "pulumi_kubernetes." + ".".join(sub)
+
+
+def dump_resources(p: Program, out: Path) -> list[dict[str, Any]]:
+    """The fleet's resources as its state holds them (type, name, parent, inputs, dependencies), in state
+    order, for the payload floor; the stack and providers are the floor's own."""
+    raw = subprocess.run([str(pulumi_home() / "bin" / "pulumi"), "stack", "export", "--show-secrets", "--stack",
+                          p.stack.name], cwd=p.stack.workspace.work_dir, env={**os.environ, **p.env}, check=True,
+                         capture_output=True).stdout
+    state = json.loads(raw)["deployment"]["resources"]
+    kept: list[dict[str, Any]] = []
+    urns: set[str] = set()
+    for r in state:
+        rtype = r["type"]
+        if rtype == "pulumi:pulumi:Stack" or rtype.startswith("pulumi:providers:"):
+            continue
+        name = r["urn"].rsplit("::", 1)[1]
+        inputs = _plain(r.get("inputs") or {})
+        if rtype.startswith(DYNAMIC_TYPE):  # the FitCheck: its inputs, in a ConfigMap
+            rtype, inputs = CONFIGMAP_TYPE, {"apiVersion": "v1", "kind": "ConfigMap",
+                                             "metadata": {"name": name, "namespace": "bench"},
+                                             "data": {"inputs": json.dumps(inputs, sort_keys=True)}}
+        kept.append({"urn": r["urn"], "type": rtype, "name": name, "custom": bool(r.get("custom")),
+                     "module": typed_module(rtype),
+                     "parent": r.get("parent") if r.get("parent") in urns else None,
+                     "deps": [d for d in r.get("dependencies") or [] if d in urns],
+                     "inputs": inputs, "protect": bool(r.get("protect")),
+                     "retainOnDelete": bool(r.get("retainOnDelete")), "salted": rtype == CONFIGMAP_TYPE
+                     and r["type"].startswith(DYNAMIC_TYPE)})
+        urns.add(r["urn"])
+    # The first model's workload: the biggest Kubernetes object under the first component.
+    first_component = next(r["urn"] for r in kept if not r["custom"])
+    children = [r for r in kept if r["parent"] == first_component and r["custom"]]
+    max(children, key=lambda r: len(json.dumps(r["inputs"])))["salted"] = True
+    out.write_text(json.dumps(kept))
+    return kept
+
+
+def payload_program(tmp: Path, label: str, fleet: Program) -> Program:
+    """The payload floor of `fleet` (module docstring), applied once."""
+    project = tmp / label
+    project.mkdir()
+    (project / "Pulumi.yaml").write_text("name: tkf-floor\nruntime:\n  name: python\n  options:\n"
+                                         "    virtualenv: .venv\n")
+    (project / "__main__.py").write_text(PAYLOAD_MAIN)
+    (project / ".venv").symlink_to(ROOT / ".venv")
+    dump = tmp / f"{label}-resources.json"
+    dump_resources(fleet, dump)
+    (project / "Pulumi.bench.yaml").write_text(yaml.safe_dump(
+        {"config": {"tkf-floor:resources": str(dump), "tkf-floor:renderDir": str(tmp / f"rendered-{label}")}}))
+    env, opts = _workspace(project, tmp / f"state-{label}")
+    p = Program(label, auto.create_stack("bench", work_dir=str(project), opts=opts), env)
+    p.stack.up()
+    return p
+
+
+def timed(run: Callable[[], Any]) -> tuple[float, Any]:
     started = time.perf_counter()
     result = run()
     return time.perf_counter() - started, result
 
 
+@dataclass
+class Measured:
+    """One program of one size, and how to make its one change."""
+
+    key: str
+    program: Program
+    change: Callable[[], None]
+
+
 PHASES = ("total", "startup", "imports_plan", "registration", "k8s_provider", "dynamic_provider", "stack_reads",
           "state", "engine_logs", "shutdown")
-
-
-def traced_phases(tmp: Path, envs: dict[int, tuple[Program, auto.Stack, Path]],
-                  floors: dict[int, Program]) -> list[tuple[int, str, dict[str, float]]]:
-    """One traced no-change preview and one traced one-change `up` (as the Automation API runs it) of each
-    fleet and floor, broken down by phase."""
-    up = ("up", "--yes", "--skip-preview")
-    out = []
-    for n, (fleet, _, path) in envs.items():
-        floor = floors[n]
-        out.append((n, "fleet preview", traced_preview(fleet, tmp / "trace.json")))
-        out.append((n, "floor preview", traced_preview(floor, tmp / "trace.json")))
-        toggle_model(path)
-        out.append((n, "fleet up", traced_preview(fleet, tmp / "trace.json", up)))
-        toggle_configmap(floor)
-        out.append((n, "floor up", traced_preview(floor, tmp / "trace.json", up)))
-    return out
+UP = ("up", "--yes", "--skip-preview")
 
 
 def print_phases(phases: list[tuple[int, str, dict[str, float]]]) -> None:
@@ -115,62 +261,103 @@ def print_phases(phases: list[tuple[int, str, dict[str, float]]]) -> None:
         print(f"| {n} | {label} | " + " | ".join(cells) + " |")
 
 
+def state_bytes(p: Program) -> int:
+    """The size of the program's stack state file in its file backend."""
+    backend = Path(p.env["PULUMI_BACKEND_URL"].removeprefix("file://"))
+    return sum(f.stat().st_size for f in backend.glob(f".pulumi/stacks/*/{p.stack.name}.json"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="2,50,200")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--platform", action="store_true", help="the dev platform's charts in the platform stack")
+    ap.add_argument("--compare-with", metavar="REF", help="also measure the fleet of this git ref, interleaved")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument("--trace", action="store_true", help="also break one preview and one up of each down by phase")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     rows: list[dict[str, Any]] = []
-    print(f"# start {load()}", flush=True)
+    print(f"# start {time.strftime('%H:%M:%S', time.gmtime())} UTC {load()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="tkf-fleet-bench-") as tmpdir:
         tmp = Path(tmpdir)
+        ref = ref_checkout(tmp, args.compare_with) if args.compare_with else None
         envs = {n: fleet_env(tmp, n, args.platform) for n in sizes}
-        floors: dict[int, Program] = {}
-        for n, (fleet, _, _) in envs.items():
+        programs: dict[int, list[Measured]] = {}
+        for n, (fleet, _, path) in envs.items():
             count = sum(fleet.stack.preview().change_summary.values())
             fleet.resources = count
             floor = floor_program(tmp, f"floor-{n}", count - FLOOR_OVERHEAD)
             (tmp / f"floor-{n}" / "__main__.py").write_text(FLOOR_SALTED)  # one ConfigMap can change
             floor.stack.up()
-            floors[n] = floor
-        best: dict[tuple[int, str], float] = {}
+            floor.resources = sum(floor.stack.preview().change_summary.values())
+            payload = payload_program(tmp, f"payload-{n}", fleet)
+            payload.resources = sum(payload.stack.preview().change_summary.values())
+            measured = [Measured("fleet", fleet, partial(toggle_model, path)),
+                        Measured("count floor", floor, partial(toggle_salt, floor)),
+                        Measured("payload floor", payload, partial(toggle_salt, payload))]
+            if ref is not None:
+                other, _, other_path = fleet_env(tmp, n, args.platform, ref, "r")
+                other.resources = sum(other.stack.preview().change_summary.values())
+                measured.append(Measured("ref fleet", other, partial(toggle_model, other_path)))
+            programs[n] = measured
+            print(f"# {n} models ready: " + ", ".join(f"{m.key} {m.program.resources} resources, state "
+                                                      f"{state_bytes(m.program) / 1e6:.2f} MB" for m in measured),
+                  flush=True)
+        best: dict[tuple[int, str, str], float] = {}
         for _ in range(args.repeat):  # interleaved: every program once per round
-            for n, (fleet, plat, path) in envs.items():
-                floor = floors[n]
-                for key, run in (("fleet-preview", fleet.stack.preview), ("floor-preview", floor.stack.preview)):
-                    t, _ = timed(run)
-                    best[(n, key)] = min(best.get((n, key), float("inf")), t)
-                toggle_model(path)
-                t, res = timed(fleet.stack.up)
-                changed = {k: v for k, v in (res.summary.resource_changes or {}).items() if k != "same"}
-                best[(n, "fleet-up")] = min(best.get((n, "fleet-up"), float("inf")), t)
-                toggle_configmap(floor)
-                t, _ = timed(floor.stack.up)
-                best[(n, "floor-up")] = min(best.get((n, "floor-up"), float("inf")), t)
-                plat_changes = plat.preview().change_summary
-                rows.append({"models": n, "fleetChanges": changed, "platformPreview": {str(k): v for k, v in
-                                                                                         plat_changes.items()}})
+            for n, measured in programs.items():
+                for m in measured:
+                    t, _ = timed(m.program.stack.preview)
+                    best[(n, m.key, "preview")] = min(best.get((n, m.key, "preview"), float("inf")), t)
+                for m in measured:
+                    m.change()
+                    t, res = timed(m.program.stack.up)
+                    best[(n, m.key, "up")] = min(best.get((n, m.key, "up"), float("inf")), t)
+                    changed = {k: v for k, v in (res.summary.resource_changes or {}).items() if k != "same"}
+                    rows.append({"models": n, "program": m.key, "changes": changed})
+                plat_changes = envs[n][1].preview().change_summary
+                rows.append({"models": n, "program": "platform preview after the fleet's up",
+                             "changes": {str(k): v for k, v in plat_changes.items()}})
+        print(f"# timed rounds done {time.strftime('%H:%M:%S', time.gmtime())} UTC {load()}")
         table = []
         for n in sizes:
-            table.append({"models": n, "resources": envs[n][0].resources,
-                          **{k: round(best[(n, k)], 2) for k in ("fleet-preview", "floor-preview", "fleet-up",
-                                                                 "floor-up")},
-                          "previewRatio": round(best[(n, "fleet-preview")] / best[(n, "floor-preview")], 2),
-                          "upRatio": round(best[(n, "fleet-up")] / best[(n, "floor-up")], 2)})
-        print(f"# timed rounds done {load()}")
-        print("models resources | fleet preview  floor preview  ratio | fleet up  floor up  ratio  (best of "
-              f"{args.repeat}, s)")
-        for r in table:
-            print(f"{r['models']:>6} {r['resources']:>9} | {r['fleet-preview']:>13} {r['floor-preview']:>14} "
-                  f"{r['previewRatio']:>6} | {r['fleet-up']:>8} {r['floor-up']:>9} {r['upRatio']:>6}")
-        print("per round, the fleet's one-model up changed:", json.dumps(rows[-len(sizes):]), flush=True)
+            row: dict[str, Any] = {"models": n, "resources": programs[n][0].program.resources}
+            for m in programs[n]:
+                for kind in ("preview", "up"):
+                    row[f"{m.key} {kind}"] = round(best[(n, m.key, kind)], 2)
+            for kind in ("preview", "up"):
+                fleet_s, count_s, payload_s = (best[(n, k, kind)] for k in ("fleet", "count floor", "payload floor"))
+                row[f"{kind}: fleet/count"] = round(fleet_s / count_s, 2)
+                row[f"{kind}: payload/count"] = round(payload_s / count_s, 2)
+                row[f"{kind}: fleet/payload"] = round(fleet_s / payload_s, 2)
+                if ref is not None:
+                    row[f"{kind}: ref/fleet"] = round(best[(n, "ref fleet", kind)] / fleet_s, 2)
+            table.append(row)
+        print(f"\nBest of {args.repeat} (s); ratios: fleet / count floor (the issue's), payload floor / count floor, "
+              "fleet / payload floor")
+        for kind in ("preview", "up"):
+            head = "no-change preview" if kind == "preview" else "one-model up"
+            print(f"\n{head}\n| models | resources | fleet | count floor | payload floor | fleet/count | "
+                  "payload/count | fleet/payload |" + (f" {args.compare_with} | ref/fleet |" if ref else ""))
+            print("|---|---|---|---|---|---|---|---|" + ("---|---|" if ref else ""))
+            for r in table:
+                cells = [r["models"], r["resources"], r[f"fleet {kind}"], r[f"count floor {kind}"],
+                         r[f"payload floor {kind}"], r[f"{kind}: fleet/count"], r[f"{kind}: payload/count"],
+                         r[f"{kind}: fleet/payload"]]
+                if ref is not None:
+                    cells += [r[f"ref fleet {kind}"], r[f"{kind}: ref/fleet"]]
+                print("| " + " | ".join(str(c) for c in cells) + " |")
+        print("\nlast round's changes:", json.dumps(rows[-(len(programs[sizes[-1]]) + 1):]), flush=True)
         if args.trace:  # after the timed table, while the environments still exist
-            print_phases(traced_phases(tmp, envs, floors))
-    print(f"# end {load()}")
+            phases = []
+            for n, measured in programs.items():
+                for m in measured:
+                    phases.append((n, f"{m.key} preview", traced_preview(m.program, tmp / "trace.json")))
+                    m.change()
+                    phases.append((n, f"{m.key} up", traced_preview(m.program, tmp / "trace.json", UP)))
+            print_phases(phases)
+    print(f"# end {time.strftime('%H:%M:%S', time.gmtime())} UTC {load()}")
     if args.json:
         args.json.write_text(json.dumps({"table": table, "rounds": rows}, indent=2))
 
