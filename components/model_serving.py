@@ -189,9 +189,8 @@ class ModelServing(pulumi.ComponentResource):
         url = names.base_url(e.name, ns)
         # Tied to the workload so the URL appears only once the model has been created (and awaited).
         self.base_url = self.workload.id.apply(lambda _id: url)
-        # No register_outputs: the URL and served name are in the stack's `endpoints` output, the fit figures
-        # there and on the workload's annotations. Registered here too they were one more engine call and
-        # state entry per model that nothing reads (docs/performance.md, issue 32).
+        # The fit figures are in the stack's `endpoints` output and on the workload's annotations.
+        self.register_outputs({"baseUrl": self.base_url, "servedName": self.served_name})
 
     # ----------------------------------------------------------------------------------------
     # Backends
