@@ -23,24 +23,31 @@ Shape = tuple[int, int, tuple[int, ...]]
 
 
 @lru_cache(maxsize=4096)
-def _solve(shapes: tuple[Shape, ...]) -> tuple[int, ...] | None:
-    """Start slices for (memory slices, compute, allowed starts) shapes, in the given order; None if none fit."""
+def solve_around(fixed: int, compute: int, shapes: tuple[Shape, ...]) -> tuple[int, ...] | None:
+    """Start slices for (memory slices, compute, allowed starts) shapes, in the given order, on a GPU whose
+    instances already take the memory slices of the bit mask `fixed` and `compute` compute slices (0, 0: an
+    empty GPU; mig_sticky keeps instances where they are); None if they do not all fit."""
 
-    def place(i: int, used: int, compute: int) -> tuple[int, ...] | None:
+    def place(i: int, used: int, comp_used: int) -> tuple[int, ...] | None:
         if i == len(shapes):
             return ()
         size, comp, starts = shapes[i]
-        if compute + comp > COMPUTE_SLICES:
+        if comp_used + comp > COMPUTE_SLICES:
             return None
         for start in starts:
             mask = ((1 << size) - 1) << start
             if start + size <= MEMORY_SLICES and not used & mask:
-                rest = place(i + 1, used | mask, compute + comp)
+                rest = place(i + 1, used | mask, comp_used + comp)
                 if rest is not None:
                     return (start, *rest)
         return None
 
-    return place(0, 0, 0)
+    return place(0, fixed, compute)
+
+
+def _solve(shapes: tuple[Shape, ...]) -> tuple[int, ...] | None:
+    """`solve_around` on an empty GPU."""
+    return solve_around(0, 0, shapes)
 
 
 def _order(profile: MigProfile) -> tuple[int, int, str]:

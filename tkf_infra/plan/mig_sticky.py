@@ -19,13 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 from tkf_infra.plan.admission import named
-from tkf_infra.plan.mig_pack import Rooms, Shape, _order, _per_gpu, _shape, _whole_spot
+from tkf_infra.plan.mig_pack import Rooms, Shape, _order, _per_gpu, _shape, _whole_spot, solve_around
 from tkf_infra.plan.pool_layout import Card, Demand, Instance
-from tkf_infra.sizing.mig import COMPUTE_SLICES, MEMORY_SLICES
+from tkf_infra.sizing.mig import COMPUTE_SLICES
 
 W_LAYOUT_UNREADABLE = "mig-layout-unreadable"
 W_LAYOUT_MOVED = "mig-layout-moved"
@@ -108,30 +107,6 @@ def read_previous(pool: str, published: Any) -> tuple[Previous | None, list[str]
             "pool laid out from scratch, so models placed before may move and their nodes be re-partitioned"))]
 
 
-@lru_cache(maxsize=4096)
-def _starts(fixed: int, compute: int, shapes: tuple[Shape, ...]) -> tuple[int, ...] | None:
-    """Start slices for new instances of these shapes (largest first) around kept ones: `fixed` the memory
-    slices they take (a bit mask), `compute` their compute slices; None if they do not all fit.
-
-    `mig_pack._solve` with a GPU that is not empty to begin with: the kept instances do not move."""
-
-    def place(i: int, used: int, comp: int) -> tuple[int, ...] | None:
-        if i == len(shapes):
-            return ()
-        size, c, starts = shapes[i]
-        if comp + c > COMPUTE_SLICES:
-            return None
-        for start in starts:
-            mask = ((1 << size) - 1) << start
-            if start + size <= MEMORY_SLICES and not used & mask:
-                rest = place(i + 1, used | mask, comp + c)
-                if rest is not None:
-                    return (start, *rest)
-        return None
-
-    return place(0, fixed, compute)
-
-
 def _largest(shapes: Sequence[Shape]) -> tuple[Shape, ...]:
     return tuple(sorted(shapes, key=lambda s: (-s[0], -s[1])))
 
@@ -157,7 +132,7 @@ class _Gpu:
             return False
         shapes = _largest([*(_shape(p) for _, _, p in self.fresh), shape])
         used = self.compute + sum(s[1] for s in shapes)
-        return used <= COMPUTE_SLICES and _starts(self.mask, self.compute, shapes) is not None
+        return used <= COMPUTE_SLICES and solve_around(self.mask, self.compute, shapes) is not None
 
 
 def sticky_cards(nodes: Sequence[str], gpus_per_node: int, order: Sequence[Demand], rooms: Rooms | None,
@@ -277,7 +252,7 @@ def _mig_spot(keys: Sequence[tuple[int, int]], gpus: Mapping[tuple[int, int], _G
 
 def _card(node: str, index: int, gpu: _Gpu) -> Card:
     shapes = _largest([_shape(p) for _, _, p in gpu.fresh])
-    starts = list(_starts(gpu.mask, gpu.compute, shapes) or ())
+    starts = list(solve_around(gpu.mask, gpu.compute, shapes) or ())
     fresh = sorted(gpu.fresh, key=lambda f: (-f[2].slices, -f[2].compute))  # `_largest`'s order (stable)
     placed = [*gpu.kept, *((m, r, p, starts[i]) for i, (m, r, p) in enumerate(fresh))]
     placed.sort(key=lambda h: (_order(h[2]), h[0], h[1]))
