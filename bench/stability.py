@@ -33,7 +33,7 @@ SHARES = ("mig:1g.10gb", "auto", "mig:3g.40gb")
 
 
 def places(layout: PoolLayout) -> dict[str, list[tuple[Any, ...]]]:
-    """Model → where each of its instances and whole GPUs is."""
+    """Model → where each of its instances (replica, node, GPU, profile, start) and whole GPUs are."""
     out: dict[str, list[tuple[Any, ...]]] = {}
     for c in layout.cards:
         if c.whole:

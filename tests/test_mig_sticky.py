@@ -20,6 +20,7 @@ from typing import Any
 import pulumi
 import pytest
 
+from bench.stability import places
 from tests.mocks import program, stack_doc
 from tests.sharing_fixtures import POOL, QWEN05, TEN_SMALL, mig_settings
 from tests.test_mig_pack import random_pool
@@ -42,17 +43,6 @@ def _h100() -> MigBoard:
 
 
 H100 = _h100()
-
-
-def places(layout: PoolLayout) -> dict[str, list[tuple[Any, ...]]]:
-    """Model → where each of its instances (replica, node, GPU, profile, start) and whole GPUs are."""
-    out: dict[str, list[tuple[Any, ...]]] = {}
-    for c in layout.cards:
-        if c.whole:
-            out.setdefault(c.whole, []).append((c.node, c.index, "whole"))
-        for i in c.instances:
-            out.setdefault(i.model, []).append((i.replica, c.node, c.index, i.profile, i.start))
-    return {m: sorted(v, key=str) for m, v in out.items()}
 
 
 def assert_valid(layout: PoolLayout, board: MigBoard, demands: Sequence[Demand],
