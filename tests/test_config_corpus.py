@@ -18,7 +18,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from tests.test_config_reader import H100, PARAMS, REV, _get, _layers, _mutated, _mutations, _sites, _sizes_or_refuses
+from tests.test_config_reader import H100, PARAMS, REV, _sizes_or_refuses, mutate_every_field
 from tkf_infra.sizing.config_fields import UNREAD_SHAPE
 from tkf_infra.sizing.contract import FitInputs, evaluate
 from tkf_infra.sizing.facts import ModelFacts
@@ -50,15 +50,5 @@ def test_every_architecture_is_sized_or_refused_by_name() -> None:
 
 
 def test_every_field_of_a_spread_of_architectures_mutated_sizes_or_refuses_by_name() -> None:
-    runs = 0
-    for model_type in sorted(corpus())[::MUTATION_STRIDE]:
-        config = corpus()[model_type]
-        layers = _layers(config)
-        for site in _sites(config):
-            original = _get(config, site)
-            for value in _mutations(original, layers):
-                _sizes_or_refuses(_mutated(config, site, value))
-                runs += 1
-            _sizes_or_refuses(_mutated(config, site, None, delete=True))
-            runs += 1
+    runs = sum(mutate_every_field(corpus()[model_type]) for model_type in sorted(corpus())[::MUTATION_STRIDE])
     assert runs > 10_000

@@ -263,22 +263,27 @@ def test_every_real_config_still_sizes() -> None:
             assert outcome == "sized", path.name
 
 
+def mutate_every_field(cfg: dict[str, Any]) -> int:
+    """Each field of `cfg` (`_sites`) set to each of `_mutations` and deleted, every outcome a size or a named
+    refusal (`_sizes_or_refuses`); returns how many configs were tried."""
+    runs = 0
+    layers = _layers(cfg)
+    for site in _sites(cfg):
+        if site[0] == "quantization_config" and site[-1] == "modules_to_not_convert":
+            continue  # a 282-entry list of module names: mutating it is slow and sizing never reads it
+        original = _get(cfg, site)
+        for value in _mutations(original, layers):
+            _sizes_or_refuses(_mutated(cfg, site, value))
+            runs += 1
+        _sizes_or_refuses(_mutated(cfg, site, None, delete=True))
+        runs += 1
+    return runs
+
+
 def test_every_field_of_every_real_config_mutated_sizes_or_refuses_by_name() -> None:
     # No time bound: a timed assertion fails on a loaded machine (60.5 s of CPU where 40.5 s was measured
     # alone), and the fuzz's behaviour, not its speed, is what a user would notice.
-    runs = 0
-    for path in CONFIG_PATHS:
-        cfg = json.loads(path.read_text())
-        layers = _layers(cfg)
-        for site in _sites(cfg):
-            if site[0] == "quantization_config" and site[-1] == "modules_to_not_convert":
-                continue  # a 282-entry list of module names: mutating it is slow and sizing never reads it
-            original = _get(cfg, site)
-            for value in _mutations(original, layers):
-                _sizes_or_refuses(_mutated(cfg, site, value))
-                runs += 1
-            _sizes_or_refuses(_mutated(cfg, site, None, delete=True))
-            runs += 1
+    runs = sum(mutate_every_field(json.loads(path.read_text())) for path in CONFIG_PATHS)
     assert runs > 10_000
 
 
