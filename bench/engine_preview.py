@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -81,17 +82,24 @@ def tkf_program(tmp: Path, n: int, label: str = "tkf", checkout: Path = ROOT, pl
     return Program(label, auto.create_stack("bench", work_dir=str(project), opts=opts), env)
 
 
-def floor_program(tmp: Path, label: str, configmaps: int) -> Program:
+def bare_program(tmp: Path, label: str, main: str, config: dict[str, Any]) -> Program:
+    """A floor: project `tkf-floor` running `main` in the project's virtualenv, stack `bench` with `config`
+    (`tkf-floor:` keys) and a render directory of its own."""
     project = tmp / label
     project.mkdir()
     (project / "Pulumi.yaml").write_text("name: tkf-floor\nruntime:\n  name: python\n  options:\n"
                                          "    virtualenv: .venv\n")
-    (project / "__main__.py").write_text(FLOOR_MAIN)
+    (project / "__main__.py").write_text(main)
     (project / ".venv").symlink_to(ROOT / ".venv")
     (project / "Pulumi.bench.yaml").write_text(yaml.safe_dump(
-        {"config": {"tkf-floor:count": configmaps, "tkf-floor:renderDir": str(tmp / f"rendered-{label}")}}))
+        {"config": {**{f"tkf-floor:{k}": v for k, v in config.items()},
+                    "tkf-floor:renderDir": str(tmp / f"rendered-{label}")}}))
     env, opts = _workspace(project, tmp / f"state-{label}")
     return Program(label, auto.create_stack("bench", work_dir=str(project), opts=opts), env)
+
+
+def floor_program(tmp: Path, label: str, configmaps: int) -> Program:
+    return bare_program(tmp, label, FLOOR_MAIN, {"count": configmaps})
 
 
 def timed_preview(p: Program) -> float:

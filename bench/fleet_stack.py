@@ -54,7 +54,15 @@ sys.path.insert(0, str(ROOT))
 from pulumi import automation as auto  # noqa: E402
 
 from bench.catalogs import dev_stack_config, generated_models  # noqa: E402
-from bench.engine_preview import FLOOR_OVERHEAD, Program, _workspace, floor_program, load, traced_preview  # noqa: E402
+from bench.engine_preview import (  # noqa: E402
+    FLOOR_OVERHEAD,
+    Program,
+    _workspace,
+    bare_program,
+    floor_program,
+    load,
+    traced_preview,
+)
 from tkf_infra.ops.stacks import copy_project, pulumi_home  # noqa: E402
 
 
@@ -216,18 +224,9 @@ def dump_resources(p: Program, out: Path) -> list[dict[str, Any]]:
 
 def payload_program(tmp: Path, label: str, fleet: Program) -> Program:
     """The payload floor of `fleet` (module docstring), applied once."""
-    project = tmp / label
-    project.mkdir()
-    (project / "Pulumi.yaml").write_text("name: tkf-floor\nruntime:\n  name: python\n  options:\n"
-                                         "    virtualenv: .venv\n")
-    (project / "__main__.py").write_text(PAYLOAD_MAIN)
-    (project / ".venv").symlink_to(ROOT / ".venv")
     dump = tmp / f"{label}-resources.json"
     dump_resources(fleet, dump)
-    (project / "Pulumi.bench.yaml").write_text(yaml.safe_dump(
-        {"config": {"tkf-floor:resources": str(dump), "tkf-floor:renderDir": str(tmp / f"rendered-{label}")}}))
-    env, opts = _workspace(project, tmp / f"state-{label}")
-    p = Program(label, auto.create_stack("bench", work_dir=str(project), opts=opts), env)
+    p = bare_program(tmp, label, PAYLOAD_MAIN, {"resources": str(dump)})
     p.stack.up()
     return p
 
