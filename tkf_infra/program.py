@@ -156,13 +156,13 @@ def last_outputs() -> dict[str, Any]:
     return dict(outputs) if isinstance(outputs, dict) else {}
 
 
-def previous_deployment(outputs: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The entries the last run of this stack deployed (its `deployed` output; `outputs` when already read).
+def previous_deployment(outputs: dict[str, Any]) -> dict[str, Any]:
+    """The entries the last run of this stack deployed: its `deployed` output, from its last `outputs`.
 
     A refused model then keeps serving at those settings instead of being deleted by this run
     (`tkf_infra.plan.fleet`); a first run (or an engine that cannot answer) has no previous deployment.
     """
-    deployed = (last_outputs() if outputs is None else outputs).get(DEPLOYED_OUTPUT) or {}
+    deployed = outputs.get(DEPLOYED_OUTPUT) or {}
     return dict(deployed) if isinstance(deployed, dict) else {}
 
 
