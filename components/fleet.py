@@ -22,6 +22,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import pod_meta
+from components import vllm_args as va
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
 from components.gpu_sharing import MIG_CONFIG_NAME, GpuSharing, GpuSharingArgs, has_mig
 from components.model_serving import ModelServing, ModelServingArgs
@@ -63,6 +64,22 @@ class Fleet:
     api_key_secret: k8s.core.v1.Secret | None = None
     gpu_sharing: GpuSharing | None = None
     """MIG pools' mig-parted ConfigMap and node labels (None without MIG pools)."""
+
+
+def _metrics_proxy_source(namespace_name: str, provider: k8s.Provider,
+                          namespace: pulumi.Resource) -> k8s.core.v1.ConfigMap:
+    """The metrics sidecar's source, once per stack: every API-serving pod mounts it (components/pod.py).
+    Immutable and named by its content, so an edited source is a new ConfigMap (created before the old one
+    is deleted) and the pods that run it roll."""
+    source = va.metrics_proxy_source()
+    return k8s.core.v1.ConfigMap(
+        "metrics-proxy",
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=pod_meta.metrics_proxy_configmap(source), namespace=namespace_name,
+                                            labels={names.PART_OF_LABEL: names.PART_OF}),
+        immutable=True,
+        data={pod_meta.METRICS_PROXY_FILE: source},
+        opts=pulumi.ResourceOptions(provider=provider, depends_on=[namespace]),
+    )
 
 
 def make_provider(cluster: ClusterTarget, stack: str, kubeconfig: str | None = None) -> k8s.Provider:
@@ -225,6 +242,7 @@ def build_fleet(plan: FleetPlan, *, api_keys: ApiKeys | None, stack: str, layer:
                         "(set it with `pulumi config set --secret apiKey …`)")
 
     caches = _weight_caches(plan, provider, namespace)
+    sidecar = _metrics_proxy_source(s.namespaces.serving, provider, namespace) if plan.models else None
     # One check for the stack (providers/fit.py says why); only deployed models are in it.
     fit = FitCheck(names.FIT_CHECK, {m.entry.name: fit_record(m.fit_inputs, m.fit) for m in plan.models}
                    ) if plan.models else None
@@ -232,7 +250,8 @@ def build_fleet(plan: FleetPlan, *, api_keys: ApiKeys | None, stack: str, layer:
     before_cache: list[pulumi.Resource] = [fit] if fit else []
     after_cache: list[pulumi.Resource] = [*([gpu_operator] if gpu_operator else []), *([sharing] if sharing else []),
                                           *(prerequisites.dependencies if prerequisites else []),
-                                          *([api_key_secret] if api_key_secret is not None else [])]
+                                          *([api_key_secret] if api_key_secret is not None else []),
+                                          *([sidecar] if sidecar is not None else [])]
     for m in plan.models:
         e = m.entry
         cache = caches[e.model_ref]

@@ -8,11 +8,12 @@ NetworkPolicy admits the monitoring namespace to the metrics port only, and port
 gateway only. vLLM has no option to serve metrics elsewhere (its Prometheus app is mounted on the
 API app, ``vllm/entrypoints/serve/instrumentator/metrics.py``).
 
-How: the pod runs this file's source with the image's own ``python3 -c`` (standard library only, so
-the vLLM image serves as is and there is no second image to build, scan or mirror). Every request
-for anything but GET/HEAD ``/metrics`` is answered here (404/405) and never forwarded; the upstream
-URL is fixed, so no path, query or header from the caller reaches vLLM but ``Accept`` and
-``Accept-Encoding`` (content negotiation). The sidecar has no probes: a metrics hiccup must never
+How: the pod runs this file with the image's own ``python3``, mounted from one ConfigMap per stack
+(``components/pod_meta.py``, ``metrics_proxy_configmap``). Standard library only, so the vLLM image
+serves as is and there is no second image to build, scan or mirror. Every request for anything but
+GET/HEAD ``/metrics`` is answered here (404/405) and never forwarded; the upstream URL is fixed, so no
+path, query or header from the caller reaches vLLM but ``Accept`` and ``Accept-Encoding`` (content
+negotiation). The sidecar has no probes: a metrics hiccup must never
 take the pod out of its Service.
 """
 

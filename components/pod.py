@@ -136,8 +136,9 @@ def _health(period: int, timeout: int, failures: int) -> core.ProbeArgs:
                           period_seconds=period, timeout_seconds=timeout, failure_threshold=failures)
 
 
-def volumes(e: ModelEntry, cache_pvc: str | None) -> list[core.VolumeArgs]:
-    """``dshm``, ``home`` and ``tmp-dir`` share KServe's preset volume names, so the strategic merge resizes them."""
+def volumes(e: ModelEntry, cache_pvc: str | None, *, leader: bool = True) -> list[core.VolumeArgs]:
+    """``dshm``, ``home`` and ``tmp-dir`` share KServe's preset volume names, so the strategic merge resizes them;
+    the leader's ``metrics-proxy`` is ours alone, merged in by name."""
     vols = [
         core.VolumeArgs(name="dshm", empty_dir=core.EmptyDirVolumeSourceArgs(medium="Memory",
                                                                             size_limit=f"{pod_sizes.shm_gib(e)}Gi")),
@@ -147,6 +148,10 @@ def volumes(e: ModelEntry, cache_pvc: str | None) -> list[core.VolumeArgs]:
     if cache_pvc:
         claim = core.PersistentVolumeClaimVolumeSourceArgs(claim_name=cache_pvc, read_only=True)
         vols.append(core.VolumeArgs(name="weight-cache", persistent_volume_claim=claim))
+    if leader:
+        source = core.ConfigMapVolumeSourceArgs(name=pod_meta.metrics_proxy_configmap(va.metrics_proxy_source()),
+                                                default_mode=0o444)
+        vols.append(core.VolumeArgs(name=pod_meta.METRICS_PROXY_VOLUME, config_map=source))
     return vols
 
 
@@ -211,6 +216,8 @@ def metrics_container(p: PodInputs, *, kserve: bool) -> core.ContainerArgs:
     return core.ContainerArgs(
         name=METRICS_CONTAINER, image=pod_meta.image(p.entry, p.serving),
         command=encode(va.metrics_proxy_command(), ArgvPath.KSERVE_ARGS if kserve else ArgvPath.EXEC),
+        volume_mounts=[core.VolumeMountArgs(name=pod_meta.METRICS_PROXY_VOLUME, mount_path=pod_meta.METRICS_PROXY_DIR,
+                                            read_only=True)],
         ports=[core.ContainerPortArgs(name="metrics", container_port=METRICS_PORT, protocol="TCP")],
         resources=core.ResourceRequirementsArgs(requests={"cpu": f"{pod_sizes.SIDECAR_CPU_MILLIS}m",
                                                           "memory": f"{pod_sizes.SIDECAR_MEMORY_MIB}Mi"},
@@ -226,7 +233,7 @@ def pod_spec(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.PodSpec
         containers=[container(p, kserve=kserve, leader=leader),
                     *([metrics_container(p, kserve=kserve)] if leader else [])],
         init_containers=[wait_for_weights(p.cache, pod_meta.image(e, p.serving), e)] if p.cache else None,
-        volumes=volumes(e, p.cache.pvc_name if p.cache else None),
+        volumes=volumes(e, p.cache.pvc_name if p.cache else None, leader=leader),
         security_context=pod_security(),
         automount_service_account_token=False,
         termination_grace_period_seconds=60,

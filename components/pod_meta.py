@@ -7,6 +7,8 @@ none of them needs the command line (`components/vllm_args.py`) or the sizes (`c
 
 from __future__ import annotations
 
+import hashlib
+
 from tkf_infra.config import ModelEntry, Serving
 from tkf_infra.names import MODEL_MOUNT as MODEL_MOUNT  # where KServe mounts the model; the vllm backend too
 
@@ -14,6 +16,12 @@ from tkf_infra.names import MODEL_MOUNT as MODEL_MOUNT  # where KServe mounts th
 CACHE_MOUNT = "/weight-cache"
 #: Written by the download Job after a complete download of one revision; serving pods wait for it.
 MARKER_FILE = ".tkf-download-complete"
+#: Where the metrics sidecar's source (components/metrics_proxy.py) is mounted in an API-serving pod, from the
+#: stack's ConfigMap (`metrics_proxy_configmap`): in the pod spec it would be 5 KB of every workload's
+#: argv, held three times per model in Pulumi's state and re-diffed on every run (docs/performance.md).
+METRICS_PROXY_DIR = "/opt/tkf/metrics-proxy"
+METRICS_PROXY_FILE = "metrics_proxy.py"
+METRICS_PROXY_VOLUME = "metrics-proxy"
 #: A non-root user every vLLM image we use can run as (HOME and /tmp are emptyDirs).
 RUN_AS_USER = 1000
 
@@ -40,3 +48,9 @@ def labels(entry: ModelEntry, component: str = "model-server") -> dict[str, str]
 def image(entry: ModelEntry, serving: Serving) -> str:
     """The image the fit check sized for (its tag is the vLLM version), or the CPU build."""
     return serving.vllm_cpu_image if entry.is_cpu else serving.vllm_image
+
+
+def metrics_proxy_configmap(source: str) -> str:
+    """The sidecar source's ConfigMap, named by its content: a changed source is a new immutable object, so
+    the pod templates that mount it change and their pods roll, as they did when the source was inline."""
+    return f"tkf-metrics-proxy-{hashlib.sha256(source.encode()).hexdigest()[:10]}"

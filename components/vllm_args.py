@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from components import metrics_proxy, pod_meta
 from components.argv_layers import ArgvPath, env_reference, shell_line
 from tkf_infra.config import ModelEntry
 from tkf_infra.config.flags import KServe, rows
@@ -105,15 +106,14 @@ def lws_command(entry: ModelEntry, model_path: str, *, leader: bool, revision: s
 
 
 def metrics_proxy_command() -> list[str]:
-    """The metrics sidecar: components/metrics_proxy.py's source run by the vLLM image's ``python3``."""
-    from components import metrics_proxy
-
-    return ["python3", "-c", _source_of(metrics_proxy.__file__), "--listen", f"0.0.0.0:{METRICS_PORT}",
-            "--upstream", f"http://127.0.0.1:{SERVING_PORT}{metrics_proxy.PATH}"]
+    """The metrics sidecar: components/metrics_proxy.py, mounted from the stack's ConfigMap, run by the vLLM
+    image's ``python3``."""
+    return ["python3", f"{pod_meta.METRICS_PROXY_DIR}/{pod_meta.METRICS_PROXY_FILE}",
+            "--listen", f"0.0.0.0:{METRICS_PORT}", "--upstream", f"http://127.0.0.1:{SERVING_PORT}{metrics_proxy.PATH}"]
 
 
 @functools.cache
-def _source_of(path: str) -> str:
-    """Read once per run: every model's pod carries the same sidecar source (this repository's own file,
+def metrics_proxy_source() -> str:
+    """Read once per run: every model's pod runs the same sidecar source (this repository's own file,
     not the operator's: docs/architecture.md, "The edge")."""
-    return Path(path).read_text()
+    return Path(metrics_proxy.__file__).read_text()

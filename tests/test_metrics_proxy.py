@@ -20,8 +20,10 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 
-from components import metrics_proxy
+from components import metrics_proxy, pod_meta
+from components import vllm_args as va
 from tests.mocks import CPU, MULTI_NODE, SINGLE_GPU, program, stack_doc
+from tests.vllm.pod import localize_sidecar, project_config_maps, sidecar_command
 from tests.vllm.server import free_port, start_service
 from tkf_infra.names import METRICS_PORT, SERVING_PORT
 
@@ -29,13 +31,19 @@ PROBES = ("startupProbe", "livenessProbe", "readinessProbe")
 
 
 @functools.cache
-def pods(backend: str) -> dict[tuple[str, str], dict[str, Any]]:
-    """(model, role) -> pod spec, for a single-GPU, a CPU and a multi-node model (built once; not to be edited)."""
+def rendered(backend: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """(kind, name) -> inputs of every object the program registers for a single-GPU, a CPU and a
+    multi-node model, as its render would write them (built once; not to be edited)."""
     h = program(stack_doc(SINGLE_GPU, CPU, MULTI_NODE, backend=backend), api_key="k")
     assert h.error is None, h.error
+    return {(str(r.inputs["kind"]), str(r.metadata.get("name"))): r.inputs for r in h.resources if "kind" in r.inputs}
+
+
+def pods(backend: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """(model, role) -> pod spec."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
-    for r in h.resources:
-        kind, spec, name = r.inputs.get("kind"), r.inputs.get("spec") or {}, str(r.metadata.get("name"))
+    for (kind, name), r in rendered(backend).items():
+        spec = r.get("spec") or {}
         if kind == "LLMInferenceService":
             out[(name, "leader")] = spec["template"]
             if "worker" in spec:
@@ -52,17 +60,26 @@ def pods(backend: str) -> dict[tuple[str, str], dict[str, Any]]:
 def test_every_api_serving_pod_runs_the_sidecar_from_its_own_image(backend: str) -> None:
     found = pods(backend)
     assert {role for _, role in found} == {"leader", "worker"}
+    configmaps = {name: r for (kind, name), r in rendered(backend).items() if kind == "ConfigMap"}
     for (model, role), pod in found.items():
         by_name = {c["name"]: c for c in pod["containers"]}
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
         if role == "worker":  # headless ranks serve no API and no metrics
             assert set(by_name) == {"main"}, model
+            assert pod_meta.METRICS_PROXY_VOLUME not in volumes, model
             continue
         assert set(by_name) == {"main", "metrics"}, model
         main, sidecar = by_name["main"], by_name["metrics"]
         assert sidecar["image"] == main["image"]
-        assert sidecar["command"] == ["python3", "-c", Path(metrics_proxy.__file__).read_text(),
-                                      "--listen", f"0.0.0.0:{METRICS_PORT}",
+        script = f"{pod_meta.METRICS_PROXY_DIR}/{pod_meta.METRICS_PROXY_FILE}"
+        assert sidecar["command"] == ["python3", script, "--listen", f"0.0.0.0:{METRICS_PORT}",
                                       "--upstream", f"http://127.0.0.1:{SERVING_PORT}/metrics"]
+        # The script is this repository's file, from one immutable ConfigMap of the stack, read-only.
+        assert sidecar["volumeMounts"] == [{"name": pod_meta.METRICS_PROXY_VOLUME,
+                                            "mountPath": pod_meta.METRICS_PROXY_DIR, "readOnly": True}]
+        cm = configmaps[volumes[pod_meta.METRICS_PROXY_VOLUME]["configMap"]["name"]]
+        assert cm["data"] == {pod_meta.METRICS_PROXY_FILE: Path(metrics_proxy.__file__).read_text()}
+        assert cm["immutable"] is True and cm["metadata"]["namespace"] == "llm-serving"
         assert sidecar["ports"] == [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
         # No probes: a metrics hiccup must never take the model out of its Service.
         assert not any(p in sidecar for p in PROBES)
@@ -70,6 +87,25 @@ def test_every_api_serving_pod_runs_the_sidecar_from_its_own_image(backend: str)
         assert sidecar["resources"]["limits"] == {"memory": "64Mi"}
         # The serving container's probes are untouched: /health on 8000.
         assert {main[p]["httpGet"]["port"] for p in PROBES} == {SERVING_PORT}
+    assert len(configmaps) == 1, "one sidecar source per stack, not one per model"
+
+
+def test_an_edited_sidecar_source_is_a_new_configmap_so_its_pods_roll(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ConfigMap is immutable and named by its content: pods mount it by name, so an edit changes every
+    API-serving pod template (the pods roll, as they did when the source was inline) instead of leaving
+    running pods on a source nobody can see any more."""
+    def mounted(source: str) -> set[str]:
+        monkeypatch.setattr(va, "metrics_proxy_source", lambda: source)
+        h = program(stack_doc(SINGLE_GPU, CPU, backend="vllm"), api_key="k")
+        assert h.error is None, h.error
+        (cm,) = [r.inputs for r in h.resources if r.inputs.get("kind") == "ConfigMap"]
+        assert cm["data"] == {pod_meta.METRICS_PROXY_FILE: source}
+        names = {v["configMap"]["name"] for r in h.resources if r.inputs.get("kind") == "Deployment"
+                 for v in r.inputs["spec"]["template"]["spec"]["volumes"] if "configMap" in v}
+        assert names == {cm["metadata"]["name"]}
+        return names
+
+    assert mounted("print('a')\n") != mounted("print('b')\n")
 
 
 class _Upstream(BaseHTTPRequestHandler):
@@ -107,15 +143,16 @@ def upstream() -> Iterator[ThreadingHTTPServer]:
 
 
 def _run_sidecar(upstream_port: int, workdir: Path) -> Any:
-    """The rendered sidecar command, with this host's python and free ports substituted (nothing else)."""
-    (_, pod), *_ = pods("vllm").items()
-    command = next(c for c in pod["containers"] if c["name"] == "metrics")["command"]
+    """The rendered sidecar, as tests/vllm/pod.py starts it (its ConfigMap projected under ``workdir``), with
+    this host's python and free ports substituted (nothing else)."""
+    manifests = rendered("vllm")
+    workload = next(name for kind, name in manifests if kind == "Deployment")
+    files = project_config_maps(manifests, workload, workdir / "volumes")
     port = free_port()
-    argv = [sys.executable if w == "python3" else w.replace(f":{METRICS_PORT}", f":{port}")
-            .replace(f":{SERVING_PORT}/", f":{upstream_port}/") for w in command]
-    assert argv[:2] == [sys.executable, "-c"] and argv[3:] == [
-        "--listen", f"0.0.0.0:{port}", "--upstream", f"http://127.0.0.1:{upstream_port}/metrics"]
-    return start_service("metrics", argv, {}, port=port, health_path="/metrics", workdir=workdir, check_shm=False)
+    argv = localize_sidecar(sidecar_command(manifests, workload), port=port, upstream_port=upstream_port, files=files)
+    assert argv[0] == "python3" and Path(argv[1]).read_text() == Path(metrics_proxy.__file__).read_text()
+    return start_service("metrics", [sys.executable, *argv[1:]], {}, port=port, health_path="/metrics",
+                         workdir=workdir, check_shm=False)
 
 
 def test_the_sidecar_forwards_get_metrics_and_nothing_else(upstream: ThreadingHTTPServer, tmp_path: Path) -> None:

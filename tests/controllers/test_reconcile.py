@@ -39,6 +39,7 @@ from typing import Any
 import pytest
 import yaml
 
+from components import metrics_proxy
 from components.model_serving import KSERVE_OWNED_LABELS
 from tests.apiserver.readback import H100_LABELS, LLMISVC, LWS, container
 from tests.apiserver.test_up_against_apiserver import (
@@ -258,6 +259,7 @@ def assert_lws_groups(kube: KubeClient, namespace: str, lws_name: str, model: di
         assert spec["nodeSelector"] == H100_LABELS and {**H100_TAINT, "operator": "Equal"} in spec["tolerations"]
         # Every rank loads its pipeline stages' weights from our weight cache, never from the Hub.
         assert env.get("HF_HUB_OFFLINE") == "1" and any("persistentVolumeClaim" in v for v in spec["volumes"]), index
+    assert_sidecar_runs_our_source(kube, namespace, pods["0"]["spec"])
     return vllm_argv(kube, namespace, pods["0"]["spec"], bin_dir)
 
 
@@ -292,6 +294,20 @@ def vllm_argv(kube: KubeClient, namespace: str, pod_spec: dict[str, Any], bin_di
     env = resolve_env(main.get("env", []), {k: v for k, v in secrets.items() if v is not None})
     argv = [kubelet_expand(a, env) for a in [*main["command"], *main.get("args", [])]]
     return run_recorded(argv, {**env, **(extra_env or {})}, bin_dir)
+
+
+def assert_sidecar_runs_our_source(kube: KubeClient, namespace: str, pod_spec: dict[str, Any]) -> None:
+    """The pod's metrics sidecar (KServe merges ours in by name) runs the file its ConfigMap volume projects,
+    and that ConfigMap is on the server holding this repository's metrics_proxy.py: a volume lost in the
+    merge, or a name the stack never applied, is a sidecar that cannot start."""
+    (sidecar,) = [c for c in pod_spec["containers"] if c["name"] == "metrics"]
+    (mount,) = sidecar["volumeMounts"]
+    (volume,) = [v for v in pod_spec["volumes"] if v["name"] == mount["name"]]
+    configmap = kube.get("v1", "ConfigMap", volume["configMap"]["name"], namespace)
+    assert configmap is not None, f"the sidecar mounts ConfigMap {volume['configMap']['name']}, not on the server"
+    script = sidecar["command"][1]
+    assert script.startswith(mount["mountPath"] + "/"), (script, mount)
+    assert configmap["data"][script.removeprefix(mount["mountPath"] + "/")] == Path(metrics_proxy.__file__).read_text()
 
 
 def flag_value(argv: list[str], flag: str) -> str:
@@ -345,6 +361,7 @@ def test_kserve_reconciles_every_profile_and_hands_vllm_the_catalog_as_written(
         pods = wait(f"the pods of {name}", pods_of(kube, serving, m["name"]))
         assert all(p["status"]["phase"] == "Pending" for p in pods)
         argv = vllm_argv(kube, serving, pod, bin_dir)
+        assert_sidecar_runs_our_source(kube, serving, pod)
         assert flag_value(argv, "--served-model-name") == m["servedName"]
         if "maxModelLen" in m:  # else modelDefaults'
             assert flag_value(argv, "--max-model-len") == str(m["maxModelLen"])
@@ -384,6 +401,7 @@ def test_vllm_backend_deployments_become_pods_that_get_the_catalog_as_written(
         pods = wait(f"the pods of {name}", pods_of(kube, serving, m["name"]))
         assert len(pods) == m.get("replicas", 1) and all(p["status"]["phase"] == "Pending" for p in pods)
         argv = vllm_argv(kube, serving, pods[0]["spec"], bin_dir)
+        assert_sidecar_runs_our_source(kube, serving, pods[0]["spec"])
         assert flag_value(argv, "--served-model-name") == m["servedName"]
         if m is models[0]:
             assert flag_value(argv, "--chat-template") == HOSTILE_TEMPLATE.format(marker=marker)

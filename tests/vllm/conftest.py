@@ -31,6 +31,7 @@ from tests.vllm.pod import (
     load_manifests,
     localize,
     localize_sidecar,
+    project_config_maps,
     sidecar_command,
 )
 from tests.vllm.server import Service, free_port, start_service, start_vllm
@@ -140,7 +141,9 @@ def start_pod(stack: RenderedStack, model: str, *, venv: Path, model_dir: Path, 
     try:
         sidecar = sidecar_command(manifests, workload)
         metrics_port = free_port()
-        metrics = start_service("metrics", localize_sidecar(sidecar, port=metrics_port, upstream_port=port),
+        files = project_config_maps(manifests, workload, scratch / "metrics-volumes")
+        metrics = start_service("metrics", localize_sidecar(sidecar, port=metrics_port, upstream_port=port,
+                                                            files=files),
                                 sidecar.env, port=metrics_port, health_path="/metrics", workdir=scratch / "metrics",
                                 path=f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin", check_shm=False)
     except BaseException:

@@ -8,7 +8,8 @@ vLLM that refuses to start or answers differently.
 - ``vllm`` backend: the Deployment's container ``main`` as is.
 - both: ``$(VAR)`` references in command and args are expanded from the container's env, as the
   kubelet does (a key rotation passes its two keys that way), and the metrics sidecar (container
-  ``metrics``, :func:`sidecar_command`) is read from our own pod template.
+  ``metrics``, :func:`sidecar_command`) is read from our own pod template, its source from the rendered
+  ConfigMap it mounts (:func:`project_config_maps`).
 - ``kserve`` backend: KServe v0.20.0 runs its ``kserve-config-llm-template`` preset's container
   ``main`` (command: a bash script that ends in ``exec vllm serve /mnt/models ... $@``) with our
   ``LLMInferenceService`` ``spec.template`` merged over it (strategic merge by container name, env
@@ -153,9 +154,31 @@ def pod_template(manifests: Manifests, workload: str) -> dict[str, Any]:
 
 def sidecar_command(manifests: Manifests, workload: str, name: str = "metrics") -> PodCommand:
     """A sidecar of our pod template (the preset has none: KServe adds ours by name), as started."""
-    (c,) = [c for c in pod_template(manifests, workload)["containers"] if c["name"] == name]
+    pod = pod_template(manifests, workload)
+    (c,) = [c for c in pod["containers"] if c["name"] == name]
     argv, env = _started([*c["command"], *c.get("args", [])], c.get("env", []), manifests)
-    return PodCommand(argv, env, {}, {})
+    return PodCommand(argv, env, _mounts(c, pod), {})
+
+
+def project_config_maps(manifests: Manifests, workload: str, root: Path, container: str = "metrics") -> dict[str, Path]:
+    """The ConfigMap volumes ``container`` of our pod template mounts, written under ``root`` as the kubelet
+    projects them (each key of the rendered ConfigMap a file): mountPath -> that directory. A volume naming
+    a ConfigMap the program did not render fails here, as the pod would fail to start."""
+    pod = pod_template(manifests, workload)
+    (c,) = [c for c in pod["containers"] if c["name"] == container]
+    volumes = {v["name"]: v["configMap"] for v in pod.get("volumes", []) if "configMap" in v}
+    out: dict[str, Path] = {}
+    for mount in c.get("volumeMounts", []):
+        if mount["name"] not in volumes:
+            continue
+        cm_name = volumes[mount["name"]]["name"]
+        assert ("ConfigMap", cm_name) in manifests, f"{workload}'s pod mounts ConfigMap {cm_name}, not rendered"
+        directory = root / mount["name"]
+        directory.mkdir(parents=True, exist_ok=True)
+        for key, text in manifests[("ConfigMap", cm_name)].get("data", {}).items():
+            (directory / key).write_text(text)
+        out[mount["mountPath"]] = directory
+    return out
 
 
 def localize(cmd: PodCommand, *, model_dir: Path, port: int, scratch: Path) -> tuple[list[str], dict[str, str]]:
@@ -195,9 +218,10 @@ def localize(cmd: PodCommand, *, model_dir: Path, port: int, scratch: Path) -> t
     return argv, env
 
 
-def localize_sidecar(cmd: PodCommand, *, port: int, upstream_port: int) -> list[str]:
+def localize_sidecar(cmd: PodCommand, *, port: int, upstream_port: int, files: Mapping[str, Path]) -> list[str]:
     """The metrics sidecar's argv on this host: its ``--listen`` port and, in ``--upstream``, vLLM's port
-    (localhost, as in the pod) replaced — each exactly once; everything else as rendered."""
+    (localhost, as in the pod) replaced — each exactly once — and a path under a ConfigMap mount
+    (``files``: :func:`project_config_maps`) pointed at its projection; everything else as rendered."""
     argv, hits = list(cmd.argv), {"--listen": 0, "--upstream": 0}
     for i in range(1, len(argv)):
         flag = argv[i - 1]
@@ -208,9 +232,12 @@ def localize_sidecar(cmd: PodCommand, *, port: int, upstream_port: int) -> list[
             argv[i], n = re.subn(r"^(http://127\.0\.0\.1:)\d+/", rf"\g<1>{upstream_port}/", argv[i])
             assert n == 1, f"the sidecar's upstream is not vLLM on localhost: {argv[i]}"
         else:
+            for mount, directory in files.items():
+                if argv[i].startswith(mount + "/"):
+                    argv[i] = str(directory) + argv[i][len(mount):]
             continue
         hits[flag] += 1
-    assert hits == {"--listen": 1, "--upstream": 1}, f"expected one --listen and one --upstream in {argv[3:]}"
+    assert hits == {"--listen": 1, "--upstream": 1}, f"expected one --listen and one --upstream in {argv}"
     return argv
 
 
