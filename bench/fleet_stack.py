@@ -62,21 +62,9 @@ from bench.engine_preview import (  # noqa: E402
     floor_program,
     load,
     traced_preview,
+    untimed_up,
 )
 from tkf_infra.ops.stacks import copy_project, pulumi_home  # noqa: E402
-
-
-def untimed_up(stack: auto.Stack) -> None:
-    """An environment's first `up`, before any timed run, without the engine's per-step checkpoints
-    (`PULUMI_SKIP_CHECKPOINTS`, Pulumi's documented, experimental switch: only the final state is written).
-    Each checkpoint rewrites the whole growing state file, so at 800 resources the checkpoints alone took
-    minutes (800 ConfigMaps of 5 KB: 343 s with them, 15 s without, on this machine under load); the timed
-    runs keep them, as a user's `up` does."""
-    os.environ["PULUMI_SKIP_CHECKPOINTS"] = "true"
-    try:
-        stack.up()
-    finally:
-        del os.environ["PULUMI_SKIP_CHECKPOINTS"]
 
 
 def fleet_env(tmp: Path, n: int, platform: bool, checkout: Path = ROOT, prefix: str = "f") -> tuple[
