@@ -13,8 +13,7 @@ How: the pod runs this file with the image's own ``python3``, mounted from one C
 serves as is and there is no second image to build, scan or mirror. Every request for anything but
 GET/HEAD ``/metrics`` is answered here (404/405) and never forwarded; the upstream URL is fixed, so no
 path, query or header from the caller reaches vLLM but ``Accept`` and ``Accept-Encoding`` (content
-negotiation). The sidecar has no probes: a metrics hiccup must never
-take the pod out of its Service.
+negotiation). The sidecar has no probes: a metrics hiccup must never take the pod out of its Service.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ CACHE_MOUNT = "/weight-cache"
 #: Written by the download Job after a complete download of one revision; serving pods wait for it.
 MARKER_FILE = ".tkf-download-complete"
 #: Where the metrics sidecar's source (components/metrics_proxy.py) is mounted in an API-serving pod, from the
-#: stack's ConfigMap (`metrics_proxy_configmap`): in the pod spec it would be 5 KB of every workload's
-#: argv, held three times per model in Pulumi's state and re-diffed on every run (docs/performance.md).
+#: stack's ConfigMap (`metrics_proxy_configmap`): in the pod spec it was 5 KB of every workload's argv,
+#: held three times per model in Pulumi's state, which every `up` rewrites (docs/performance.md).
 METRICS_PROXY_DIR = "/opt/tkf/metrics-proxy"
 METRICS_PROXY_FILE = "metrics_proxy.py"
 METRICS_PROXY_VOLUME = "metrics-proxy"
