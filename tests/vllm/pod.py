@@ -154,10 +154,9 @@ def pod_template(manifests: Manifests, workload: str) -> dict[str, Any]:
 
 def sidecar_command(manifests: Manifests, workload: str, name: str = "metrics") -> PodCommand:
     """A sidecar of our pod template (the preset has none: KServe adds ours by name), as started."""
-    pod = pod_template(manifests, workload)
-    (c,) = [c for c in pod["containers"] if c["name"] == name]
+    (c,) = [c for c in pod_template(manifests, workload)["containers"] if c["name"] == name]
     argv, env = _started([*c["command"], *c.get("args", [])], c.get("env", []), manifests)
-    return PodCommand(argv, env, _mounts(c, pod), {})
+    return PodCommand(argv, env, {}, {})
 
 
 def project_config_maps(manifests: Manifests, workload: str, root: Path, container: str = "metrics") -> dict[str, Path]:
