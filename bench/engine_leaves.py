@@ -17,9 +17,7 @@ import argparse
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -27,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 from pulumi import automation as auto  # noqa: E402
 
 from bench.engine_preview import Program, bare_program, load, untimed_up  # noqa: E402
+from bench.fleet_stack import timed  # noqa: E402
 
 MAIN = '''
 import pulumi, pulumi_kubernetes as k8s
@@ -46,12 +45,6 @@ SHAPES = {"1 key, 10 B": (1, 10), "1 key, 5 KB": (1, 5_000), "1 key, 10 KB": (1,
           "137 keys, 411 B": (137, 411), "137 keys, 5 KB": (137, 5_000), "137 keys, 10 KB": (137, 10_000)}
 
 
-def timed(run: Callable[[], Any]) -> float:
-    started = time.perf_counter()
-    run()
-    return time.perf_counter() - started
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=800, help="ConfigMaps per program (the 200-model fleet: 811)")
@@ -68,9 +61,9 @@ def main() -> None:
         up: dict[str, float] = {k: float("inf") for k in programs}
         for r in range(args.repeat):
             for label, p in programs.items():
-                preview[label] = min(preview[label], timed(p.stack.preview))
+                preview[label] = min(preview[label], timed(p.stack.preview)[0])
                 p.stack.set_config("tkf-floor:salt", auto.ConfigValue(str(time.time_ns())))
-                up[label] = min(up[label], timed(p.stack.up))
+                up[label] = min(up[label], timed(p.stack.up)[0])
             print(f"# round {r + 1} done {load()}", flush=True)
     base = next(iter(SHAPES))
     print(f"\n{args.count} ConfigMaps per program, best of {args.repeat}; ratios against `{base}` in the same run")
