@@ -22,11 +22,26 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
+# The downloads (vLLM's ~3 GB from PyPI, Debian's prometheus) run beside the Go builds, which keep both
+# cores busy on their own: a cold setup is shorter by the downloads' time. Their output goes to a log
+# each, shown if they fail.
+background=()
+if [ $dev = 1 ]; then
+  logs="$(mktemp -d)"
+  bash scripts/install_vllm.sh >"$logs/install_vllm.log" 2>&1 &  # real vLLM (CPU) for tests/vllm
+  background+=("$!:install_vllm")
+  bash scripts/install_prometheus.sh >"$logs/install_prometheus.log" 2>&1 &
+  background+=("$!:install_prometheus")
+fi
 bash scripts/bootstrap.sh
 if [ $dev = 1 ]; then
-  bash scripts/install_prometheus.sh
   if [ -f scripts/build_kube_apiserver.sh ]; then bash scripts/build_kube_apiserver.sh; fi
   bash scripts/build_controllers.sh  # KServe's and LWS's controller managers for tests/controllers
-  bash scripts/install_vllm.sh  # real vLLM (CPU) for tests/vllm, in its own shared virtualenv
 fi
+failed=0
+for job in "${background[@]}"; do
+  name="${job#*:}"
+  if wait "${job%%:*}"; then cat "$logs/$name.log" >&2; else log "$name failed:"; cat "$logs/$name.log" >&2; failed=1; fi
+done
+[ $failed = 0 ] || exit 1
 log "ready"
