@@ -23,7 +23,9 @@ was written:
   webhooks (v0.8.0's reconciler dereferences the ``rollingUpdateConfiguration`` only its defaulting
   webhook sets, pkg/controllers/leaderworkerset_controller.go:266), carrying our args, env and resources;
 - every admission webhook the charts register for what we create was called and refused nothing
-  (kube-apiserver's own per-webhook call counts).
+  (kube-apiserver's own per-webhook call counts);
+- on kserve, tests/vllm/pod.py's emulation of KServe's merge gives the pod KServe wrote for every profile
+  (tests/controllers/emulation.py): the rest of the vLLM tier starts that emulation without a server.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from tests.apiserver.test_up_against_apiserver import (
     cli,
     target_config,
 )
+from tests.controllers.emulation import assert_emulation_is_kserves, emulated_command
 from tests.controllers.harness import Manager, start_kserve, start_lws
 from tests.controllers.webhooks import (
     StartWhenServed,
@@ -63,6 +66,7 @@ from tests.engine_fixtures import EngineStack
 from tests.kube.apiserver import KubeAPIServer
 from tests.kube.client import KubeAPIError, KubeClient
 from tests.vllm.argv import fake_vllm, run_recorded, vllm_version
+from tests.vllm.kubelet import pod_process
 from tests.vllm.pod import kubelet_expand, resolve_env
 from tkf_infra import names
 
@@ -383,6 +387,29 @@ def test_kserve_reconciles_every_profile_and_hands_vllm_the_catalog_as_written(
     assert flag_value(argv, "--pipeline-parallel-size") == str(LLAMA_405B["pipelineParallelSize"])
     assert flag_value(argv, "--served-model-name") == LLAMA_405B["servedName"]
     assert_webhooks_judged(kube, ["kserve", "lws"])
+    assert_emulation_holds_for_every_profile(kube, serving, models)
+
+
+def assert_emulation_holds_for_every_profile(kube: KubeClient, serving: str, models: list[dict[str, Any]]) -> None:
+    """tests/vllm/pod.py's merge (the pod the rest of the vLLM tier starts, without a server) gives the pod
+    KServe wrote for every profile of the catalog — single GPU (autoscaled) with hostile extraArgs, tensor
+    parallel with n-gram speculative decoding, multi-node on our pipeline-parallel preset, the dev CPU
+    models — read from its Deployment or LeaderWorkerSet leader template (tests/controllers/emulation.py)."""
+    # The operator's Hugging Face token Secret (hfTokenSecret), which the kubelet needs to start the pod.
+    kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": LLAMA_405B["hfTokenSecret"],
+                 "namespace": serving}, "stringData": {"HF_TOKEN": "hf-test-token"}})
+    for m in models:
+        workload = names.workload(m["name"])
+        if m.get("nodeCount", 1) > 1:
+            lws = kube.get(LWS, "LeaderWorkerSet", f"{workload}-kserve-mn", serving)
+            assert lws is not None, workload
+            spec = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+        else:
+            dep = kube.get("apps/v1", "Deployment", f"{workload}-kserve", serving)
+            assert dep is not None, workload
+            spec = dep["spec"]["template"]["spec"]
+        assert_emulation_is_kserves(emulated_command(kube, serving, workload), pod_process(kube, serving, spec),
+                                    workload)
 
 
 def test_vllm_backend_deployments_become_pods_that_get_the_catalog_as_written(

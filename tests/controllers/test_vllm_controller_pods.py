@@ -17,7 +17,8 @@ its catalog entry given n-gram speculative decoding and hostile ``extraArgs`` (a
   creates the file (and vLLM refuses the shell-split ``--speculative-config``);
 - ``kserve`` also: tests/vllm/pod.py's emulation of KServe's merge, run over the LLMInferenceService and
   the preset as the server stores them, gives the same argv and env as the pod KServe wrote — the check
-  that keeps the rest of the vLLM tier (which starts the emulated pod, without a server) honest.
+  that keeps the rest of the vLLM tier (which starts the emulated pod, without a server) honest; for every
+  other profile test_reconcile.py's kserve test makes it on its own `up` (tests/controllers/emulation.py).
 
 Markers: the API-server and engine tiers' (tests/controllers) and ``vllm``; about 5 min per backend on
 2 shared cores (`up` with the platform, then a vLLM start).
@@ -28,35 +29,28 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from components.pod_meta import MODEL_MOUNT
-from tests.apiserver.readback import LLMISVC, LWS
-from tests.apiserver.test_up_against_apiserver import CPU_MODELS, LLAMA_405B
+from tests.apiserver.test_up_against_apiserver import CPU_MODELS
+from tests.controllers.emulation import assert_emulation_is_kserves, emulated_command
 from tests.controllers.test_reconcile import GENERATION, HOSTILE_TEMPLATE, flag_value, pods_of, reconciled_deploys, wait
-from tests.controllers.test_reconcile import catalog as reconcile_catalog
 from tests.controllers.webhooks import Webhooks
 from tests.engine_fixtures import EngineStack
 from tests.kube.apiserver import KubeAPIServer
 from tests.kube.client import KubeClient
 from tests.vllm.install import build_tiny_model, vllm_venv_path
-from tests.vllm.kubelet import pod_process, process_argv, run_pod, server_secrets
+from tests.vllm.kubelet import pod_process, process_argv, run_pod
 from tests.vllm.metrics import parse_metrics, sample
-from tests.vllm.pod import PodCommand, kserve_command, kserve_preset
 from tkf_infra import names
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.engine]
 
 #: The catalog's n-gram speculative decoding (vLLM's own keys; prompt_lookup_* left to vLLM's default, 5).
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3}
-ROOT = Path(__file__).resolve().parents[2]
-#: Our pipeline-parallel preset, which pod.py's callers pass for a multi-node service.
-PP_PRESET = ROOT / "components" / "data" / "pipeline-parallel-preset.yaml"
 #: A prompt whose last five tokens occur earlier in it: the n-gram proposer has something to draft from.
 REPETITIVE_PROMPT = "one two three four five six seven eight " * 6
 TIMINGS: dict[str, float] = {}
@@ -100,30 +94,6 @@ def owners(kube: KubeClient, namespace: str, obj: dict[str, Any]) -> list[tuple[
             break
         obj = found
     return chain
-
-
-def emulated_command(kube: KubeClient, namespace: str, workload: str) -> PodCommand:
-    """tests/vllm/pod.py's emulation of KServe's merge, as the rest of the vLLM tier runs it (the vendored
-    preset; our pipeline-parallel preset for a multi-node service), over our LLMInferenceService and
-    Secrets as the server stores them."""
-    isvc = kube.get(LLMISVC, "LLMInferenceService", workload, namespace)
-    assert isvc is not None, workload
-    env = isvc["spec"]["template"]["containers"][0].get("env", [])
-    manifests = {("LLMInferenceService", workload): isvc, **server_secrets(kube, namespace, env)}
-    multi_node = "worker" in isvc["spec"]
-    return kserve_command(manifests, workload, kserve_preset(PP_PRESET) if multi_node else None)
-
-
-def assert_emulation_is_kserves(emulated: PodCommand, written: PodCommand, workload: str) -> None:
-    """The emulated pod is the one KServe wrote: argv word for word, env, probes and mounts — but for the
-    model's own mount, which KServe adds from ``spec.model.uri`` (our weight cache's PVC) and pod.py does
-    not model: localize() replaces that path, so it must be where KServe put the weights."""
-    assert emulated.argv == written.argv, f"{workload}: pod.py's merge no longer gives the argv KServe writes"
-    assert emulated.env == written.env, f"{workload}: pod.py's merge no longer gives the env KServe writes"
-    assert emulated.probes == written.probes, f"{workload}: probes differ from KServe's"
-    assert written.mounts.get(MODEL_MOUNT) == "persistentVolumeClaim", (workload, written.mounts)
-    assert emulated.mounts == {k: v for k, v in written.mounts.items() if k != MODEL_MOUNT}, (
-        f"{workload}: mounts differ from KServe's: {emulated.mounts} != {written.mounts}")
 
 
 @pytest.mark.vllm
@@ -184,28 +154,3 @@ def _drafts(url: str, served: str) -> float:
     if "vllm:spec_decode_num_drafts_total" not in metrics:
         return 0.0
     return sample(metrics, "vllm:spec_decode_num_drafts_total", model_name=served)
-
-
-def test_pod_py_emulation_is_the_pod_kserve_writes_for_every_profile(
-        kube: KubeClient, deployed: Deploy, tmp_path: Path) -> None:
-    """Every profile of the controllers tier (single GPU with hostile extraArgs, tensor parallel with
-    n-gram speculative decoding, multi-node on our pipeline-parallel preset, the dev CPU models):
-    pod.py's merge gives the pod KServe wrote, Deployment or LeaderWorkerSet leader. No vLLM runs."""
-    models = reconcile_catalog(tmp_path / "ran")
-    serving = deployed("kserve", models)
-    # The operator's Hugging Face token Secret (hfTokenSecret), which the kubelet needs to start the pod.
-    kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": LLAMA_405B["hfTokenSecret"],
-                 "namespace": serving}, "stringData": {"HF_TOKEN": "hf-test-token"}})
-    for m in models:
-        workload = names.workload(m["name"])
-        if m.get("nodeCount", 1) > 1:
-            lws = wait(f"KServe's LeaderWorkerSet of {workload}",
-                       partial(kube.get, LWS, "LeaderWorkerSet", f"{workload}-kserve-mn", serving))
-            spec = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
-        else:
-            dep = wait(f"KServe's Deployment of {workload}",
-                       partial(kube.get, "apps/v1", "Deployment", f"{workload}-kserve", serving))
-            spec = dep["spec"]["template"]["spec"]
-        assert_emulation_is_kserves(emulated_command(kube, serving, workload), pod_process(kube, serving, spec),
-                                    workload)
-    assert not (tmp_path / "ran").exists()
