@@ -3,9 +3,11 @@ nothing behind.
 
 The process gets what a container would: its own process group (SIGTERM to the group is what the
 kubelet's stop does to the container's processes), a free port on 127.0.0.1, and fresh directories
-for the pod's emptyDir mounts (``HOME`` → ``/home``, ``TMPDIR`` → ``/tmp``): vLLM's compile caches,
-ZMQ sockets and torch's inductor files land there, never in the user's home or the shared /tmp.
-``vllm`` is found on ``PATH`` (the vLLM virtualenv first), as in the image.
+for the pod's emptyDir mounts (``HOME`` → ``/home``, ``TMPDIR`` → ``/tmp``): ZMQ sockets and torch's
+inductor scratch land there, never in the user's home or the shared /tmp. One exception, like a node's
+warm cache: vLLM's compile cache (``VLLM_CACHE_ROOT``, which holds torch.compile's and inductor's
+artifacts) is one directory beside the vLLM virtualenv, shared by every start of every run (see
+``compile_cache``). ``vllm`` is found on ``PATH`` (the vLLM virtualenv first), as in the image.
 
 Teardown checks what a user would notice: every process of the group gone after SIGTERM (SIGKILL
 is a failure, not a fallback), the port free again, and no new POSIX shared-memory objects.
@@ -39,8 +41,10 @@ NO_TELEMETRY_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 #: [0 1]), so a pod starting beside a serving one stalled there for minutes (py-spy,
 #: /proc/PID/stack: sched_setaffinity). Measured on this machine, a probe process moving onto the
 #: core of a serving pod got 7k-50k loop turns in 5 s with the worker pinned, 13-15 M unpinned.
-#: One thread per worker, as the pinned setting gave it.
-HOST_ENV = {**NO_TELEMETRY_ENV, "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
+#: One thread per worker, as the pinned setting gave it. ``PYTHONPATH``: host_site/sitecustomize.py asks
+#: Linux for AMX before vLLM 0.32.0's CPU attention uses it (its docstring: vLLM's bug, SIGILL on AMX hosts).
+HOST_ENV = {**NO_TELEMETRY_ENV, "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": str(Path(__file__).parent / "host_site")}
 
 
 def free_port() -> int:
@@ -191,8 +195,21 @@ def _stop_after_failed_start(server: Service, why: str) -> NoReturn:
     raise AssertionError(f"{why}:\n{tail}")
 
 
+def compile_cache(venv: Path) -> dict[str, str]:
+    """``VLLM_CACHE_ROOT`` for a server started from ``venv``: ``<venv>-compile-cache`` beside it.
+
+    Why: a pod's fresh ``HOME`` makes every start compile the model with torch.compile (inductor, C++ on
+    CPU) from nothing, and a start is ~a dozen per test run. Measured on this machine with a Go build on
+    both cores, the tiny Qwen2 at the dev catalog's 4096 tokens: 86–89 s to ``/health`` cold (38 s of it
+    in "init engine": compile and warm-up), 54 s with this cache warm (19 s). vLLM keys the cache by
+    its config and code hashes and recompiles on a miss or an unreadable entry, so a shared cache
+    changes how long a start takes, not what it serves. Kept beside the virtualenv (a new vLLM pin is a
+    new virtualenv, so a new cache), so later runs start warm too."""
+    return {"VLLM_CACHE_ROOT": str(venv.parent / f"{venv.name}-compile-cache")}
+
+
 def start_vllm(argv: list[str], env: Mapping[str, str], *, port: int, api_key: str | None, venv: Path,
                workdir: Path) -> Service:
     """A pod's command + args (already localized), ``vllm`` found in the vLLM virtualenv as in the image."""
-    return start_service("vllm", argv, {**HOST_ENV, **env}, port=port, health_path="/health", workdir=workdir,
-                         api_key=api_key, path=f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin")
+    return start_service("vllm", argv, {**HOST_ENV, **compile_cache(venv), **env}, port=port, health_path="/health",
+                         workdir=workdir, api_key=api_key, path=f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin")
