@@ -36,10 +36,10 @@ lint:
 typecheck:
 	.venv/bin/mypy .
 
-# Two pytest processes: the tests that keep a real vLLM busy for minutes (marker vllm_solo: status
-# under load, the rotation under traffic) run last and alone, with no other tier's servers alive.
+# Three pytest processes (scripts/test_suite.sh says why): the API-server tiers beside the rest, then the
+# tests that keep a real vLLM busy for minutes (marker vllm_solo) last and alone.
 unit:
-	bash -c 'source scripts/env.sh && .venv/bin/python -m pytest -q -m "not vllm_solo" && .venv/bin/python -m pytest -q -m vllm_solo'
+	bash scripts/test_suite.sh
 
 bench: setup-dev
 	.venv/bin/python bench/sizing_accuracy.py --cases tests/data/calibration/cases.json --cases tests/data/calibration/cases-diverse.json --by group
