@@ -53,6 +53,8 @@ from tkf_infra.config.stack import VLLM_GPU_IMAGE
 from tkf_infra.names import SERVING_PREREQUISITES_TYPE
 
 DATA = Path(__file__).resolve().parent / "data"
+#: Our pipeline-parallel LLMInferenceServiceConfig (KServe v0.20.0 references it but does not ship it).
+PIPELINE_PARALLEL_PRESET_FILE = DATA / "pipeline-parallel-preset.yaml"
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,7 @@ def split_crds(files: Sequence[Path]) -> tuple[list[str], list[dict[str, Any]]]:
 
 def pipeline_parallel_preset(namespace: str, image: str) -> dict[str, Any]:
     """The preset document with our namespace and image filled in."""
-    doc: dict[str, Any] = yaml.safe_load((DATA / "pipeline-parallel-preset.yaml").read_text())
+    doc: dict[str, Any] = yaml.safe_load(PIPELINE_PARALLEL_PRESET_FILE.read_text())
     doc["metadata"]["namespace"] = namespace
     for part in ("template", "worker"):
         for c in doc["spec"][part]["containers"]:

@@ -17,14 +17,13 @@ import pytest
 from components import argv_layers as al
 from components import pod
 from components import vllm_args as va
+from components.prerequisites import PIPELINE_PARALLEL_PRESET_FILE
 from tests.mocks import CPU, MULTI_NODE, SINGLE_GPU, stack_doc
 from tests.vllm.argv import fake_vllm, run_recorded, vllm_version
 from tests.vllm.pod import kserve_command, kserve_preset, kubelet_expand, llmisvc_doc
 from tkf_infra.config import ModelEntry, Serving, validate_catalog
 from tkf_infra.names import workload
 
-ROOT = Path(__file__).resolve().parents[1]
-PP_PRESET = ROOT / "components" / "data" / "pipeline-parallel-preset.yaml"
 LWS_ENV = {"LWS_LEADER_ADDRESS": "leader.lws.invalid", "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "0"}
 
 #: What a copy-pasted or hostile catalog holds in a flag value; {marker} is a file that must never appear.
@@ -66,7 +65,7 @@ def kserve_argv(e: ModelEntry, bin_dir: Path, env: dict[str, str], *, two_keys: 
     ours = {"name": "main", "args": list(main.args), "env": _env(main)}
     manifests = {("LLMInferenceService", workload(e.name)): llmisvc_doc(e, ours, "llm-serving"),
                  ("Secret", "keys"): secret}
-    preset = kserve_preset(PP_PRESET) if e.is_multi_node else kserve_preset()
+    preset = kserve_preset(PIPELINE_PARALLEL_PRESET_FILE) if e.is_multi_node else kserve_preset()
     cmd = kserve_command(manifests, workload(e.name), preset)  # the kubelet's expansion included
     return run_recorded(cmd.argv, {**LWS_ENV, **cmd.env}, bin_dir)
 

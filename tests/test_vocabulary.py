@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from components import pod_meta
+from components.prerequisites import PIPELINE_PARALLEL_PRESET_FILE
 from policy.guardrails.objects import K8sObject
 from tests.mocks import CPU, MULTI_NODE, SINGLE_GPU, TP4, Harness, Registered, program, stack_doc
 from tests.sharing_fixtures import QWEN05, mig_settings
@@ -140,7 +141,7 @@ def test_the_cli_attributes_each_models_resources_through_the_same_tokens(
 
 
 def test_the_pipeline_parallel_preset_is_the_name_the_workloads_reference() -> None:
-    doc = yaml.safe_load((ROOT / "components" / "data" / "pipeline-parallel-preset.yaml").read_text())
+    doc = yaml.safe_load(PIPELINE_PARALLEL_PRESET_FILE.read_text())
     assert doc["metadata"]["name"] == names.PIPELINE_PARALLEL_PRESET
 
 

@@ -8,17 +8,12 @@ mounts of the Deployment's (or LeaderWorkerSet leader's) pod template KServe wro
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from components.pod_meta import MODEL_MOUNT
+from components.prerequisites import PIPELINE_PARALLEL_PRESET_FILE
 from tests.apiserver.readback import LLMISVC
 from tests.kube.client import KubeClient
 from tests.vllm.kubelet import server_secrets
 from tests.vllm.pod import PodCommand, kserve_command, kserve_preset
-
-ROOT = Path(__file__).resolve().parents[2]
-#: Our pipeline-parallel preset, which pod.py's callers pass for a multi-node service.
-PP_PRESET = ROOT / "components" / "data" / "pipeline-parallel-preset.yaml"
 
 
 def emulated_command(kube: KubeClient, namespace: str, workload: str) -> PodCommand:
@@ -29,7 +24,7 @@ def emulated_command(kube: KubeClient, namespace: str, workload: str) -> PodComm
     env = isvc["spec"]["template"]["containers"][0].get("env", [])
     manifests = {("LLMInferenceService", workload): isvc, **server_secrets(kube, namespace, env)}
     multi_node = "worker" in isvc["spec"]
-    return kserve_command(manifests, workload, kserve_preset(PP_PRESET) if multi_node else None)
+    return kserve_command(manifests, workload, kserve_preset(PIPELINE_PARALLEL_PRESET_FILE) if multi_node else None)
 
 
 def assert_emulation_is_kserves(emulated: PodCommand, written: PodCommand, workload: str) -> None:

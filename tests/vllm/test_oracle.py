@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from components.argv_layers import encode
 from components.pod_meta import MODEL_MOUNT
+from components.prerequisites import PIPELINE_PARALLEL_PRESET_FILE
 from components.vllm_args import kserve_args, kserve_path, lws_command, serve_command
 from tests.vllm.argv import run_recorded, vllm_version
 from tests.vllm.pod import kserve_command, kserve_preset, llmisvc_doc
@@ -39,7 +40,6 @@ from tkf_infra.names import workload
 from tkf_infra.sizing.quant import QuantScheme, quant_problems
 
 ROOT = Path(__file__).resolve().parents[2]
-PP_PRESET = ROOT / "components" / "data" / "pipeline-parallel-preset.yaml"
 NAMESPACE = "llm-serving"
 LWS_ENV = {"LWS_LEADER_ADDRESS": "leader.lws.invalid", "LWS_GROUP_SIZE": "2"}
 
@@ -114,7 +114,7 @@ def command_lines(entry: ModelEntry, bin_dir: Path) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     roles = [("leader", "0"), ("worker", "1")] if entry.is_multi_node else [("", "0")]
     manifests = {("LLMInferenceService", workload(entry.name)): _llmisvc(entry)}
-    preset = kserve_preset(PP_PRESET) if entry.is_multi_node else kserve_preset()
+    preset = kserve_preset(PIPELINE_PARALLEL_PRESET_FILE) if entry.is_multi_node else kserve_preset()
     for role, index in roles:
         env = {**LWS_ENV, "LWS_WORKER_INDEX": index} if role else {}
         if role:
