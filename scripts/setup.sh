@@ -23,8 +23,8 @@ if [ ! -f "$stamp" ]; then
 fi
 
 # The downloads (vLLM's ~3 GB from PyPI, Debian's prometheus) run beside the Go builds, which keep both
-# cores busy on their own: a cold setup is shorter by the downloads' time. Their output goes to a log
-# each, shown if they fail.
+# cores busy on their own: a cold setup is shorter by the downloads' time. Each writes a log of its own,
+# shown once it has ended (so lines of parallel jobs do not interleave); one that fails fails the setup.
 background=()
 if [ $dev = 1 ]; then
   logs="$(mktemp -d)"
@@ -41,7 +41,8 @@ fi
 failed=0
 for job in "${background[@]}"; do
   name="${job#*:}"
-  if wait "${job%%:*}"; then cat "$logs/$name.log" >&2; else log "$name failed:"; cat "$logs/$name.log" >&2; failed=1; fi
+  wait "${job%%:*}" || { log "$name failed:"; failed=1; }
+  cat "$logs/$name.log" >&2
 done
 [ $failed = 0 ] || exit 1
 log "ready"
