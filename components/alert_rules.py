@@ -72,7 +72,8 @@ def _alerts(serving_namespace: str) -> tuple[Alert, ...]:
               f"{MODEL}: {{{{ $value }}}} requests waiting and the queue still growing after 10 minutes",
               "Demand is above what the replicas serve. Scale out (replicas, or scaling.maxReplicas and the "
               "pool's room: `poolHeadroom`); check TTFT and KV-cache use to see which limit is hit.", q.VLLM),
-        Alert("TkfKvPredictionDrift", q.kv_deviation(), f"{q.kv_deviation()} > {KV_DEVIATION_LIMIT}", "1m",
+        # No `for`: both figures come from one scrape of one pod and hold from its start-up on (no flapping).
+        Alert("TkfKvPredictionDrift", q.kv_deviation(), f"{q.kv_deviation()} > {KV_DEVIATION_LIMIT}", "0m",
               "warning",
               f"{MODEL}: vLLM's KV tokens are {{{{ $value | humanizePercentage }}}} off the fit check's "
               f"prediction (limit {KV_DEVIATION_LIMIT:.0%})",
