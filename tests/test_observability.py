@@ -171,3 +171,13 @@ def test_every_serving_pod_reads_the_one_facts_configmap() -> None:
         (sidecar,) = [c for c in pod["containers"] if c["name"] == "metrics"]
         model = sidecar["command"][sidecar["command"].index("--model") + 1]
         assert model in served["models"]
+
+
+def test_the_docs_table_is_the_dashboards_queries_and_the_alerts() -> None:
+    """docs/observability.md's panel → PromQL → source table and alert table say what the code does."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "observability.md").read_text()
+    for p in fleet_queries.PANELS:
+        for query in p.queries:
+            assert f"| {p.title} | `{query.legend}` | `{query.expr}` | {query.source} |" in doc, (p.title, query.expr)
+    for a in alert_rules.alerts("llm-serving"):
+        assert f"| `{a.name}` |" in doc and f"| {a.for_} | {a.severity} | {a.source}" in doc, a.name

@@ -179,6 +179,38 @@ def test_every_panel_and_alert_signal_returns_series(observed: dict[str, Any]) -
     assert not empty, "queries that return no series against a real vLLM 0.32.0:\n" + "\n".join(
         f"  {where}: {q}" for where, q in empty.items())
     assert len(queries) > 60, len(queries)
+    if shot := os.environ.get("TKF_OBSERVABILITY_SHOT"):  # docs/observability.md's picture of the fleet's queries
+        _screenshot_fleet_queries(prom, served, Path(shot))
+
+
+def _screenshot_fleet_queries(prom: Service, served: str, path: Path) -> None:
+    """The fleet dashboard's panels, their PromQL, source and first answer, drawn by Debian's Chromium."""
+    from html import escape
+
+    from playwright.sync_api import sync_playwright
+
+    rows = []
+    for panel in fleet_queries.PANELS:
+        for query in panel.queries:
+            result = _query(prom, _grafana(query.expr, served))
+            first = result[0] if result else {"metric": {}, "value": [0, "(none)"]}
+            who = first["metric"].get("model_name") or first["metric"].get("pool") or ""
+            rows.append(f"<tr><td>{escape(panel.title)}</td><td><code>{escape(query.expr)}</code></td>"
+                        f"<td>{escape(query.source)}</td><td>{escape(who)}</td><td>{escape(first['value'][1])}</td></tr>")
+    html = ("<html><body style='font-family:sans-serif;font-size:12px'><h3>tkf-infra fleet dashboard: each panel's "
+            "query against Prometheus scraping vLLM 0.32.0</h3><table border=1 cellspacing=0 cellpadding=3>"
+            "<tr><th>panel</th><th>PromQL</th><th>source</th><th>series</th><th>value</th></tr>"
+            + "".join(rows) + "</table></body></html>")
+    page_file = path.with_suffix(".html")
+    page_file.write_text(html)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=os.environ.get("TKF_CHROMIUM_BIN", "/usr/bin/chromium"),
+                                     args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1400, "height": 700})
+        page.goto(page_file.as_uri())
+        page.screenshot(path=str(path), full_page=True)
+        browser.close()
+    page_file.unlink()
 
 
 def test_drift_and_key_alerts_fire_and_drift_resolves(observed: dict[str, Any]) -> None:
