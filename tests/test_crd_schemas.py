@@ -106,7 +106,8 @@ def test_schema_checks_catch_bad_values_and_misspelt_fields() -> None:
     assert pruned_fields(misspelt, validator.schema) == [".spec.parallelism.tensorParallel"]
 
 
-PROMETHEUS_RULE_CRD = Path(__file__).resolve().parent / "data" / "crds" / "monitoring.coreos.com_prometheusrules-v0.94.1.yaml"
+PROMETHEUS_RULE_CRD = (Path(__file__).resolve().parent / "data" / "crds"
+                       / "monitoring.coreos.com_prometheusrules-v0.94.1.yaml")
 
 
 def test_the_prometheus_rule_matches_prometheus_operators_crd() -> None:

@@ -59,7 +59,8 @@ def test_no_dashboards_unless_asked() -> None:
 
 def test_dashboards_and_rules_as_kube_prometheus_stack_picks_them_up() -> None:
     objs = objects(with_dashboards({}))
-    maps = {name: o for (kind, name), o in objs.items() if kind == "ConfigMap" and name.startswith(names.DASHBOARD_PREFIX)}
+    maps = {name: o for (kind, name), o in objs.items()
+            if kind == "ConfigMap" and name.startswith(names.DASHBOARD_PREFIX)}
     assert set(maps) == {f"{names.DASHBOARD_PREFIX}{k}" for k in ("fleet", *VLLM_DASHBOARDS)}
     for name, cm in maps.items():
         assert cm["metadata"]["namespace"] == "monitoring"

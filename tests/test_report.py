@@ -9,8 +9,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from tests.sharing_fixtures import TEN_SMALL, WHOLE_TP2, mig_settings
 from tests.mocks import stack_doc
+from tests.sharing_fixtures import TEN_SMALL, WHOLE_TP2, mig_settings
 from tkf_infra.config import validate_catalog
 from tkf_infra.hub.lock import load_lock
 from tkf_infra.names import PROJECT_ROOT

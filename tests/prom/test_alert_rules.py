@@ -51,7 +51,7 @@ def fired(name: str, labels: dict[str, str], summary: str) -> dict[str, Any]:
 def case(name: str, input_series: list[dict[str, str]], quiet: list[str], firing: dict[str, list[dict[str, Any]]],
          ) -> dict[str, Any]:
     """A promtool test: `name` checked silent at each `quiet` time and as `firing` says at the others."""
-    checks = [{"eval_time": t, "alertname": name, "exp_alerts": []} for t in quiet]
+    checks: list[dict[str, Any]] = [{"eval_time": t, "alertname": name, "exp_alerts": []} for t in quiet]
     checks += [{"eval_time": t, "alertname": name, "exp_alerts": exp} for t, exp in firing.items()]
     return {"interval": "1m", "input_series": input_series, "alert_rule_test": checks}
 

@@ -193,10 +193,11 @@ def _screenshot_fleet_queries(prom: Service, served: str, path: Path) -> None:
     for panel in fleet_queries.PANELS:
         for query in panel.queries:
             result = _query(prom, _grafana(query.expr, served))
-            first = result[0] if result else {"metric": {}, "value": [0, "(none)"]}
-            who = first["metric"].get("model_name") or first["metric"].get("pool") or ""
+            labels: dict[str, str] = result[0]["metric"] if result else {}
+            value = str(result[0]["value"][1]) if result else "(none)"
+            who = labels.get("model_name") or labels.get("pool") or ""
             rows.append(f"<tr><td>{escape(panel.title)}</td><td><code>{escape(query.expr)}</code></td>"
-                        f"<td>{escape(query.source)}</td><td>{escape(who)}</td><td>{escape(first['value'][1])}</td></tr>")
+                        f"<td>{escape(query.source)}</td><td>{escape(who)}</td><td>{escape(value)}</td></tr>")
     html = ("<html><body style='font-family:sans-serif;font-size:12px'><h3>tkf-infra fleet dashboard: each panel's "
             "query against Prometheus scraping vLLM 0.32.0</h3><table border=1 cellspacing=0 cellpadding=3>"
             "<tr><th>panel</th><th>PromQL</th><th>source</th><th>series</th><th>value</th></tr>"

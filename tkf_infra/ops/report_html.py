@@ -100,7 +100,8 @@ def _bar_svg(bar: dict[str, Any]) -> str:
     kv_start = width * sum(v for k, v in bar["terms"].items() if k != "kvCache") / total
     bound_x = kv_start + width * bar["kvBoundGiB"] / total
     parts.append(f'<line class="bound" x1="{bound_x:.1f}" x2="{bound_x:.1f}" y1="-4" y2="26" stroke="#000" '
-                 f'stroke-width="2" stroke-dasharray="3,2"><title>KV-cache bound: {bar["kvBoundGiB"]} GiB</title></line>')
+                 f'stroke-width="2" stroke-dasharray="3,2"><title>KV-cache bound: {bar["kvBoundGiB"]} GiB</title>'
+                 '</line>')
     return f'<svg class="bar" width="{width}" height="30" viewBox="0 -4 {width} 34">{"".join(parts)}</svg>'
 
 
@@ -121,8 +122,9 @@ def _model_html(m: dict[str, Any], fill: str) -> str:
                      for t, c in TERM_COLORS.items()) if m["bar"] else ""
     budget = (f"<p>GPU {m['bar']['totalGiB']} GiB, vLLM's budget {m['bar']['budgetGiB']} GiB; the dashed line is the "
               f"KV-cache bound the verdict is taken on ({m['bar']['kvBoundGiB']} GiB).</p>") if m["bar"] else ""
-    return (f'<section class="model verdict-{_a(m["verdict"])}" id="model-{_a(m["name"])}" data-model="{_a(m["name"])}" '
-            f'data-verdict="{_a(m["verdict"])}" {attrs}><h3><i style="background:{fill}"></i>{_a(m["name"])} '
+    return (f'<section class="model verdict-{_a(m["verdict"])}" id="model-{_a(m["name"])}" '
+            f'data-model="{_a(m["name"])}" data-verdict="{_a(m["verdict"])}" {attrs}>'
+            f'<h3><i style="background:{fill}"></i>{_a(m["name"])} '
             f'<small>({_a(m["servedName"])}, pool {_a(m["pool"])}, {_a(where)}, replicas {replicas["min"]}–'
             f'{replicas["max"]})</small> <span class="verdict">{_a(m["verdict"])}</span></h3>{bar}{legend}{budget}'
             f"<table class='figures'>{rows}</table></section>")
