@@ -25,6 +25,7 @@ def report(
     from tkf_infra.config import SettingsError
     from tkf_infra.ops.report import offline_plan, report_data
     from tkf_infra.ops.report_html import layout_svg, page
+    from tkf_infra.outputs import PROBLEMS_OUTPUT, REJECTED_OUTPUT
 
     try:
         plan, warnings = offline_plan(stack)
@@ -42,5 +43,5 @@ def report(
         raise _fail(f"cannot write the report to {output} ({err}); choose a writable path with -o") from None
     gpus = sum(len(n["gpus"]) for p in data["pools"] for n in p["nodes"])
     err_console.print(escape(f"wrote {output} and {svg_path}: {len(data['models'])} model(s), {gpus} GPU(s), "
-                             f"{len(data['rejected'])} refused"), highlight=False)
-    raise typer.Exit(ExitCode.REFUSED if data["rejected"] or data["problems"] else ExitCode.OK)
+                             f"{len(data[REJECTED_OUTPUT])} refused"), highlight=False)
+    raise typer.Exit(ExitCode.REFUSED if data[REJECTED_OUTPUT] or data[PROBLEMS_OUTPUT] else ExitCode.OK)

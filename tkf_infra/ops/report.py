@@ -138,7 +138,8 @@ def _mig_gpus(layout: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
 
 
 def report_data(plan: FleetPlan, stack: str, warnings: list[str] | None = None) -> dict[str, Any]:
-    """Everything the page draws, as plain data."""
+    """Everything the page draws, as plain data (the outputs' figures under the outputs' keys)."""
+    from tkf_infra import outputs as out
     from tkf_infra.outputs import pool_headroom
 
     layouts = {name: layout.published() for name, layout in sorted(plan.layouts.items())}
@@ -160,6 +161,6 @@ def report_data(plan: FleetPlan, stack: str, warnings: list[str] | None = None) 
                       "migSlots": MIG_SLOTS if layout.get("kind") == "mig" else None,
                       "timeSlices": p.time_slices, "headroom": headroom.get(name),
                       "nodes": [{"name": n, "gpus": g} for n, g in nodes.items()]})
-    return {"stack": stack, "pools": pools, "models": models,
-            "rejected": [x.as_output() for x in plan.excluded], "problems": list(plan.errors),
-            "warnings": list(warnings or []), "gpuLayout": layouts, "poolHeadroom": headroom}
+    return {"stack": stack, "pools": pools, "models": models, "warnings": list(warnings or []),
+            out.REJECTED_OUTPUT: [x.as_output() for x in plan.excluded], out.PROBLEMS_OUTPUT: list(plan.errors),
+            out.GPU_LAYOUT_OUTPUT: layouts, out.POOL_HEADROOM_OUTPUT: headroom}

@@ -13,6 +13,8 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from tkf_infra.outputs import PROBLEMS_OUTPUT, REJECTED_OUTPUT
+
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac")
 TERM_COLORS = {"weights": "#4e79a7", "activation": "#f28e2b", "cudaGraphs": "#edc948", "nonTorch": "#bab0ac",
@@ -155,9 +157,9 @@ def page(data: dict[str, Any], svg: str) -> str:
     refusals = "".join(
         f"<li class='refusal' data-model='{_a(x['name'])}' data-stage='{_a(x['stage'])}'><b>{_a(x['name'])}</b> "
         f"({_a(x['stage'])}{', kept at its last settings' if x.get('kept') else ''}):<ul>"
-        + "".join(f"<li>{_a(r)}</li>" for r in x["reasons"]) + "</ul></li>" for x in data["rejected"]) \
+        + "".join(f"<li>{_a(r)}</li>" for r in x["reasons"]) + "</ul></li>" for x in data[REJECTED_OUTPUT]) \
         or "<li>none</li>"
-    notes = "".join(f"<li class='warning'>{_a(w)}</li>" for w in [*data["problems"], *data["warnings"]])
+    notes = "".join(f"<li class='warning'>{_a(w)}</li>" for w in [*data[PROBLEMS_OUTPUT], *data["warnings"]])
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>tkf-infra plan: {_a(data['stack'])}"
             f"</title><style>{CSS}</style></head><body><h1>Plan of stack {_a(data['stack'])}</h1>"
             "<p>Planned offline from the stack file and models.lock.json, as the program plans it, without its live "
