@@ -120,8 +120,8 @@ def _model_html(m: dict[str, Any], fill: str) -> str:
     replicas = m["replicas"]
     where = m["share"] or f"{m['gpusPerReplica']} GPU(s) per replica"
     bar = _bar_svg(m["bar"]) if m["bar"] else "<p>CPU profile: no GPU memory to draw.</p>"
-    legend = "".join(f'<span class="key"><i style="background:{c}"></i>{TERM_NAMES[t]}</span>'
-                     for t, c in TERM_COLORS.items()) if m["bar"] else ""
+    legend = ('<div class="legend">' + "".join(f'<span class="key"><i style="background:{c}"></i>{TERM_NAMES[t]}</span>'
+                                              for t, c in TERM_COLORS.items()) + "</div>") if m["bar"] else ""
     budget = (f"<p>GPU {m['bar']['totalGiB']} GiB, vLLM's budget {m['bar']['budgetGiB']} GiB; the dashed line is the "
               f"KV-cache bound the verdict is taken on ({m['bar']['kvBoundGiB']} GiB).</p>") if m["bar"] else ""
     return (f'<section class="model verdict-{_a(m["verdict"])}" id="model-{_a(m["name"])}" '
