@@ -121,7 +121,8 @@ def _escape(value: str) -> str:
 
 def _sample(name: str, labels: dict[str, str], value: float) -> str:
     text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-    return f"{name}{{{text}}} {value:g}" if text else f"{name} {value:g}"
+    number = repr(float(value))  # every digit: a start time in `:g` would lose minutes
+    return f"{name}{{{text}}} {number}" if text else f"{name} {number}"
 
 
 def read_facts(path: str | None, model: str | None) -> tuple[dict[str, object], dict[str, object]]:

@@ -259,3 +259,8 @@ def test_the_sidecar_needs_only_the_images_python() -> None:
     assert imported <= set(sys.stdlib_module_names), imported
     ast.parse(source, feature_version=(3, 10))
     subprocess.run([sys.executable, "-c", source, "--help"], check=True, capture_output=True)
+
+
+def test_the_sidecars_start_time_keeps_every_second() -> None:
+    (_, lines), = [s for s in metrics_proxy.own_series(None, {}, {}, 1765070123.25) if s[0] == metrics_proxy.START_TIME]
+    assert lines == [f"{metrics_proxy.START_TIME} 1765070123.25"]
