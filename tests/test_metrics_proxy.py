@@ -245,7 +245,7 @@ def test_the_sidecar_adds_its_series_inside_an_openmetrics_page() -> None:
     assert out.endswith("# EOF\n") and out.count("# EOF") == 1
     from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-    families = {f.name: f for f in text_string_to_metric_families(out)}
+    families = {f.name: f for f in text_string_to_metric_families(out)}  # type: ignore[no-untyped-call]
     assert families["tkf:vllm_kv_cache_tokens"].samples[0].value == 8736
     assert families["tkf:fit_kv_cache_tokens"].samples[0].labels == {"model_name": "m"}
     assert families["tkf:pool_gpus"].samples[0].labels == {"pool": "cpu"}
