@@ -98,7 +98,8 @@ def _alerts(serving_namespace: str) -> tuple[Alert, ...]:
               "Read the Job's log (`kubectl -n <ns> logs job/<job_name>`): a revoked or missing hfTokenSecret, a "
               "revision gone from the Hub, or a full PVC. Fix the cause and run `python -m tkf_infra up`: it "
               "replaces the failed Job and the download resumes (docs/operations.md).", q.KSM),
-        Alert("TkfRuntimeApiKeyRejected", q.key_rejections(), f"{q.key_rejections()} > 0", "0m", "critical",
+        Alert("TkfRuntimeApiKeyRejected", q.key_rejections(),
+              f"{q.key_rejections()} > 0 or {q.first_key_rejection()} > 0", "0m", "critical",
               "the gateway's calls to {{ $labels.model_group }} are refused with 401",
               "The key the gateway sends is not one the pods accept: check the `apiKeyRotation` output's step "
               "and that the gateway's Secret holds `runtimeApiKey`; finish or undo the rotation "

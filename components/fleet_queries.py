@@ -140,6 +140,13 @@ def key_rejections(window: str = ALERT_WINDOW) -> str:
             f'{{{gm.EXCEPTION_STATUS_LABEL}="401"}}[{window}]))')
 
 
+def first_key_rejection(window: str = ALERT_WINDOW) -> str:
+    """A 401 series the gateway did not have `window` ago: its first refusal, which `increase` cannot see (a
+    counter series is born at 1, and Prometheus does not count from an implicit 0)."""
+    failures = f'{gm.DEPLOYMENT_FAILURES}{{{gm.EXCEPTION_STATUS_LABEL}="401"}}'
+    return f"sum by ({gm.MODEL_GROUP_LABEL}) ({failures} unless {failures} offset {window})"
+
+
 def download_failed(namespace: str) -> str:
     """Failed Jobs of the serving namespace: the weight downloads are the only Jobs tkf-infra runs there."""
     return f'max by (namespace, job_name) ({KSM_JOB_FAILED}{{namespace="{namespace}", condition="true"}})'

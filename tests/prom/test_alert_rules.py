@@ -129,14 +129,19 @@ CASES = [
     ], quiet=["3m", "20m"], firing={"7m": [fired("TkfWeightDownloadFailed", {
         "namespace": NS, "job_name": "qwen2-5-0-5b-7ae557"}, (
         "weight download Job qwen2-5-0-5b-7ae557 failed: its models wait and cannot start"))]}),
-    # The gateway's calls refused with 401 from 6 to 10 min; 429s (rate limits) are not about the key.
+    # The gateway's calls refused with 401 from 6 to 10 min; another model's first and only refusal at 6 min (its
+    # series is born at 1: `increase` alone would miss it); 429s (rate limits) are not about the key.
     case("TkfRuntimeApiKeyRejected", [
         series("litellm_deployment_failure_responses_total",
                {"model_group": "qwen", "exception_status": "401", "job": "litellm"}, "0x5 1+1x5 6x20"),
         series("litellm_deployment_failure_responses_total",
+               {"model_group": "once", "exception_status": "401", "job": "litellm"}, "_x5 1x25"),
+        series("litellm_deployment_failure_responses_total",
                {"model_group": "coder", "exception_status": "429", "job": "litellm"}, "0+1x30"),
-    ], quiet=["3m", "25m"], firing={"8m": [fired("TkfRuntimeApiKeyRejected", {"model_group": "qwen"}, (
-        "the gateway's calls to qwen are refused with 401"))]}),
+    ], quiet=["3m", "25m"], firing={"8m": [
+        fired("TkfRuntimeApiKeyRejected", {"model_group": "once"}, "the gateway's calls to once are refused with 401"),
+        fired("TkfRuntimeApiKeyRejected", {"model_group": "qwen"}, "the gateway's calls to qwen are refused with 401"),
+    ]}),
 ]
 
 
