@@ -111,6 +111,8 @@ def observed(pods: PodServers, tier_dir: Path, vllm_venv: Path) -> Iterator[dict
             prom = _start_prometheus(workdir / "prometheus", sidecar, gateway, vllm_pod.endpoint["namespace"])
             try:
                 served = vllm_pod.endpoint["servedName"]
+                # One scrape first, so the traffic below is a change of the counters Prometheus sees in a rate.
+                _wait(prom, mp.VLLM_UP, bool, 60, "the sidecar's first scrape")
                 for _ in range(3):  # histograms and counters with something in them
                     r = HTTP.post(f"{vllm_pod.server.url}/v1/completions", headers=vllm_pod.server.headers(),
                                   json={"model": served, "prompt": "The fleet", "max_tokens": 16})
@@ -182,6 +184,10 @@ def test_every_panel_and_alert_signal_returns_series(observed: dict[str, Any]) -
     assert not empty, "queries that return no series against a real vLLM 0.32.0:\n" + "\n".join(
         f"  {where}: {q}" for where, q in empty.items())
     assert len(queries) > 60, len(queries)
+    # The traffic the fixture sent shows in the rates: a latency and a throughput, not only series of zeros.
+    for expr in (fleet_queries.ttft_p95("1m"), fleet_queries.itl_p95("1m"), fleet_queries.generation_tps("1m")):
+        values = [float(r["value"][1]) for r in _query(prom, expr)]
+        assert any(v > 0 for v in values), (expr, values)
     if shot := os.environ.get("TKF_OBSERVABILITY_SHOT"):  # docs/observability.md's picture of the fleet's queries
         _screenshot_fleet_queries(prom, served, Path(shot))
 
