@@ -23,6 +23,7 @@ import pulumi_kubernetes as k8s
 
 from components import pod_meta
 from components import vllm_args as va
+from components.fleet_facts import fleet_facts_configmap
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
 from components.gpu_sharing import MIG_CONFIG_NAME, GpuSharing, GpuSharingArgs, has_mig
 from components.model_serving import ModelServing, ModelServingArgs
@@ -166,6 +167,12 @@ def _platform(plan: FleetPlan, provider: k8s.Provider, *, mig_config: str | None
         ),
         opts=k8s_opts,
     )
+    if s.platform.dashboards is not None:  # the monitoring stack's dashboards and rules (docs/observability.md)
+        from components.observability import Observability, ObservabilityArgs
+
+        d = s.platform.dashboards
+        Observability("observability", ObservabilityArgs(d, d.namespace or s.namespaces.monitoring,
+                                                         s.namespaces.serving), opts=k8s_opts)
     return pools, gpu_operator, prerequisites
 
 
@@ -243,6 +250,8 @@ def build_fleet(plan: FleetPlan, *, api_keys: ApiKeys | None, stack: str, layer:
 
     caches = _weight_caches(plan, provider, namespace)
     sidecar = _metrics_proxy_source(s.namespaces.serving, provider, namespace) if plan.models else None
+    if plan.models:  # what the sidecars serve beside vLLM's metrics (components/fleet_facts.py)
+        fleet_facts_configmap(plan, s.namespaces.serving, provider, namespace)
     # One check for the stack (providers/fit.py says why); only deployed models are in it.
     fit = FitCheck(names.FIT_CHECK, {m.entry.name: fit_record(m.fit_inputs, m.fit) for m in plan.models}
                    ) if plan.models else None

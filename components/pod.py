@@ -152,6 +152,8 @@ def volumes(e: ModelEntry, cache_pvc: str | None, *, leader: bool = True) -> lis
         source = core.ConfigMapVolumeSourceArgs(name=pod_meta.metrics_proxy_configmap(va.metrics_proxy_source()),
                                                 default_mode=0o444)
         vols.append(core.VolumeArgs(name=pod_meta.METRICS_PROXY_VOLUME, config_map=source))
+        facts = core.ConfigMapVolumeSourceArgs(name=names.FLEET_FACTS_CONFIGMAP, default_mode=0o444, optional=True)
+        vols.append(core.VolumeArgs(name=pod_meta.FLEET_FACTS_VOLUME, config_map=facts))
     return vols
 
 
@@ -215,8 +217,10 @@ def metrics_container(p: PodInputs, *, kserve: bool) -> core.ContainerArgs:
     """The metrics sidecar (components/metrics_proxy.py): GET /metrics on its own port, from the vLLM image."""
     return core.ContainerArgs(
         name=METRICS_CONTAINER, image=pod_meta.image(p.entry, p.serving),
-        command=encode(va.metrics_proxy_command(), ArgvPath.KSERVE_ARGS if kserve else ArgvPath.EXEC),
+        command=encode(va.metrics_proxy_command(p.entry.name), ArgvPath.KSERVE_ARGS if kserve else ArgvPath.EXEC),
         volume_mounts=[core.VolumeMountArgs(name=pod_meta.METRICS_PROXY_VOLUME, mount_path=pod_meta.METRICS_PROXY_DIR,
+                                            read_only=True),
+                       core.VolumeMountArgs(name=pod_meta.FLEET_FACTS_VOLUME, mount_path=pod_meta.FLEET_FACTS_DIR,
                                             read_only=True)],
         ports=[core.ContainerPortArgs(name="metrics", container_port=METRICS_PORT, protocol="TCP")],
         resources=core.ResourceRequirementsArgs(requests={"cpu": f"{pod_sizes.SIDECAR_CPU_MILLIS}m",

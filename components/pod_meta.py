@@ -22,6 +22,13 @@ MARKER_FILE = ".tkf-download-complete"
 METRICS_PROXY_DIR = "/opt/tkf/metrics-proxy"
 METRICS_PROXY_FILE = "metrics_proxy.py"
 METRICS_PROXY_VOLUME = "metrics-proxy"
+#: Where the sidecar reads the plan's facts (components/fleet_facts.py), from the stack's one mutable ConfigMap
+#: (`tkf_infra.names.FLEET_FACTS_CONFIGMAP`), mounted whole (no subPath) so the kubelet refreshes the file in
+#: place when a run changes the plan: no pod restarts for a new prediction or pool figure. Optional: a pod
+#: whose ConfigMap is missing serves without facts rather than not starting.
+FLEET_FACTS_DIR = "/opt/tkf/fleet-facts"
+FLEET_FACTS_FILE = "facts.json"
+FLEET_FACTS_VOLUME = "fleet-facts"
 #: A non-root user every vLLM image we use can run as (HOME and /tmp are emptyDirs).
 RUN_AS_USER = 1000
 

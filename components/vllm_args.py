@@ -105,11 +105,12 @@ def lws_command(entry: ModelEntry, model_path: str, *, leader: bool, revision: s
     return ["/bin/sh", "-c", f"exec {shell_line(base)} {' '.join(dist)}"]
 
 
-def metrics_proxy_command() -> list[str]:
+def metrics_proxy_command(model: str) -> list[str]:
     """The metrics sidecar: components/metrics_proxy.py, mounted from the stack's ConfigMap, run by the vLLM
-    image's ``python3``."""
+    image's ``python3``, serving the facts the plan holds about catalog entry ``model``."""
     return ["python3", f"{pod_meta.METRICS_PROXY_DIR}/{pod_meta.METRICS_PROXY_FILE}",
-            "--listen", f"0.0.0.0:{METRICS_PORT}", "--upstream", f"http://127.0.0.1:{SERVING_PORT}{metrics_proxy.PATH}"]
+            "--listen", f"0.0.0.0:{METRICS_PORT}", "--upstream", f"http://127.0.0.1:{SERVING_PORT}{metrics_proxy.PATH}",
+            "--facts", f"{pod_meta.FLEET_FACTS_DIR}/{pod_meta.FLEET_FACTS_FILE}", "--model", model]
 
 
 @functools.cache

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Everything a fresh clone needs, idempotent (seconds when already done):
 #   scripts/setup.sh          the virtualenv with runtime deps + the Pulumi engine
-#   scripts/setup.sh --dev    also test tools, a Prometheus server, the test kube-apiserver and the
-#                             KServe and LWS controllers it runs in tests/controllers
+#   scripts/setup.sh --dev    also test tools, a Prometheus server, Chromium (the report's browser test), the test
+#                             kube-apiserver and the KServe and LWS controllers it runs in tests/controllers
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -30,8 +30,9 @@ if [ $dev = 1 ]; then
   logs="$(mktemp -d)"
   bash scripts/install_vllm.sh >"$logs/install_vllm.log" 2>&1 &  # real vLLM (CPU) for tests/vllm
   background+=("$!:install_vllm")
-  bash scripts/install_prometheus.sh >"$logs/install_prometheus.log" 2>&1 &
-  background+=("$!:install_prometheus")
+  # Debian's packages one after the other (one apt at a time): Prometheus, then Chromium (the report's browser test).
+  { bash scripts/install_prometheus.sh && bash scripts/install_chromium.sh; } >"$logs/install_debian.log" 2>&1 &
+  background+=("$!:install_debian")
 fi
 bash scripts/bootstrap.sh
 if [ $dev = 1 ]; then

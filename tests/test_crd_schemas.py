@@ -104,3 +104,24 @@ def test_schema_checks_catch_bad_values_and_misspelt_fields() -> None:
     misspelt = {"apiVersion": "serving.kserve.io/v1alpha2", "kind": "LLMInferenceService", "metadata": {"name": "x"},
                 "spec": {"model": {"uri": "hf://a/b"}, "parallelism": {"tensorParallel": 2}}}
     assert pruned_fields(misspelt, validator.schema) == [".spec.parallelism.tensorParallel"]
+
+
+PROMETHEUS_RULE_CRD = (Path(__file__).resolve().parent / "data" / "crds"
+                       / "monitoring.coreos.com_prometheusrules-v0.94.1.yaml")
+
+
+def test_the_prometheus_rule_matches_prometheus_operators_crd() -> None:
+    """`platform.dashboards`' PrometheusRule against prometheus-operator v0.94.1's schema (tests/data/SOURCES.md),
+    pruning included: a misspelt `for` or annotation key would be dropped by the API server."""
+    doc = stack_doc(SINGLE_GPU, backend="kserve", installed=False)
+    doc["platform"]["dashboards"] = {}
+    h = program(doc, api_key="k")
+    assert h.error is None, h.error
+    (rule,) = [prune_nulls(r.manifest()) for r in h.resources if r.inputs.get("kind") == "PrometheusRule"]
+    crd = yaml.safe_load(PROMETHEUS_RULE_CRD.read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == rule["apiVersion"].split("/")[1]]
+    validator = jsonschema.Draft7Validator(version["schema"]["openAPIV3Schema"])
+    validator.validate(rule)
+    assert pruned_fields(rule, validator.schema) == []
+    bad = {**rule, "spec": {"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "up", "fro": "5m"}]}]}}
+    assert pruned_fields(bad, validator.schema) == [".spec.groups[0].rules[0].fro"]

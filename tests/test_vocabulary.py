@@ -58,6 +58,7 @@ def shared() -> Harness[Any]:
     doc["platform"]["gpuOperator"].update({k: v for k, v in extra.pop("platform")["gpuOperator"].items()
                                            if k != "alreadyInstalled"})
     doc.update(extra)
+    doc["platform"]["dashboards"] = {}  # the Observability component too
     h = program(doc)
     assert h.error is None, h.error
     return h

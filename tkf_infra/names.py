@@ -75,8 +75,9 @@ GPU_NODE_POOL_TYPE = "tkf:platform:GpuNodePool"
 GPU_OPERATOR_TYPE = "tkf:platform:GpuOperator"
 GPU_SHARING_TYPE = "tkf:platform:GpuSharing"
 SERVING_PREREQUISITES_TYPE = "tkf:platform:ServingPrerequisites"
+OBSERVABILITY_TYPE = "tkf:platform:Observability"
 COMPONENT_TYPES = frozenset({MODEL_SERVING_TYPE, WEIGHT_CACHE_TYPE, GPU_NODE_POOL_TYPE, GPU_OPERATOR_TYPE,
-                             GPU_SHARING_TYPE, SERVING_PREREQUISITES_TYPE})
+                             GPU_SHARING_TYPE, SERVING_PREREQUISITES_TYPE, OBSERVABILITY_TYPE})
 #: Pulumi's own type of the stack resource (its outputs arrive on its events).
 STACK_TYPE = "pulumi:pulumi:Stack"
 #: The WeightCache component's output listing the catalog entries it serves (ops/summary.py reads it).
@@ -141,6 +142,15 @@ def subject_models(message: str) -> tuple[str, ...] | None:
     if match is None:
         return None
     return (match["one"],) if match["one"] else tuple(match["many"].split(", "))
+
+
+#: The fleet stack's one mutable ConfigMap of plan facts (serving namespace) that every metrics sidecar reads
+#: (components/fleet_facts.py, components/metrics_proxy.py).
+FLEET_FACTS_CONFIGMAP = "tkf-fleet-facts"
+#: The platform's observability objects (components/observability.py): the dashboards' ConfigMaps are
+#: `tkf-dashboard-<name>`, the alert rules' PrometheusRule and plain rule-file ConfigMap this name.
+ALERT_RULES = "tkf-alert-rules"
+DASHBOARD_PREFIX = "tkf-dashboard-"
 
 
 #: Pulumi name of the stack's one FitCheck (not a Kubernetes object; it belongs to no single model).

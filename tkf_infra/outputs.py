@@ -242,6 +242,16 @@ def api_key_rotation(keys: ApiKeys) -> dict[str, Any]:
             "acceptedKeysDigest": keys.accepted_digest, "gatewayKeyDigest": keys.current_digest}
 
 
+def endpoints_output(plan: FleetPlan, cold: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """`endpoints`: one per deployed model, by served name (the `report` command draws the same figures)."""
+    ns = plan.catalog.settings.namespaces.serving
+    cold = cold_starts(plan) if cold is None else cold
+    return {m.entry.served_name: {**endpoint(m.entry, ns), "fit": m.fit.published(), **share_output(plan, m),
+                                  **footprint_output(plan, m), **scaling_output(plan, m, cold),
+                                  **adapters_output(m.entry)}
+            for m in plan.models}
+
+
 def export_outputs(plan: FleetPlan, api_keys: ApiKeys | None = None) -> None:
     """Export the contract from the plan: the deployed models' routes, every left-out model and why.
 
@@ -252,12 +262,8 @@ def export_outputs(plan: FleetPlan, api_keys: ApiKeys | None = None) -> None:
     import pulumi
 
     catalog = plan.catalog
-    ns = catalog.settings.namespaces.serving
     cold = cold_starts(plan)
-    endpoints = {m.entry.served_name: {**endpoint(m.entry, ns), "fit": m.fit.published(), **share_output(plan, m),
-                                       **footprint_output(plan, m), **scaling_output(plan, m, cold),
-                                       **adapters_output(m.entry)}
-                 for m in plan.models}
+    endpoints = endpoints_output(plan, cold)
     pulumi.export(CONTRACT_VERSION_OUTPUT, CONTRACT_VERSION)
     pulumi.export(ENDPOINTS_OUTPUT, endpoints)
     at_zero = {m.entry.name: cold[m.entry.name] for m in plan.models

@@ -36,11 +36,11 @@ class Gateway:
 
 @contextmanager
 def run_gateway(pod: RunningPod, workdir: Path, *, api_base: str | None = None,
-                api_key: str | None = None) -> Iterator[Gateway]:
+                api_key: str | None = None, settings: dict[str, Any] | None = None) -> Iterator[Gateway]:
     """The LiteLLM proxy on the gateway config of ``pod``'s stack, the model's api_base on ``pod``
     (or on ``api_base``: a stand-in for the alias Service), holding the pod's key (or ``api_key``)
     in the variable the stack's ``apiKeyEnv`` names, as the gateway's Secret would."""
-    config = yaml.safe_load(pod.stack.gateway_config.read_text())
+    config = {**yaml.safe_load(pod.stack.gateway_config.read_text()), **(settings or {})}  # settings: e.g. callbacks
     # The model's entry and its LoRA adapters' (same base URL): all point at this pod.
     ours = [m for m in config["model_list"] if m["litellm_params"]["api_base"] == pod.endpoint["baseUrl"]]
     assert pod.endpoint["servedName"] in [m["model_name"] for m in ours]

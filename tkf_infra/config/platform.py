@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from tkf_infra.config import kube_syntax as ks
 from tkf_infra.config.base import SettingsModel
 from tkf_infra.config.catalog import Backend
 from tkf_infra.config.charts import ChartSource
@@ -96,6 +97,66 @@ class WvaSettings(Component):
         "default name, kube-prometheus-stack's).")
 
 
+def _label_problems(labels: dict[str, str]) -> dict[str, str]:
+    checks = ((ks.label_key_problem(k), ks.label_value_problem(val)) for k, val in labels.items())
+    problems = [f"label {p}" for pair in checks for p in pair if p]
+    if problems:
+        raise ValueError("; ".join(problems))
+    return labels
+
+
+class DashboardsSettings(SettingsModel):
+    """Grafana dashboards and Prometheus alert rules for the fleet (docs/observability.md).
+
+    Why opt-in: they are objects for a monitoring stack the cluster must already run (kube-prometheus-stack, or
+    a Grafana with its dashboard sidecar and a Prometheus), and a PrometheusRule cannot even be applied where
+    prometheus-operator's CRD is not served. Not a chart: nothing here is installed, only configured.
+    """
+
+    namespace: str | None = Field(
+        None, description="Namespace of the dashboards' ConfigMaps and of the rules (default: namespaces.monitoring), "
+        "where the Grafana sidecar and the Prometheus look.")
+    grafana_label: str = Field(
+        "grafana_dashboard", description="The label Grafana's dashboard sidecar selects ConfigMaps by "
+        "(kube-prometheus-stack: grafana.sidecar.dashboards.label).")
+    grafana_label_value: str = Field("1", description="Its value (grafana.sidecar.dashboards.labelValue).")
+    vllm_dashboards: bool = Field(
+        True, description="Also ship vLLM's own three dashboards, from the pinned release's source distribution.")
+    prometheus_rule: bool = Field(
+        True, description="Render the alert rules as a PrometheusRule (prometheus-operator's CRD must be served); "
+        "the plain rule file's ConfigMap is rendered either way, for a Prometheus without the operator.")
+    rule_labels: dict[str, str] = Field(
+        default_factory=lambda: {"release": "kube-prometheus-stack"},
+        description="Labels on the PrometheusRule, for the Prometheus' ruleSelector (kube-prometheus-stack selects "
+        "its release's label by default).")
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, v: str | None) -> str | None:
+        if v is not None and (p := ks.subdomain_problem(v, "namespace")):
+            raise ValueError(p)
+        return v
+
+    @field_validator("grafana_label")
+    @classmethod
+    def _grafana_label(cls, v: str) -> str:
+        if p := ks.label_key_problem(v):
+            raise ValueError(p)
+        return v
+
+    @field_validator("grafana_label_value")
+    @classmethod
+    def _grafana_label_value(cls, v: str) -> str:
+        if p := ks.label_value_problem(v):
+            raise ValueError(p)
+        return v
+
+    @field_validator("rule_labels")
+    @classmethod
+    def _rule_labels(cls, v: dict[str, str]) -> dict[str, str]:
+        return _label_problems(v)
+
+
 class Platform(SettingsModel):
     charts: ChartSource | None = Field(
         None, description="Where chart sources come from: `upstream` = each project's repository at the piece's "
@@ -124,6 +185,11 @@ class Platform(SettingsModel):
         "is refused on a cluster that does not serve llmd.ai/v1alpha1. Set it (`wva: {version: v0.7.0}`) to "
         "install its chart (namespace workload-variant-autoscaler-system); needs an https prometheusUrl. "
         "`alreadyInstalled: true` says the same as absent, explicitly. Only the kserve backend uses it.")
+
+    dashboards: DashboardsSettings | None = Field(
+        None, description="Grafana dashboards (vLLM's own and the fleet's) as ConfigMaps for Grafana's dashboard "
+        "sidecar, and the fleet's alert rules as a PrometheusRule and a plain rule file (docs/observability.md). "
+        "Absent (the default): none. `dashboards: {}` ships them with kube-prometheus-stack's conventions.")
 
     def pieces(self) -> dict[str, Component]:
         """Each piece under its stack-file key (KEDA and WVA only when set)."""

@@ -17,6 +17,13 @@ from typing import Any
 
 REQUESTS = "litellm_proxy_total_requests_metric_total"
 MODEL_LABEL = "requested_model"
+#: Calls the gateway made to a deployment that failed, by the status the deployment answered
+#: (`litellm_deployment_failure_responses`, litellm/integrations/prometheus.py of 1.110.2, labels from
+#: litellm/types/integrations/prometheus.py `litellm_deployment_failure_responses`): a 401 there is vLLM
+#: refusing the key the gateway holds. `model_group` is the `model_list` entry's `model_name` (the served name).
+DEPLOYMENT_FAILURES = "litellm_deployment_failure_responses_total"
+EXCEPTION_STATUS_LABEL = "exception_status"
+MODEL_GROUP_LABEL = "model_group"
 #: The LiteLLM callback that exports these series; the gateway's `litellm_settings.callbacks` must hold it.
 CALLBACK = "prometheus"
 

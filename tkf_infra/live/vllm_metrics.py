@@ -51,6 +51,8 @@ PREFIX_QUERIES_BEFORE_0_11 = "vllm:gpu_prefix_cache_queries(_total)?"  # a regex
 PREFIX_HITS_BEFORE_0_11 = "vllm:gpu_prefix_cache_hits(_total)?"
 PREFIX_HIT_RATE_V0 = "vllm:gpu_prefix_cache_hit_rate"
 TTFT_BUCKET = "vllm:time_to_first_token_seconds_bucket"
+# The time between two output tokens of a request (v0.32.0 loggers.py l. 941 `vllm:inter_token_latency_seconds`).
+ITL_BUCKET = "vllm:inter_token_latency_seconds_bucket"
 # Counters of tokens served (v0.32.0 loggers.py l. 748 `vllm:prompt_tokens`, l. 799 `vllm:generation_tokens`;
 # the same names in v0.8.5 and V0 `engine/metrics.py`), exposed with `_total`.
 PROMPT_TOKENS = "vllm:prompt_tokens_total"

@@ -318,7 +318,7 @@ def schema(output: Annotated[Path | None, typer.Option("-o", "--output")] = None
 
 
 # The commands kept in modules of their own register on `app` when imported (after `app` exists).
-from tkf_infra.ops import cli_live, cli_models  # noqa: E402, F401
+from tkf_infra.ops import cli_live, cli_models, cli_report  # noqa: E402, F401
 
 
 def main() -> None:
