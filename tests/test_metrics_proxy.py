@@ -24,7 +24,7 @@ from components import metrics_proxy, pod_meta
 from components import vllm_args as va
 from tests.mocks import CPU, MULTI_NODE, SINGLE_GPU, program, stack_doc
 from tests.vllm.pod import localize_sidecar, project_config_maps, sidecar_command
-from tests.vllm.server import free_port, start_service
+from tests.vllm.server import start_service
 from tkf_infra.names import METRICS_PORT, SERVING_PORT
 
 PROBES = ("startupProbe", "livenessProbe", "readinessProbe")
@@ -144,14 +144,13 @@ def upstream() -> Iterator[ThreadingHTTPServer]:
 
 def _run_sidecar(upstream_port: int, workdir: Path) -> Any:
     """The rendered sidecar, as tests/vllm/pod.py starts it (its ConfigMap projected under ``workdir``), with
-    this host's python and free ports substituted (nothing else)."""
+    this host's python, port 0 to listen on and the upstream's port substituted (nothing else)."""
     manifests = rendered("vllm")
     workload = next(name for kind, name in manifests if kind == "Deployment")
     files = project_config_maps(manifests, workload, workdir / "volumes")
-    port = free_port()
-    argv = localize_sidecar(sidecar_command(manifests, workload), port=port, upstream_port=upstream_port, files=files)
+    argv = localize_sidecar(sidecar_command(manifests, workload), port=0, upstream_port=upstream_port, files=files)
     assert argv[0] == "python3" and Path(argv[1]).read_text() == Path(metrics_proxy.__file__).read_text()
-    return start_service("metrics", [sys.executable, *argv[1:]], {}, port=port, health_path="/metrics",
+    return start_service("metrics", [sys.executable, *argv[1:]], {}, port=None, health_path="/metrics",
                          workdir=workdir, check_shm=False)
 
 
