@@ -410,7 +410,7 @@ def plan_cache_gib(model: dict[str, Any]) -> int:
 
 
 def test_status_prints_the_published_footprint() -> None:
-    from tkf_infra.live.status import ModelStatus, StatusResult
+    from tkf_infra.live.model_status import ModelStatus, StatusResult
     from tkf_infra.live.status_view import render_table
 
     plan = planned(stack_doc(dict(SINGLE_GPU, replicas=2), nodePools=[h100_pool(1, nodeResources=H100_NODE)]))

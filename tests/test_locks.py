@@ -124,7 +124,7 @@ def test_backends_whose_locks_cannot_be_read_are_named() -> None:
 def test_the_engines_own_refusals_become_one_line_each(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
     """The engine's messages as the pinned engine prints them (lock.go:87-106; the passphrase
     manager; gocloud's blob errors), mapped to the operator's one line and exit code."""
-    from tkf_infra.ops.exit_codes import ExitCode
+    from tkf_infra.exit_codes import ExitCode
     from tkf_infra.ops.stacks import engine_error
 
     project = tmp_path / "project"

@@ -117,6 +117,13 @@ WEIGHT_CACHE_COMPONENT = "weight-cache"
 #: document itself is components/data/pipeline-parallel-preset.yaml (a test pins its name to this).
 PIPELINE_PARALLEL_PRESET = "kserve-config-llm-worker-pipeline-parallel"
 
+#: The custom mig-parted ConfigMap (in the GPU Operator's namespace) and its key, as mig-manager reads it:
+#: components/gpu_sharing.py writes it, the GPU Operator's values name it, the platform contract publishes it.
+MIG_CONFIG_NAME = "tkf-mig-parted-config"
+MIG_CONFIG_KEY = "config.yaml"
+#: The node label mig-manager watches: the name of the mig-parted config to apply to the node.
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+
 # ---------------------------------------------------------------------------------------------
 # The models a policy violation is about (policy/guardrails write it, tkf_infra/ops/policy_report.py
 # reads it): the engine hands a violation back as text plus one URN, and a weight-cache volume or a

@@ -124,7 +124,7 @@ def gateway_model_list(catalog: Catalog, deployed: set[str] | None = None,
     """The LiteLLM model list of the deployed entries (all valid entries when `deployed` is None), each
     followed by its LoRA adapters. `cold_starts`: each scale-to-zero model's `coldStartSeconds`; its
     entries get the `num_retries` that hold the request that wakes it (`gateway_metrics.retries_spanning`)."""
-    from tkf_infra.live.gateway_metrics import retries_spanning
+    from tkf_infra.gateway_metrics import retries_spanning
 
     ns = catalog.settings.namespaces.serving
     env = catalog.settings.serving.api_key_env

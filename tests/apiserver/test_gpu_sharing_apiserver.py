@@ -20,7 +20,6 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from components.gpu_sharing import MIG_CONFIG_KEY, MIG_CONFIG_LABEL, MIG_CONFIG_NAME
 from tests.apiserver.readback import (
     GATEWAY_NS,
     LLMISVC,
@@ -36,6 +35,7 @@ from tests.kube.apiserver import KubeAPIServer
 from tests.kube.client import KubeClient
 from tests.mig_format import check
 from tests.sharing_fixtures import POOL, TEN_SMALL, WHOLE_TP2, mig_settings
+from tkf_infra.names import MIG_CONFIG_KEY, MIG_CONFIG_LABEL, MIG_CONFIG_NAME
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.engine]
 

@@ -20,9 +20,9 @@ import yaml
 from pulumi import automation as auto
 
 from components.gpu_operator import TIME_SLICING_CONFIG, TIME_SLICING_KEY, GpuOperator, GpuOperatorArgs
-from components.gpu_sharing import MIG_CONFIG_NAME
 from tests.engine_fixtures import EngineStack
 from tkf_infra.config import GpuOperatorSettings
+from tkf_infra.names import MIG_CONFIG_NAME
 from tkf_infra.ops.stacks import DEV_PASSPHRASE, pulumi_home
 
 pytestmark = pytest.mark.engine

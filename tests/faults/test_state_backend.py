@@ -30,7 +30,7 @@ from tests.faults.harness import (
 from tests.kube.apiserver import KubeAPIServer
 from tests.kube.client import KubeClient
 from tests.kube.jobs import complete_job
-from tkf_infra.ops.exit_codes import ExitCode
+from tkf_infra.exit_codes import ExitCode
 
 BUCKET = "tkf-state"
 

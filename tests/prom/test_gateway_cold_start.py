@@ -2,7 +2,7 @@
 until the model answers, instead of failing it.
 
 Why real processes: what holds the request is LiteLLM's own retry of a refused connection, on the
-`num_retries` the model list publishes for a scale-to-zero model (`tkf_infra.live.gateway_metrics
+`num_retries` the model list publishes for a scale-to-zero model (`tkf_infra.gateway_metrics
 .retries_spanning` of its `coldStartSeconds`); a LiteLLM that stopped retrying refused connections, or a
 backoff that changed, fails here. The model's pod is stood in for by a second LiteLLM proxy answering the
 served name with LiteLLM's own `mock_response` (no vLLM in this tier: tests/vllm has the real one), started
@@ -26,7 +26,7 @@ import yaml
 from tests.mocks import SINGLE_GPU, program, stack_doc
 from tests.ports import Reservation, reserve
 from tests.vllm.server import Service, start_litellm
-from tkf_infra.live import gateway_metrics as gm
+from tkf_infra import gateway_metrics as gm
 
 pytestmark = pytest.mark.prometheus
 

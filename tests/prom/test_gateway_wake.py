@@ -25,7 +25,7 @@ from tests.mocks import SINGLE_GPU, program, prune_nulls, stack_doc, unwrap_secr
 from tests.ports import refused_port
 from tests.prom.conftest import run_prometheus
 from tests.vllm.server import Service, start_litellm
-from tkf_infra.live.gateway_metrics import gateway_settings
+from tkf_infra.gateway_metrics import gateway_settings
 
 pytestmark = pytest.mark.prometheus
 

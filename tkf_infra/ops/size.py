@@ -1,7 +1,7 @@
 """``python -m tkf_infra size REPO@REV --gpu H100-80GB …``: what vLLM will print, offline from the lock.
 
 Answers "will it fit, and if not, what is the smallest tensorParallelSize / largest maxModelLen that
-does" before anyone books a GPU. Exit codes (`tkf_infra.ops.exit_codes`): OK fits, REFUSED does not
+does" before anyone books a GPU. Exit codes (`tkf_infra.exit_codes`): OK fits, REFUSED does not
 fit, USAGE cannot answer (unknown GPU, model not in the lock, facts too thin).
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from tkf_infra.exit_codes import ExitCode
 from tkf_infra.hub.lock import LockMissError, load_lock, parse_repo_revision
-from tkf_infra.ops.exit_codes import ExitCode
 from tkf_infra.plan.share import mig_fit, slice_fit
 from tkf_infra.sizing.contract import FitInputs, FitResult
 from tkf_infra.sizing.estimate import estimate
