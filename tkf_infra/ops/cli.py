@@ -32,6 +32,9 @@ from tkf_infra.ops.cli_common import (
 )
 from tkf_infra.ops.layer_runs import Only, layer_stacks
 
+#: `app` here has every command registered (this module imports the command modules below).
+__all__ = ["app", "main"]
+
 
 class Format(StrEnum):
     litellm = "litellm"
