@@ -9,13 +9,10 @@ it from a real API server).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from tests.mocks import CPU, MULTI_NODE, SINGLE_GPU, stack_doc
 from tkf_infra.config import validate_catalog
@@ -210,13 +207,6 @@ def test_models_deployed_before_hold_their_room() -> None:
     assert "running" in plan.deployed and refused(plan)["newcomer"][0] == "capacity"
     assert refused(planned(doc))["running"][0] == "capacity", "without a previous run: catalog order"
 
-
-@pytest.fixture()
-def ec2(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.setenv(key, "testing")
-    with mock_aws():
-        yield boto3.client("ec2", region_name="us-east-1")
 
 
 def eks_pool(itype: str, gpus: int, nodes: int = 1) -> dict[str, Any]:
