@@ -20,9 +20,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.platform_charts import chart_spec, helm_chart
+from tkf_infra import names
 from tkf_infra.config import GpuOperatorSettings
 from tkf_infra.config.charts import ChartSource
-from tkf_infra import names
 from tkf_infra.names import GPU_OPERATOR_TYPE
 
 CHART = "gpu-operator"
