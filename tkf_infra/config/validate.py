@@ -19,9 +19,10 @@ from pydantic import ValidationError
 from tkf_infra.config.api_keys import CONFIG_KEYS as API_KEY_CONFIG_KEYS
 from tkf_infra.config.base import Problem, SettingsError, label_name, problems_from, short
 from tkf_infra.config.catalog import ModelEntry, parallelism_problem, step_budget_problems
-from tkf_infra.config.lora import AdapterEntry
+from tkf_infra.config.extra_args import SERVE_OPTIONS_VLLM, unknown_option_problems
+from tkf_infra.config.lora import ADAPTERS_LEFT_OUT, AdapterEntry
 from tkf_infra.config.node_pool import NodePool
-from tkf_infra.config.stack import StackSettings, image_version
+from tkf_infra.config.stack import StackSettings, image_version, release_of
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ def validate_catalog(raw: Mapping[str, Any]) -> Catalog:
             continue
         merged, dropped[i] = _without_bad_adapters(deep_merge(settings.model_defaults, entry), labels[i])
         try:
-            parsed[i] = ModelEntry.model_validate(merged)
+            parsed[i] = ModelEntry.model_validate(merged, context={ADAPTERS_LEFT_OUT: bool(dropped[i])})
         except ValidationError as err:
             found = problems_from(err, labels[i], model=ModelEntry)
             raw_rules = _raw_parallelism_problems(merged, labels[i]) + _raw_step_budget_problems(merged, labels[i])
@@ -209,9 +210,21 @@ def _cross_entry_rules(settings: StackSettings, pools: list[NodePool], bad_pools
     (claimed only by entries every other rule let through: `_claim_names`)."""
     by_name = {p.name: p for p in pools}
     for i, m in sorted(parsed.items()):
-        if problems := _placement_problems(settings, m, labels[i], by_name, bad_pools):
+        problems = _placement_problems(settings, m, labels[i], by_name, bad_pools)
+        problems += _release_problems(settings, m, labels[i])
+        if problems:
             per_entry.setdefault(i, []).extend(problems)
     _claim_names(parsed, labels, per_entry, dropped)
+
+
+def _release_problems(settings: StackSettings, m: ModelEntry, label: str) -> list[Problem]:
+    """What the stack's vLLM release refuses at start-up: `extraArgs` words that are no option of its `vllm serve`.
+
+    Checked only when the stack runs the release the option table was generated from (`SERVE_OPTIONS_VLLM`): a
+    stack pinned to another release may pass options that release has."""
+    if release_of(settings.serving.version) != SERVE_OPTIONS_VLLM:
+        return []
+    return [Problem(label, "extraArgs", p) for p in unknown_option_problems(m.extra_args)]
 
 
 def _claim_names(parsed: dict[int, ModelEntry], labels: Mapping[int, str], per_entry: dict[int, list[Problem]],
