@@ -267,106 +267,6 @@ def state_bytes(p: Program) -> int:
     return sum(f.stat().st_size for f in backend.glob(f".pulumi/stacks/*/{p.stack.name}.json"))
 
 
-def _prepare(tmp: Path, sizes: list[int], platform: bool, ref: Path | None
-             ) -> tuple[dict[int, tuple[Program, auto.Stack, Path]], dict[int, list[Measured]]]:
-    """Per fleet size: the environment, and the programs measured on it (the fleet, the two floors, the ref's
-    fleet), each applied once and its resources counted."""
-    envs = {n: fleet_env(tmp, n, platform) for n in sizes}
-    programs: dict[int, list[Measured]] = {}
-    for n, (fleet, _, path) in envs.items():
-        count = sum(fleet.stack.preview().change_summary.values())
-        fleet.resources = count
-        floor = floor_program(tmp, f"floor-{n}", count - FLOOR_OVERHEAD)
-        (tmp / f"floor-{n}" / "__main__.py").write_text(FLOOR_SALTED)  # one ConfigMap can change
-        untimed_up(floor.stack)
-        floor.resources = sum(floor.stack.preview().change_summary.values())
-        payload = payload_program(tmp, f"payload-{n}", fleet)
-        payload.resources = sum(payload.stack.preview().change_summary.values())
-        measured = [Measured("fleet", fleet, partial(toggle_model, path)),
-                    Measured("count floor", floor, partial(toggle_salt, floor)),
-                    Measured("payload floor", payload, partial(toggle_salt, payload))]
-        if ref is not None:
-            other, _, other_path = fleet_env(tmp, n, platform, ref, "r")
-            other.resources = sum(other.stack.preview().change_summary.values())
-            measured.append(Measured("ref fleet", other, partial(toggle_model, other_path)))
-        programs[n] = measured
-        print(f"# {n} models ready: " + ", ".join(f"{m.key} {m.program.resources} resources, state "
-                                                  f"{state_bytes(m.program) / 1e6:.2f} MB" for m in measured),
-              flush=True)
-    return envs, programs
-
-
-def _rounds(envs: dict[int, tuple[Program, auto.Stack, Path]], programs: dict[int, list[Measured]], repeat: int
-            ) -> tuple[dict[tuple[int, str, str], float], list[dict[str, Any]]]:
-    """``repeat`` interleaved rounds (every program once per round): the best time of each program's no-change
-    preview and one-model up, and each round's changes."""
-    best: dict[tuple[int, str, str], float] = {}
-    rows: list[dict[str, Any]] = []
-    for _ in range(repeat):
-        for n, measured in programs.items():
-            for m in measured:
-                t, _ = timed(m.program.stack.preview)
-                best[(n, m.key, "preview")] = min(best.get((n, m.key, "preview"), float("inf")), t)
-            for m in measured:
-                m.change()
-                t, res = timed(m.program.stack.up)
-                best[(n, m.key, "up")] = min(best.get((n, m.key, "up"), float("inf")), t)
-                changed = {k: v for k, v in (res.summary.resource_changes or {}).items() if k != "same"}
-                rows.append({"models": n, "program": m.key, "changes": changed})
-            plat_changes = envs[n][1].preview().change_summary
-            rows.append({"models": n, "program": "platform preview after the fleet's up",
-                         "changes": {str(k): v for k, v in plat_changes.items()}})
-    return best, rows
-
-
-def _table(sizes: list[int], programs: dict[int, list[Measured]], best: dict[tuple[int, str, str], float],
-           with_ref: bool) -> list[dict[str, Any]]:
-    """One row per fleet size: each program's best times and the ratios between them."""
-    table = []
-    for n in sizes:
-        row: dict[str, Any] = {"models": n, "resources": programs[n][0].program.resources}
-        for m in programs[n]:
-            for kind in ("preview", "up"):
-                row[f"{m.key} {kind}"] = round(best[(n, m.key, kind)], 2)
-        for kind in ("preview", "up"):
-            fleet_s, count_s, payload_s = (best[(n, k, kind)] for k in ("fleet", "count floor", "payload floor"))
-            row[f"{kind}: fleet/count"] = round(fleet_s / count_s, 2)
-            row[f"{kind}: payload/count"] = round(payload_s / count_s, 2)
-            row[f"{kind}: fleet/payload"] = round(fleet_s / payload_s, 2)
-            if with_ref:
-                row[f"{kind}: ref/fleet"] = round(best[(n, "ref fleet", kind)] / fleet_s, 2)
-        table.append(row)
-    return table
-
-
-def _print_table(table: list[dict[str, Any]], repeat: int, ref: str | None) -> None:
-    print(f"\nBest of {repeat} (s); ratios: fleet / count floor (the issue's), payload floor / count floor, "
-          "fleet / payload floor")
-    for kind in ("preview", "up"):
-        head = "no-change preview" if kind == "preview" else "one-model up"
-        print(f"\n{head}\n| models | resources | fleet | count floor | payload floor | fleet/count | "
-              "payload/count | fleet/payload |" + (f" {ref} | ref/fleet |" if ref else ""))
-        print("|---|---|---|---|---|---|---|---|" + ("---|---|" if ref else ""))
-        for r in table:
-            cells = [r["models"], r["resources"], r[f"fleet {kind}"], r[f"count floor {kind}"],
-                     r[f"payload floor {kind}"], r[f"{kind}: fleet/count"], r[f"{kind}: payload/count"],
-                     r[f"{kind}: fleet/payload"]]
-            if ref:
-                cells += [r[f"ref fleet {kind}"], r[f"{kind}: ref/fleet"]]
-            print("| " + " | ".join(str(c) for c in cells) + " |")
-
-
-def _trace(programs: dict[int, list[Measured]], tmp: Path) -> None:
-    """One preview and one up of each program broken down by phase (after the timed table)."""
-    phases = []
-    for n, measured in programs.items():
-        for m in measured:
-            phases.append((n, f"{m.key} preview", traced_preview(m.program, tmp / "trace.json")))
-            m.change()
-            phases.append((n, f"{m.key} up", traced_preview(m.program, tmp / "trace.json", UP)))
-    print_phases(phases)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="2,50,200")
@@ -377,18 +277,86 @@ def main() -> None:
     ap.add_argument("--trace", action="store_true", help="also break one preview and one up of each down by phase")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    rows: list[dict[str, Any]] = []
     print(f"# start {time.strftime('%H:%M:%S', time.gmtime())} UTC {load()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="tkf-fleet-bench-") as tmpdir:
         tmp = Path(tmpdir)
         ref = ref_checkout(tmp, args.compare_with) if args.compare_with else None
-        envs, programs = _prepare(tmp, sizes, args.platform, ref)
-        best, rows = _rounds(envs, programs, args.repeat)
+        envs = {n: fleet_env(tmp, n, args.platform) for n in sizes}
+        programs: dict[int, list[Measured]] = {}
+        for n, (fleet, _, path) in envs.items():
+            count = sum(fleet.stack.preview().change_summary.values())
+            fleet.resources = count
+            floor = floor_program(tmp, f"floor-{n}", count - FLOOR_OVERHEAD)
+            (tmp / f"floor-{n}" / "__main__.py").write_text(FLOOR_SALTED)  # one ConfigMap can change
+            untimed_up(floor.stack)
+            floor.resources = sum(floor.stack.preview().change_summary.values())
+            payload = payload_program(tmp, f"payload-{n}", fleet)
+            payload.resources = sum(payload.stack.preview().change_summary.values())
+            measured = [Measured("fleet", fleet, partial(toggle_model, path)),
+                        Measured("count floor", floor, partial(toggle_salt, floor)),
+                        Measured("payload floor", payload, partial(toggle_salt, payload))]
+            if ref is not None:
+                other, _, other_path = fleet_env(tmp, n, args.platform, ref, "r")
+                other.resources = sum(other.stack.preview().change_summary.values())
+                measured.append(Measured("ref fleet", other, partial(toggle_model, other_path)))
+            programs[n] = measured
+            print(f"# {n} models ready: " + ", ".join(f"{m.key} {m.program.resources} resources, state "
+                                                      f"{state_bytes(m.program) / 1e6:.2f} MB" for m in measured),
+                  flush=True)
+        best: dict[tuple[int, str, str], float] = {}
+        for _ in range(args.repeat):  # interleaved: every program once per round
+            for n, measured in programs.items():
+                for m in measured:
+                    t, _ = timed(m.program.stack.preview)
+                    best[(n, m.key, "preview")] = min(best.get((n, m.key, "preview"), float("inf")), t)
+                for m in measured:
+                    m.change()
+                    t, res = timed(m.program.stack.up)
+                    best[(n, m.key, "up")] = min(best.get((n, m.key, "up"), float("inf")), t)
+                    changed = {k: v for k, v in (res.summary.resource_changes or {}).items() if k != "same"}
+                    rows.append({"models": n, "program": m.key, "changes": changed})
+                plat_changes = envs[n][1].preview().change_summary
+                rows.append({"models": n, "program": "platform preview after the fleet's up",
+                             "changes": {str(k): v for k, v in plat_changes.items()}})
         print(f"# timed rounds done {time.strftime('%H:%M:%S', time.gmtime())} UTC {load()}")
-        table = _table(sizes, programs, best, ref is not None)
-        _print_table(table, args.repeat, args.compare_with if ref is not None else None)
+        table = []
+        for n in sizes:
+            row: dict[str, Any] = {"models": n, "resources": programs[n][0].program.resources}
+            for m in programs[n]:
+                for kind in ("preview", "up"):
+                    row[f"{m.key} {kind}"] = round(best[(n, m.key, kind)], 2)
+            for kind in ("preview", "up"):
+                fleet_s, count_s, payload_s = (best[(n, k, kind)] for k in ("fleet", "count floor", "payload floor"))
+                row[f"{kind}: fleet/count"] = round(fleet_s / count_s, 2)
+                row[f"{kind}: payload/count"] = round(payload_s / count_s, 2)
+                row[f"{kind}: fleet/payload"] = round(fleet_s / payload_s, 2)
+                if ref is not None:
+                    row[f"{kind}: ref/fleet"] = round(best[(n, "ref fleet", kind)] / fleet_s, 2)
+            table.append(row)
+        print(f"\nBest of {args.repeat} (s); ratios: fleet / count floor (the issue's), payload floor / count floor, "
+              "fleet / payload floor")
+        for kind in ("preview", "up"):
+            head = "no-change preview" if kind == "preview" else "one-model up"
+            print(f"\n{head}\n| models | resources | fleet | count floor | payload floor | fleet/count | "
+                  "payload/count | fleet/payload |" + (f" {args.compare_with} | ref/fleet |" if ref else ""))
+            print("|---|---|---|---|---|---|---|---|" + ("---|---|" if ref else ""))
+            for r in table:
+                cells = [r["models"], r["resources"], r[f"fleet {kind}"], r[f"count floor {kind}"],
+                         r[f"payload floor {kind}"], r[f"{kind}: fleet/count"], r[f"{kind}: payload/count"],
+                         r[f"{kind}: fleet/payload"]]
+                if ref is not None:
+                    cells += [r[f"ref fleet {kind}"], r[f"{kind}: ref/fleet"]]
+                print("| " + " | ".join(str(c) for c in cells) + " |")
         print("\nlast round's changes:", json.dumps(rows[-(len(programs[sizes[-1]]) + 1):]), flush=True)
-        if args.trace:  # while the environments still exist
-            _trace(programs, tmp)
+        if args.trace:  # after the timed table, while the environments still exist
+            phases = []
+            for n, measured in programs.items():
+                for m in measured:
+                    phases.append((n, f"{m.key} preview", traced_preview(m.program, tmp / "trace.json")))
+                    m.change()
+                    phases.append((n, f"{m.key} up", traced_preview(m.program, tmp / "trace.json", UP)))
+            print_phases(phases)
     print(f"# end {time.strftime('%H:%M:%S', time.gmtime())} UTC {load()}")
     if args.json:
         args.json.write_text(json.dumps({"table": table, "rounds": rows}, indent=2))

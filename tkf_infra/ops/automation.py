@@ -33,29 +33,6 @@ class RunResult:
     """Models the policy pack refused (mandatory violations), with the violations."""
 
 
-def _engine_run(stack: auto.Stack, operation: str, tracker: RunTracker, policy: policy_report.PolicyCollector,
-                on_output: Callable[[str], None] | None, excluded: list[str], clear_pending_creates: bool
-                ) -> dict[Any, int]:
-    """The engine's run of ``operation`` (preview and up with the policy pack), and its change summary."""
-    on_event = policy_report.tee(tracker, policy)
-    if operation == "preview":
-        res = stack.preview(on_event=on_event, on_output=on_output, diff=False,
-                            policy_packs=policy.pack.policy_packs, policy_pack_configs=policy.pack.policy_pack_configs)
-        return {str(getattr(k, "value", k)): v for k, v in res.change_summary.items()}
-    if operation == "up":
-        up = stack.up(on_event=on_event, on_output=on_output, continue_on_error=True,
-                      exclude=excluded or None, exclude_dependents=True if excluded else None,
-                      policy_packs=policy.pack.policy_packs, policy_pack_configs=policy.pack.policy_pack_configs)
-        return dict(up.summary.resource_changes or {})
-    if operation == "refresh":
-        ref = stack.refresh(on_event=tracker, on_output=on_output, clear_pending_creates=clear_pending_creates or None)
-        return dict(ref.summary.resource_changes or {})
-    if operation == "destroy":
-        des = stack.destroy(on_event=tracker, on_output=on_output, continue_on_error=True)
-        return dict(des.summary.resource_changes or {})
-    raise UsageError(f"unknown operation {operation!r}")
-
-
 def run_operation(stack: auto.Stack, operation: str, *, on_output: Callable[[str], None] | None = None,
                   after: RunTracker | None = None, refused_by_policy: dict[str, list[str]] | None = None,
                   clear_pending_creates: bool = False) -> RunResult:
@@ -82,11 +59,30 @@ def run_operation(stack: auto.Stack, operation: str, *, on_output: Callable[[str
     # Policy pack (tkf_infra/ops/policy_report.py): run the stack's guardrails on preview and up;
     # mandatory violations fail their models in the tracker (so the up after a preview excludes them).
     policy = policy_report.PolicyCollector.for_run(stack.name, operation)
+    on_event = policy_report.tee(tracker, policy)
     ok = True
     extra: dict[str, Any] = {}
     try:
-        extra["changeSummary"] = _engine_run(stack, operation, tracker, policy, on_output, excluded,
-                                             clear_pending_creates)
+        if operation == "preview":
+            res = stack.preview(on_event=on_event, on_output=on_output, diff=False,
+                                policy_packs=policy.pack.policy_packs,
+                                policy_pack_configs=policy.pack.policy_pack_configs)
+            extra["changeSummary"] = {str(getattr(k, "value", k)): v for k, v in res.change_summary.items()}
+        elif operation == "up":
+            up = stack.up(on_event=on_event, on_output=on_output, continue_on_error=True,
+                          exclude=excluded or None, exclude_dependents=True if excluded else None,
+                          policy_packs=policy.pack.policy_packs,
+                          policy_pack_configs=policy.pack.policy_pack_configs)
+            extra["changeSummary"] = dict(up.summary.resource_changes or {})
+        elif operation == "refresh":
+            ref = stack.refresh(on_event=tracker, on_output=on_output,
+                                clear_pending_creates=clear_pending_creates or None)
+            extra["changeSummary"] = dict(ref.summary.resource_changes or {})
+        elif operation == "destroy":
+            des = stack.destroy(on_event=tracker, on_output=on_output, continue_on_error=True)
+            extra["changeSummary"] = dict(des.summary.resource_changes or {})
+        else:
+            raise UsageError(f"unknown operation {operation!r}")
     except auto.CommandError as err:
         known = engine_error(str(err), stack.name, stack.workspace.env_vars.get("PULUMI_BACKEND_URL", ""),
                              Path(stack.workspace.work_dir))
