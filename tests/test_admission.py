@@ -3,7 +3,7 @@
 Every rule is checked through the whole program (`tests.mocks.program`) where the program's own
 edge gives the data (render mode, the stack's settings, EC2 on moto, a kubeconfig that does not
 answer); where the data is what a cluster would say, through `Edge(cluster=ClusterState(...))`,
-the same plain data `tkf_infra.live.cluster` reads (tests/apiserver/test_admission_live.py reads
+the same plain data `tkf_infra.live.cluster` reads (tests/kube/platform/test_admission_live.py reads
 it from a real API server).
 """
 

@@ -4,7 +4,7 @@ Why here and not under mocks: Chart v4 renders inside the Kubernetes provider, w
 run, and the GPU Operator chart has no values schema — a misspelt values key is silently ignored.
 So every platform option is checked in the objects the chart actually produced: the dev stack's
 render shows one side of each option (its defaults), an inline program of GpuOperator variants the
-other. The same charts are installed into a real API server in tests/apiserver/.
+other. The same charts are installed into a real API server in tests/kube/platform/.
 """
 
 from __future__ import annotations

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.apiserver.test_admission_live import GPU_TAINT, PRODUCT, node
 from tests.kube.apiserver import KubeAPIServer, own_apiserver
 from tests.kube.client import KubeClient
+from tests.kube.platform.test_admission_live import GPU_TAINT, PRODUCT, node
 from tests.mocks import program as mock_program
 from tests.mocks import stack_doc
 from tests.sharing_fixtures import CODER05, POOL, QWEN05, mig_settings
