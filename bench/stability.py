@@ -9,7 +9,7 @@ are placed by name), from scratch (`previous_layout` None, the plan
 before issue 28's stability change) and around the first plan's `gpuLayout` (what the program now passes).
 A model moves when any of its instances' or whole GPUs' node, GPU index, profile or start slice differs
 from the first plan; a node is re-partitioned when its mig-parted config name differs. GPUs: the MIG
-pool's used cards after the addition. Prints a Markdown table (docs/performance.md, "Packing").
+pool's used cards after the addition. Prints a Markdown table (docs/performance.md, "Layout stability").
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ import yaml
 
 from components import fleet_queries as q
 from components import metrics_proxy as mp
-from tkf_infra.live import vllm_metrics as vm
-from tkf_infra.live.status import KV_DEVIATION_LIMIT
+from tkf_infra import vllm_metrics as vm
+from tkf_infra.sizing.contract import KV_DEVIATION_LIMIT
 
 GROUP = "tkf-infra.fleet"
 #: How often the rules are evaluated (the group's `interval`; Prometheus' global default is 1 m): eight cheap rules,

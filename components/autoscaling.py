@@ -24,7 +24,7 @@ not serve the APIs it needs.
 - `initialCooldownPeriod` is the model's start-up budget, so the first load is not read as idleness.
 - **Scale-to-zero** (`minReplicas: 0`): vLLM's gauges vanish with the last pod, so a second trigger reads
   the gateway's request counter for the model's served names (its own and its LoRA adapters'; the series
-  are `tkf_infra.live.gateway_metrics`'s): it counts every request it takes, answered or failed, so the
+  are `tkf_infra.gateway_metrics`'s): it counts every request it takes, answered or failed, so the
   first request to a model at zero — refused, since its Service has no endpoint yet —
   is what wakes it. The trigger only wakes and holds one replica (clamped to 1, threshold 1): the
   replicas beyond come from vLLM's own signal, and traffic too light for that still lets the model go
@@ -40,18 +40,18 @@ from __future__ import annotations
 from typing import Any
 
 from components import pod_sizes
+from tkf_infra import gateway_metrics as gm
 from tkf_infra import names
+from tkf_infra import vllm_metrics as vm
 from tkf_infra.config import ModelEntry, Namespaces, Serving
 from tkf_infra.config.scaling import Scaling, ScalingMetric
-from tkf_infra.live import gateway_metrics as gm
-from tkf_infra.live import vllm_metrics as vm
 
 KEDA_API_VERSION = "keda.sh/v1alpha1"
 SCALED_OBJECT_KIND = "ScaledObject"
 #: The name of the trigger that wakes a model at zero (`minReplicas: 0`) on the gateway's requests.
 WAKE_TRIGGER = "gatewayrequests"
 
-#: The vLLM gauge each catalog signal reads (vLLM ≥ 0.11's names, `tkf_infra.live.vllm_metrics`).
+#: The vLLM gauge each catalog signal reads (vLLM ≥ 0.11's names, `tkf_infra.vllm_metrics`).
 METRIC_SERIES: dict[ScalingMetric, str] = {
     ScalingMetric.WAITING_REQUESTS: vm.WAITING,
     ScalingMetric.RUNNING_REQUESTS: vm.RUNNING,

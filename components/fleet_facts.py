@@ -50,7 +50,7 @@ def model_facts(m: ModelPlan) -> dict[str, Any]:
 def fleet_facts(plan: FleetPlan) -> dict[str, Any]:
     """Every deployed model's facts, and every pool's: its whole GPUs and what the deployed models hold at
     their minimum and maximum (the `poolHeadroom` output's figures; a CPU pool has 0 of each)."""
-    from tkf_infra.outputs import pool_headroom
+    from tkf_infra.plan.headroom import pool_headroom
 
     headroom = pool_headroom(plan)
     models = {m.entry.name: model_facts(m) for m in plan.models}

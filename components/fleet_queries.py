@@ -1,7 +1,7 @@
 """Every PromQL query the fleet dashboard and the alert rules run, in one place, built from the metric names
-where they are defined: vLLM's (`tkf_infra/live/vllm_metrics.py`), the metrics sidecar's
+where they are defined: vLLM's (`tkf_infra/vllm_metrics.py`), the metrics sidecar's
 (`components/metrics_proxy.py`: the plan's facts and vLLM's KV tokens as a number), the gateway's
-(`tkf_infra/live/gateway_metrics.py`) and kube-state-metrics' (below).
+(`tkf_infra/gateway_metrics.py`) and kube-state-metrics' (below).
 
 Why one module: a panel and the alert on the same figure must compare the same series, and the vLLM tier
 (tests/vllm/test_observability.py) runs every query here against a real Prometheus scraping a real vLLM, so
@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from components import metrics_proxy as mp
-from tkf_infra.live import gateway_metrics as gm
-from tkf_infra.live import vllm_metrics as vm
-from tkf_infra.live.status import KV_DEVIATION_LIMIT
+from tkf_infra import gateway_metrics as gm
+from tkf_infra import vllm_metrics as vm
+from tkf_infra.sizing.contract import KV_DEVIATION_LIMIT
 
 #: Grafana's rate window for a panel (4 scrape intervals at least); the alert rules use ALERT_WINDOW.
 PANEL_WINDOW = "$__rate_interval"

@@ -20,6 +20,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.platform_charts import chart_spec, helm_chart
+from tkf_infra import names
 from tkf_infra.config import GpuOperatorSettings
 from tkf_infra.config.charts import ChartSource
 from tkf_infra.names import GPU_OPERATOR_TYPE
@@ -45,7 +46,7 @@ def time_slicing_config(replicas: int, mig_strategy: str) -> str:
         "version: v1\n"
         f"flags:\n  migStrategy: {mig_strategy}\n"
         "sharing:\n  timeSlicing:\n    resources:\n"
-        f"      - name: nvidia.com/gpu\n        replicas: {replicas}\n"
+        f"      - name: {names.GPU_RESOURCE}\n        replicas: {replicas}\n"
     )
 
 

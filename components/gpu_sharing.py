@@ -23,13 +23,12 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from tkf_infra import names
-from tkf_infra.plan.pool_layout import ALL_DISABLED, PoolLayout
+from tkf_infra.names import MIG_CONFIG_KEY, MIG_CONFIG_LABEL
 
-#: The custom mig-parted ConfigMap (in the GPU Operator's namespace) and its key, as mig-manager reads it.
-MIG_CONFIG_NAME = "tkf-mig-parted-config"
-MIG_CONFIG_KEY = "config.yaml"
-#: The node label mig-manager watches: the name of the mig-parted config to apply to the node.
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+# Re-exported for components/fleet.py (issue 39's branch owns it): import it from tkf_infra.names there,
+# then drop this line (issue 41).
+from tkf_infra.names import MIG_CONFIG_NAME as MIG_CONFIG_NAME
+from tkf_infra.plan.pool_layout import ALL_DISABLED, PoolLayout
 
 
 def mig_parted_document(layouts: Mapping[str, PoolLayout]) -> dict[str, Any]:

@@ -26,7 +26,7 @@ What it adds (docs/observability.md): the series below, after vLLM's, in the for
   plan reserves at min and max.
 - ``tkf:vllm_kv_cache_tokens``: the KV tokens vLLM reports, as a number. vLLM reports them only as a *label*
   of ``vllm:cache_config_info`` and PromQL cannot read a label as a number, so without this no alert could
-  hold the prediction against them. Read as ``tkf_infra/live/vllm_metrics.py`` ``KvObservation.tokens``
+  hold the prediction against them. Read as ``tkf_infra/vllm_metrics.py`` ``KvObservation.tokens``
   reads them (``kv_cache_size_tokens``, else ``num_gpu_blocks`` × ``block_size``; tests/test_metrics_proxy.py
   holds the two to the same answers).
 """
@@ -64,7 +64,7 @@ START_TIME = "tkf:metrics_proxy_start_time_seconds"
 POOL_GPUS = "tkf:pool_gpus"
 POOL_RESERVED_GPUS = "tkf:pool_reserved_gpus"
 #: Labels: vLLM's own model label (v0.32.0 loggers.py labelnames ["model_name", "engine"]; test_metrics_proxy.py
-#: holds it to tkf_infra/live/vllm_metrics.py's), the node pool, and which end of the autoscalers' range.
+#: holds it to tkf_infra/vllm_metrics.py's), the node pool, and which end of the autoscalers' range.
 MODEL_NAME_LABEL = "model_name"
 ENGINE_LABEL = "engine"
 POOL_LABEL = "pool"
@@ -84,7 +84,7 @@ FACT_POOL_GPUS = "gpus"
 FACT_RESERVED_AT_MINIMUM = "reservedAtMinimum"
 FACT_RESERVED_AT_MAXIMUM = "reservedAtMaximum"
 
-#: vLLM's KV cache info gauge and the labels read from it (tkf_infra/live/vllm_metrics.py cites the source).
+#: vLLM's KV cache info gauge and the labels read from it (tkf_infra/vllm_metrics.py cites the source).
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
 KV_CACHE_SIZE_TOKENS, NUM_GPU_BLOCKS, BLOCK_SIZE = "kv_cache_size_tokens", "num_gpu_blocks", "block_size"
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')

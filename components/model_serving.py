@@ -39,8 +39,8 @@ from components import autoscaling, pod_meta, pod_sizes
 from components.pod import ApiKeyRef, CacheRef, Placement, PodInputs, pod_spec
 from tkf_infra import names
 from tkf_infra.config import Backend, ModelEntry, Namespaces, Serving
+from tkf_infra.names import GPU_RESOURCE
 from tkf_infra.plan import ModelPlan
-from tkf_infra.plan.share import GPU_RESOURCE
 
 meta = k8s.meta.v1
 core = k8s.core.v1
@@ -104,7 +104,7 @@ class ModelServingArgs:
     @property
     def pod_annotations(self) -> dict[str, str]:
         """Pod-template annotations: the accepted key set's digest (pods roll when it changes)."""
-        return {pod_meta.API_KEYS_ANNOTATION: self.api_key.digest} if self.api_key else {}
+        return {names.API_KEYS_ANNOTATION: self.api_key.digest} if self.api_key else {}
 
 
 def kserve_pod_labels(entry: ModelEntry) -> dict[str, str]:

@@ -20,8 +20,7 @@ from components.argv_layers import ArgvPath, encode
 from tkf_infra import names
 from tkf_infra.config import ModelEntry, Serving
 from tkf_infra.config.flags import rows
-from tkf_infra.names import METRICS_PORT, SERVING_PORT
-from tkf_infra.plan.share import GPU_RESOURCE
+from tkf_infra.names import GPU_RESOURCE, METRICS_PORT, SERVING_PORT
 
 core = k8s.core.v1
 #: Name of the metrics sidecar container (KServe merges our containers over its preset's by name).

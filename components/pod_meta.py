@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
+from tkf_infra import names
 from tkf_infra.config import ModelEntry, Serving
 from tkf_infra.names import MODEL_MOUNT as MODEL_MOUNT  # where KServe mounts the model; the vllm backend too
 
@@ -32,23 +33,18 @@ FLEET_FACTS_VOLUME = "fleet-facts"
 #: A non-root user every vLLM image we use can run as (HOME and /tmp are emptyDirs).
 RUN_AS_USER = 1000
 
-#: Pod-template annotation: digest of the accepted key set (``ApiKeys.accepted_digest``), so pods roll
-#: when the set changes and only then. Never the key: a slow salted hash (tkf_infra/config/api_keys.py).
-API_KEYS_ANNOTATION = "tkf.io/api-keys-scrypt"
-
-PART_OF = "tkf-infra"
 
 
-def labels(entry: ModelEntry, component: str = "model-server") -> dict[str, str]:
+def labels(entry: ModelEntry, component: str = names.MODEL_SERVER) -> dict[str, str]:
     """Recommended labels plus ours: dashboards and the NetworkPolicy select on ``tkf.io/model``."""
     return {
-        "app.kubernetes.io/name": "vllm",
-        "app.kubernetes.io/instance": entry.name,
-        "app.kubernetes.io/component": component,
-        "app.kubernetes.io/part-of": PART_OF,
-        "app.kubernetes.io/managed-by": "pulumi",
-        "tkf.io/model": entry.name,
-        "tkf.io/revision": entry.revision[:12],
+        names.NAME_LABEL: names.SERVER_NAME,
+        names.INSTANCE_LABEL: entry.name,
+        names.COMPONENT_LABEL: component,
+        names.PART_OF_LABEL: names.PART_OF,
+        names.MANAGED_BY_LABEL: names.MANAGED_BY,
+        names.MODEL_LABEL: entry.name,
+        names.REVISION_KEY: entry.revision[:12],
     }
 
 

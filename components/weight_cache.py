@@ -155,7 +155,7 @@ class WeightCache(pulumi.ComponentResource):
             names.INSTANCE_LABEL: self.pvc_name,
             names.COMPONENT_LABEL: names.WEIGHT_CACHE_COMPONENT,
             names.PART_OF_LABEL: names.PART_OF,
-            names.MANAGED_BY_LABEL: "pulumi",
+            names.MANAGED_BY_LABEL: names.MANAGED_BY,
             names.REVISION_KEY: args.revision[:12],
         }
         ann = {names.REPO_ANNOTATION: args.repo, names.REVISION_KEY: args.revision,

@@ -3,19 +3,16 @@
 Every rule is checked through the whole program (`tests.mocks.program`) where the program's own
 edge gives the data (render mode, the stack's settings, EC2 on moto, a kubeconfig that does not
 answer); where the data is what a cluster would say, through `Edge(cluster=ClusterState(...))`,
-the same plain data `tkf_infra.live.cluster` reads (tests/apiserver/test_admission_live.py reads
+the same plain data `tkf_infra.live.cluster` reads (tests/kube/platform/test_admission_live.py reads
 it from a real API server).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from tests.mocks import CPU, MULTI_NODE, SINGLE_GPU, stack_doc
 from tkf_infra.config import validate_catalog
@@ -211,13 +208,6 @@ def test_models_deployed_before_hold_their_room() -> None:
     assert refused(planned(doc))["running"][0] == "capacity", "without a previous run: catalog order"
 
 
-@pytest.fixture()
-def ec2(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.setenv(key, "testing")
-    with mock_aws():
-        yield boto3.client("ec2", region_name="us-east-1")
-
 
 def eks_pool(itype: str, gpus: int, nodes: int = 1) -> dict[str, Any]:
     return {"name": "h100", "kind": "eks", "instanceType": itype, "gpusPerNode": gpus, "nodeCount": nodes,
@@ -410,7 +400,7 @@ def plan_cache_gib(model: dict[str, Any]) -> int:
 
 
 def test_status_prints_the_published_footprint() -> None:
-    from tkf_infra.live.status import ModelStatus, StatusResult
+    from tkf_infra.live.model_status import ModelStatus, StatusResult
     from tkf_infra.live.status_view import render_table
 
     plan = planned(stack_doc(dict(SINGLE_GPU, replicas=2), nodePools=[h100_pool(1, nodeResources=H100_NODE)]))

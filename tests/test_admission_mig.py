@@ -15,12 +15,12 @@ from typing import Any
 import pulumi
 import yaml
 
-from components.gpu_sharing import MIG_CONFIG_KEY, MIG_CONFIG_NAME
 from tests.mocks import program, stack_doc
 from tests.sharing_fixtures import CODER05, POOL, QWEN05, mig_settings
 from tkf_infra.config import validate_catalog
 from tkf_infra.config.quantity import mebibytes, millicores
 from tkf_infra.hub.lock import load_lock
+from tkf_infra.names import MIG_CONFIG_KEY, MIG_CONFIG_NAME
 from tkf_infra.plan import plan_fleet
 from tkf_infra.plan.admission import ClusterState, LiveNode
 from tkf_infra.program import footprints

@@ -17,12 +17,12 @@ import pulumi
 import pytest
 
 from components.fleet import API_KEY_EXTRA_SECRET_KEY, API_KEY_SECRET, API_KEY_SECRET_KEY
-from components.pod_meta import API_KEYS_ANNOTATION
 from components.vllm_args import API_KEY_ENV, API_KEY_EXTRA_ENV
 from tests.mocks import CPU, MULTI_NODE, SINGLE_GPU, Harness, Registered, program, stack_doc, unwrap_secrets
 from tkf_infra.config import SettingsError
 from tkf_infra.config.api_keys import ApiKeys, key_problems, keys_digest
 from tkf_infra.config.reader import read_api_keys
+from tkf_infra.names import API_KEYS_ANNOTATION
 
 OLD, NEW = "sk-old-3f9a1c7e5b", "sk-new-8d2e4a6c0f"
 #: (apiKey, apiKeyNext, apiKeyPrevious) of each step of docs/operations.md, from one key to the other.

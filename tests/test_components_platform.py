@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
 from components.node_pool import GpuNodePool, GpuNodePoolArgs
@@ -36,13 +33,6 @@ EKS: dict[str, Any] = {"name": "p5", "kind": "eks", "instanceType": "p4d.24xlarg
        "clusterName": "fleet", "nodeRoleArn": "arn:aws:iam::123456789012:role/nodes", "subnetIds": ["subnet-1"],
        "labels": {"team": "llm"}}
 
-
-@pytest.fixture()
-def ec2(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.setenv(key, "testing")
-    with mock_aws():
-        yield boto3.client("ec2", region_name="us-east-1")
 
 
 def pool(name: str | None = None, **kw: Any) -> NodePool:

@@ -12,8 +12,8 @@ import pytest
 from tests.mocks import SINGLE_GPU, stack_doc
 from tkf_infra.config import SettingsError, validate_catalog
 from tkf_infra.hub.lock import load_lock
+from tkf_infra.names import GPU_PRODUCT_LABEL
 from tkf_infra.plan import FleetPlan, Stage, plan_fleet
-from tkf_infra.plan.pools import GPU_PRODUCT_LABEL
 from tkf_infra.sizing.ec2 import InstanceGpus
 from tkf_infra.sizing.gpus import lookup_gpu
 

@@ -3,23 +3,12 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
 from pathlib import Path
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from tkf_infra.program import describe_instance_types
 from tkf_infra.sizing.ec2 import instance_gpus
-
-
-@pytest.fixture()
-def ec2(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.setenv(key, "testing")
-    with mock_aws():
-        yield boto3.client("ec2", region_name="us-east-1")
 
 
 def test_gpu_instances_map_to_gpu_table(ec2: object) -> None:

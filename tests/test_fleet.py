@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from components.fleet import Fleet
 from tests.mocks import CPU, MULTI_NODE, QWEN3_8B, SINGLE_GPU, TP4, Harness, program, stack_doc
@@ -18,13 +15,6 @@ from tkf_infra.program import POLICY_REFUSALS_ENV
 
 LOCK = load_lock()
 
-
-@pytest.fixture()
-def ec2(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.setenv(key, "testing")
-    with mock_aws():
-        yield boto3.client("ec2", region_name="us-east-1")
 
 
 def build(doc: dict[str, Any], lock: Lock = LOCK, api_key: str | None = "k") -> Harness[Fleet]:

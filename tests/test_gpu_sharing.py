@@ -16,11 +16,11 @@ import pulumi
 import pytest
 import yaml
 
-from components.gpu_sharing import MIG_CONFIG_KEY, MIG_CONFIG_LABEL, MIG_CONFIG_NAME
 from tests.mocks import SINGLE_GPU, TP4, Harness, Registered, program, stack_doc, unwrap_secrets
 from tests.sharing_fixtures import NODE, POOL, QWEN05, QWEN3_8B, TEN_SMALL, WHOLE_TP2, mig_settings
 from tkf_infra.config import validate_catalog
 from tkf_infra.hub.lock import load_lock
+from tkf_infra.names import MIG_CONFIG_KEY, MIG_CONFIG_LABEL, MIG_CONFIG_NAME
 from tkf_infra.plan import Stage, plan_fleet
 
 LOCK = load_lock()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import struct
 import threading
 from collections.abc import Iterator
@@ -13,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.ports import refused_port
 from tkf_infra.hub.client import HubError, fetch_adapter_facts, fetch_facts
 from tkf_infra.hub.lock import LockMissError, load_lock, lock_command, refresh_adapters, resolve_facts
 from tkf_infra.sizing.facts import ModelFacts
@@ -193,25 +193,23 @@ def test_gated_repo_says_to_set_token(hub: str, tmp_path: Path) -> None:
     assert facts.gated is True
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
+@pytest.fixture
+def unreachable_hub() -> Iterator[str]:
+    """An endpoint where every connection is refused for the whole test (tests/ports.py)."""
+    with refused_port() as port:
+        yield f"http://127.0.0.1:{port}"
 
 
-def test_unreachable_hub_without_lock_entry_says_run_lock(tmp_path: Path) -> None:
-    endpoint = f"http://127.0.0.1:{_free_port()}"
+def test_unreachable_hub_without_lock_entry_says_run_lock(tmp_path: Path, unreachable_hub: str) -> None:
     empty = load_lock(tmp_path / "none.json")
     with pytest.raises(LockMissError, match="python -m tkf_infra lock org/tiny@"):
-        resolve_facts("org/tiny", SHA, lock=empty, endpoint=endpoint)
+        resolve_facts("org/tiny", SHA, lock=empty, endpoint=unreachable_hub)
 
 
-def test_unreachable_hub_with_lock_entry_answers_offline(tmp_path: Path) -> None:
-    endpoint = f"http://127.0.0.1:{_free_port()}"
+def test_unreachable_hub_with_lock_entry_answers_offline(tmp_path: Path, unreachable_hub: str) -> None:
     lock = load_lock(tmp_path / "none.json")
     lock.put(ModelFacts(repo="org/tiny", revision=SHA, config=CONFIG))
-    assert resolve_facts("org/tiny", SHA, lock=lock, endpoint=endpoint).config == CONFIG
+    assert resolve_facts("org/tiny", SHA, lock=lock, endpoint=unreachable_hub).config == CONFIG
 
 
 def test_lock_command_writes_entry_and_reports_failures(hub: str, tmp_path: Path) -> None:

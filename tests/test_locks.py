@@ -20,6 +20,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from tests.aws import AWS_ENV, REGION
 from tkf_infra.ops import locks
 
 PROJECT, STACK = "tkf-infra", "prod"
@@ -99,10 +100,10 @@ def test_only_this_stacks_locks_are_read(tmp_path: Path) -> None:
 
 
 def test_s3_locks_under_a_bucket_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.setenv(key, "testing")
+    for key, value in AWS_ENV.items():
+        monkeypatch.setenv(key, value)
     with mock_aws():
-        s3 = boto3.client("s3", region_name="us-east-1")
+        s3 = boto3.client("s3", region_name=REGION)
         s3.create_bucket(Bucket="state")
         key = f"team-a/{locks.LOCK_DIR}/{PROJECT}/{STACK}/c3.json"
         s3.put_object(Bucket="state", Key=key, Body=json.dumps(
@@ -124,7 +125,7 @@ def test_backends_whose_locks_cannot_be_read_are_named() -> None:
 def test_the_engines_own_refusals_become_one_line_each(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
     """The engine's messages as the pinned engine prints them (lock.go:87-106; the passphrase
     manager; gocloud's blob errors), mapped to the operator's one line and exit code."""
-    from tkf_infra.ops.exit_codes import ExitCode
+    from tkf_infra.exit_codes import ExitCode
     from tkf_infra.ops.stacks import engine_error
 
     project = tmp_path / "project"

@@ -24,8 +24,9 @@ from components import metrics_proxy, pod_meta
 from components import vllm_args as va
 from tests.mocks import CPU, MULTI_NODE, SINGLE_GPU, program, stack_doc
 from tests.vllm.pod import localize_sidecar, project_config_maps, sidecar_command
-from tests.vllm.server import free_port, start_service
-from tkf_infra.live import vllm_metrics as vm
+from tests.vllm.server import start_service
+from tkf_infra import vllm_metrics as vm
+from tkf_infra.live.kv_cache import KvObservation
 from tkf_infra.names import FLEET_FACTS_CONFIGMAP, METRICS_PORT, SERVING_PORT
 
 PROBES = ("startupProbe", "livenessProbe", "readinessProbe")
@@ -154,14 +155,13 @@ def upstream() -> Iterator[ThreadingHTTPServer]:
 
 def _run_sidecar(upstream_port: int, workdir: Path) -> Any:
     """The rendered sidecar, as tests/vllm/pod.py starts it (its ConfigMap projected under ``workdir``), with
-    this host's python and free ports substituted (nothing else)."""
+    this host's python, port 0 to listen on and the upstream's port substituted (nothing else)."""
     manifests = rendered("vllm")
     workload = next(name for kind, name in manifests if kind == "Deployment")
     files = project_config_maps(manifests, workload, workdir / "volumes")
-    port = free_port()
-    argv = localize_sidecar(sidecar_command(manifests, workload), port=port, upstream_port=upstream_port, files=files)
+    argv = localize_sidecar(sidecar_command(manifests, workload), port=0, upstream_port=upstream_port, files=files)
     assert argv[0] == "python3" and Path(argv[1]).read_text() == Path(metrics_proxy.__file__).read_text()
-    return start_service("metrics", [sys.executable, *argv[1:]], {}, port=port, health_path="/metrics",
+    return start_service("metrics", [sys.executable, *argv[1:]], {}, port=None, health_path="/metrics",
                          workdir=workdir, check_shm=False)
 
 
@@ -225,11 +225,11 @@ CACHE_INFO = ('vllm:cache_config_info{block_size="16",cache_dtype="auto",engine=
 
 @pytest.mark.parametrize(("tokens", "blocks"), [("8736", "546"), ("None", "546"), ("None", "None")])
 def test_the_sidecar_reads_vllms_kv_tokens_as_status_does(tokens: str, blocks: str) -> None:
-    """The sidecar (standard library, in the pod) and `status` (tkf_infra/live/vllm_metrics.py) read the same
+    """The sidecar (standard library, in the pod) and `status` (tkf_infra/live/kv_cache.py) read the same
     label set to the same number: vLLM's own figure, else blocks × block size, else none."""
     line = CACHE_INFO % (tokens, blocks)
     (labels,) = metrics_proxy.cache_config_labels(f"# TYPE vllm:cache_config_info gauge\n{line}\n")
-    observation = vm.KvObservation(model_name="m", namespace="", instance="", engine="0", labels=labels)
+    observation = KvObservation(model_name="m", namespace="", instance="", engine="0", labels=labels)
     assert metrics_proxy.kv_tokens(labels) == observation.tokens
     assert metrics_proxy.MODEL_NAME_LABEL == vm.MODEL_LABEL and metrics_proxy.ENGINE_LABEL == vm.ENGINE
 

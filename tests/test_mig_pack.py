@@ -69,8 +69,9 @@ def _only(n: int) -> Callable[[int], bool]:
     return lambda m: m == n
 
 
-def reference_pack(order: Sequence[Demand], keys: list[Key], rooms: Sequence[tuple[int, int]] | None = None
-                   ) -> tuple[dict[Key, str], Held, dict[str, int], dict[str, list[tuple[int, int, bool]]]]:
+def reference_pack(  # noqa: C901 - the packer before issue 28's speed-up, kept whole as the reference it is
+        order: Sequence[Demand], keys: list[Key], rooms: Sequence[tuple[int, int]] | None = None
+        ) -> tuple[dict[Key, str], Held, dict[str, int], dict[str, list[tuple[int, int, bool]]]]:
     """First fit from scratch, every GPU searched for every instance (the packer before issue 28's speed-up)."""
     whole: dict[Key, str] = {}
     held: Held = {}

@@ -20,9 +20,8 @@ from components import alert_rules, fleet_dashboard, fleet_queries, metrics_prox
 from components.fleet_facts import fleet_facts
 from components.observability import RULE_FILE_KEY, VLLM_DASHBOARDS, VLLM_DASHBOARDS_DIR
 from tests.mocks import CPU, SINGLE_GPU, TP4, program, stack_doc
-from tkf_infra import names
+from tkf_infra import gateway_metrics, names, vllm_metrics
 from tkf_infra.config import SettingsError, validate_catalog
-from tkf_infra.live import gateway_metrics, vllm_metrics
 
 DASHBOARDS = Path(VLLM_DASHBOARDS_DIR).parent
 
@@ -141,8 +140,8 @@ def test_every_alert_fires_on_its_signal_and_has_a_runbook() -> None:
 
 def test_fleet_facts_are_the_plans_figures() -> None:
     from tkf_infra.hub.lock import load_lock
-    from tkf_infra.outputs import pool_headroom
     from tkf_infra.plan import plan_fleet
+    from tkf_infra.plan.headroom import pool_headroom
 
     doc = stack_doc(SINGLE_GPU, TP4, CPU)
     plan = plan_fleet(validate_catalog(doc), lock=load_lock())

@@ -119,7 +119,7 @@ def test_pool_headroom_shows_both_ends_and_the_overcommit(monkeypatch: pytest.Mo
 
 
 def test_pool_headroom_counts_shares_by_replica_not_as_whole_gpus() -> None:
-    from tkf_infra.outputs import pool_headroom
+    from tkf_infra.plan.headroom import pool_headroom
 
     small = {"name": "q05", **QWEN05, "servedName": "q05", "maxModelLen": 4096, "gpuShare": "mig:1g.10gb",
              "scaling": {"minReplicas": 2, "maxReplicas": 9}}

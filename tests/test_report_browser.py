@@ -71,7 +71,8 @@ def browser_page(report: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 def _expected() -> dict[str, Any]:
     from tkf_infra.ops.report import offline_plan
-    from tkf_infra.outputs import endpoints_output, pool_headroom
+    from tkf_infra.outputs import endpoints_output
+    from tkf_infra.plan.headroom import pool_headroom
 
     plan, _ = offline_plan("prod")
     return {"endpoints": endpoints_output(plan), "headroom": pool_headroom(plan)}

@@ -15,7 +15,7 @@ import yaml
 
 from tests.mocks import CPU, SINGLE_GPU, program, prune_nulls, stack_doc, unwrap_secrets
 from tests.test_crd_schemas import K8S_VERSION, crd_validator, pruned_fields
-from tkf_infra.live import vllm_metrics as vm
+from tkf_infra import vllm_metrics as vm
 
 KEDA_CRD = Path(__file__).resolve().parent / "data" / "crds" / "keda.sh_scaledobjects-v2.18.0.yaml"
 PROM = "http://prometheus.monitoring.svc:9090"
@@ -170,8 +170,8 @@ def test_scale_to_zero_on_vllm_wakes_on_the_gateways_requests_and_publishes_its_
     """At zero no vLLM exists to count anything: a second trigger reads the gateway's request counter for the
     model's served name (regex-safe), KEDA's cooldownPeriod is the catalog's cool-down, and the published cold
     start grows with the stack's scrape interval."""
-    from tkf_infra.live import gateway_metrics as gm
-    from tkf_infra.live.gateway_metrics import retries_spanning
+    from tkf_infra import gateway_metrics as gm
+    from tkf_infra.gateway_metrics import retries_spanning
 
     zero = dict(SINGLE_GPU, servedName="qwen3.8b", scaling={"minReplicas": 0, "maxReplicas": 3,
                                                             "cooldownSeconds": 600, "pollingSeconds": 20})
@@ -211,7 +211,7 @@ def test_scale_to_zero_on_vllm_wakes_on_the_gateways_requests_and_publishes_its_
 
 def test_the_retries_span_litellms_backoff() -> None:
     """LiteLLM's retry i sleeps min(0.5 x 2^i, 8) s (plus jitter): the count is the fewest whose sleeps cover."""
-    from tkf_infra.live.gateway_metrics import retries_spanning
+    from tkf_infra.gateway_metrics import retries_spanning
 
     def slept(n: int) -> float:
         return float(sum(min(0.5 * 2.0 ** i, 8.0) for i in range(n)))
@@ -222,7 +222,7 @@ def test_the_retries_span_litellms_backoff() -> None:
 
 
 def test_the_gateway_config_turns_on_the_metrics_that_wake_a_model_at_zero() -> None:
-    from tkf_infra.live.gateway_metrics import gateway_settings
+    from tkf_infra.gateway_metrics import gateway_settings
 
     assert gateway_settings({"a": {"scaling": {"minReplicas": 0}}, "b": {}}) == {
         "litellm_settings": {"callbacks": ["prometheus"]}}

@@ -6,8 +6,8 @@ import json
 
 from typer.testing import CliRunner
 
+from tkf_infra.exit_codes import ExitCode
 from tkf_infra.ops.cli import app
-from tkf_infra.ops.exit_codes import ExitCode
 
 QWEN05 = "Qwen/Qwen2.5-0.5B-Instruct@7ae557604adf67be50417f59c2c2f167def9a775"
 LLAMA70 = "meta-llama/Llama-3.3-70B-Instruct@6f6073b423013f6a7d4d9f39144961bfbfbc386b"

@@ -12,9 +12,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from tkf_infra.exit_codes import ExitCode
 from tkf_infra.hub.lock import load_lock
 from tkf_infra.ops.cli import app
-from tkf_infra.ops.exit_codes import ExitCode
 from tkf_infra.plan.share import context_gib, slice_fit, slice_utilization
 from tkf_infra.sizing.contract import FitInputs, evaluate
 from tkf_infra.sizing.estimate import estimate

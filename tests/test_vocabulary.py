@@ -16,13 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
-from components import pod_meta
 from components.prerequisites import PIPELINE_PARALLEL_PRESET_FILE
 from policy.guardrails.objects import K8sObject
 from tests.mocks import CPU, MULTI_NODE, SINGLE_GPU, TP4, Harness, Registered, program, stack_doc
 from tests.sharing_fixtures import QWEN05, mig_settings
 from tkf_infra import names, outputs
-from tkf_infra.config import ModelEntry
 from tkf_infra.ops import policy_report, summary
 
 ROOT = names.PROJECT_ROOT
@@ -184,17 +182,6 @@ def test_the_summary_reads_left_out_models_from_the_rejected_output() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def test_vllm_pod_labels_are_the_shared_keys() -> None:
-    """components/pod_meta.labels still spells its keys (another change owns that file): same strings."""
-    entry = ModelEntry.model_validate(SINGLE_GPU)
-    assert pod_meta.labels(entry) == {
-        names.NAME_LABEL: "vllm", names.INSTANCE_LABEL: entry.name, names.COMPONENT_LABEL: names.MODEL_SERVER,
-        names.PART_OF_LABEL: names.PART_OF, names.MANAGED_BY_LABEL: "pulumi",
-        names.MODEL_LABEL: entry.name, names.REVISION_KEY: entry.revision[:12],
-    }
-    assert pod_meta.PART_OF == names.PART_OF
-
-
 def test_the_guardrails_read_the_labels_the_components_write(fleet: tuple[Harness[Any], ComponentOutputs]) -> None:
     h, _ = fleet
     objs = [K8sObject(type=r.type, props=r.manifest() if r.type.startswith("kubernetes:") else r.inputs, urn=r.urn)
@@ -213,12 +200,13 @@ def test_the_guardrails_read_the_labels_the_components_write(fleet: tuple[Harnes
 #: Files that still spell a shared name, and why (each should move to tkf_infra/names.py when free).
 SPELLED_ELSEWHERE = {
     "tkf_infra/names.py": "the one place",
-    "components/pod_meta.py": "labels(), PART_OF and API_KEYS_ANNOTATION: owned by another change right now",
     "tkf_infra/sizing/contract.py": "`tkf.io/fit-*`: sizing imports nothing outside sizing",
+    "tkf_infra/sizing/mig.py": "`nvidia.com/mig-<profile>`: sizing imports nothing outside sizing",
     "examples/gateway/__main__.py": "copied into the gateway's own project: imports nothing of ours",
 }
 SHARED = re.compile(r"[\"'](?:tkf\.io/|app\.kubernetes\.io/|tkf:(?:serving|platform):|"
-                    r"kserve-config-llm-worker-pipeline-parallel[\"'])")
+                    r"kserve-config-llm-worker-pipeline-parallel[\"'])|name: nvidia\.com/|"
+                    r"[\"']nvidia\.com/(?:gpu|mig)")
 
 
 def test_no_other_file_spells_a_shared_name() -> None:

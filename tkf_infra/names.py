@@ -110,13 +110,40 @@ PART_OF_LABEL = "app.kubernetes.io/part-of"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 #: `app.kubernetes.io/part-of` of everything tkf-infra creates.
 PART_OF = "tkf-infra"
+#: `app.kubernetes.io/managed-by` of the objects tkf-infra labels itself.
+MANAGED_BY = "pulumi"
+#: `app.kubernetes.io/name` of the serving pods.
+SERVER_NAME = "vllm"
 MODEL_SERVER = "model-server"
 WEIGHT_CACHE_COMPONENT = "weight-cache"
+#: Pod-template annotation: digest of the accepted key set (``ApiKeys.accepted_digest``), so pods roll
+#: when the set changes and only then. Never the key: a slow salted hash (tkf_infra/config/api_keys.py).
+API_KEYS_ANNOTATION = "tkf.io/api-keys-scrypt"
 
 #: Name of the pipeline-parallel preset ServingPrerequisites installs (KServe references, but does
 #: not ship, ``config-llm-worker-pipeline-parallel``; its well-known prefix is ``kserve-``). The
 #: document itself is components/data/pipeline-parallel-preset.yaml (a test pins its name to this).
 PIPELINE_PARALLEL_PRESET = "kserve-config-llm-worker-pipeline-parallel"
+
+# ---------------------------------------------------------------------------------------------
+# NVIDIA's names (the device plugin, GPU feature discovery, mig-manager): written by the plan and the
+# components, read by the admission checks and policy/guardrails/
+# ---------------------------------------------------------------------------------------------
+
+#: The device plugin's whole-GPU extended resource; on a time-sliced node one unit is one replica of a GPU.
+GPU_RESOURCE = "nvidia.com/gpu"
+#: A MIG slice under the GPU Operator's mixed strategy: `nvidia.com/mig-1g.10gb`.
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+#: The taint tkf-infra's GPU pools carry (only pods that ask for GPUs tolerate it).
+GPU_TAINT_KEY = "nvidia.com/gpu"
+#: GPU feature discovery's label of a node's GPU product; GPU pools select on it.
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+#: The custom mig-parted ConfigMap (in the GPU Operator's namespace) and its key, as mig-manager reads it:
+#: components/gpu_sharing.py writes it, the GPU Operator's values name it, the platform contract publishes it.
+MIG_CONFIG_NAME = "tkf-mig-parted-config"
+MIG_CONFIG_KEY = "config.yaml"
+#: The node label mig-manager watches: the name of the mig-parted config to apply to the node.
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 
 # ---------------------------------------------------------------------------------------------
 # The models a policy violation is about (policy/guardrails write it, tkf_infra/ops/policy_report.py

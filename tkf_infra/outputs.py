@@ -124,7 +124,7 @@ def gateway_model_list(catalog: Catalog, deployed: set[str] | None = None,
     """The LiteLLM model list of the deployed entries (all valid entries when `deployed` is None), each
     followed by its LoRA adapters. `cold_starts`: each scale-to-zero model's `coldStartSeconds`; its
     entries get the `num_retries` that hold the request that wakes it (`gateway_metrics.retries_spanning`)."""
-    from tkf_infra.live.gateway_metrics import retries_spanning
+    from tkf_infra.gateway_metrics import retries_spanning
 
     ns = catalog.settings.namespaces.serving
     env = catalog.settings.serving.api_key_env
@@ -201,39 +201,6 @@ def cold_starts(plan: FleetPlan) -> dict[str, int]:
             if m.entry.scaling is not None}
 
 
-def pool_headroom(plan: FleetPlan) -> dict[str, Any]:
-    """`poolHeadroom`: per GPU pool, the whole GPUs the deployed models take with every autoscaler at its
-    minimum and at its maximum, and what is left at each end.
-
-    Why both ends: the plan holds room for the maximum (or, under `serving.overcommit: allow`, the floor
-    of the models named in its warnings), so `atMaximum.free` is what a new model can still count on, and
-    is negative by exactly what the autoscalers may ask beyond the pool; `atMinimum.free` is what a quiet
-    hour leaves idle. Models on part of a GPU (MIG, time-slicing) are counted by `sharedReplicas` only:
-    their room is proven slice by slice in `gpuLayout`, not in whole GPUs.
-    """
-    out: dict[str, Any] = {}
-    for name, pool in sorted(plan.pools.items()):
-        if pool.gpu is None or pool.gpus_per_node == 0:
-            continue
-        total = pool.gpus_per_node * pool.node_count
-        whole = {"atMinimum": 0, "atMaximum": 0}
-        shared = {"atMinimum": 0, "atMaximum": 0}
-        for m in plan.models:
-            if m.pool is None or m.pool.name != name or m.entry.is_cpu:
-                continue
-            s = m.entry.scaling
-            low, high = (s.min_replicas, s.max_replicas) if s is not None else (m.entry.replicas, m.entry.replicas)
-            if m.share is not None:
-                shared["atMinimum"] += low
-                shared["atMaximum"] += high
-            else:
-                whole["atMinimum"] += low * m.entry.gpus
-                whole["atMaximum"] += high * m.entry.gpus
-        out[name] = {"gpus": total, **{end: {"gpus": used, "free": total - used} for end, used in whole.items()},
-                     **({"sharedReplicas": shared} if any(shared.values()) else {})}
-    return out
-
-
 def api_key_rotation(keys: ApiKeys) -> dict[str, Any]:
     """Where the stack is in a key rotation, without any key: the step, how many keys the pods accept,
     and digests to check against (``tkf.io/api-keys-scrypt`` on every pod once it has rolled; the
@@ -260,6 +227,8 @@ def export_outputs(plan: FleetPlan, api_keys: ApiKeys | None = None) -> None:
     nothing. The fit figures are plain values, so a preview already shows them.
     """
     import pulumi
+
+    from tkf_infra.plan.headroom import pool_headroom  # lazily: importing the plan package is the program's cost
 
     catalog = plan.catalog
     cold = cold_starts(plan)

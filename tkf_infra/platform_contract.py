@@ -78,9 +78,7 @@ class PlatformContract(SettingsModel):
 
 def mig_config_name(catalog: Catalog) -> str | None:
     """The mig-parted ConfigMap the platform's GPU Operator reads: set when a pool is MIG (components.gpu_sharing)."""
-    from components.gpu_sharing import MIG_CONFIG_NAME
-
-    return MIG_CONFIG_NAME if any(p.mig for p in catalog.pools) else None
+    return names.MIG_CONFIG_NAME if any(p.mig for p in catalog.pools) else None
 
 
 def publish(catalog: Catalog, env: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,6 +217,41 @@ def kubeconfig_text(catalog: Catalog) -> str | None:
                               "in the stack file (tkf-infra:cluster.kubeconfig)") from None
 
 
+def check_render_dir(catalog: Catalog) -> None:
+    """In render mode, `cluster.renderDir` must be a directory the Kubernetes provider can create and write.
+
+    Why at the edge and at preview: a preview writes nothing there, so a path that is a file or a device (or
+    lies under one), a link to nothing, or a directory this user may not write would fail only the `up`, after
+    the preview said it would go through."""
+    target = catalog.settings.cluster
+    if target.mode != "render":
+        return
+    if problem := render_dir_problem(Path(target.render_dir)):
+        raise pulumi.RunError(f"cluster.renderDir {target.render_dir!r} {problem}; give a directory path this user "
+                              "can write (tkf-infra:cluster.renderDir in the stack file)")
+
+
+def render_dir_problem(path: Path) -> str | None:
+    """Why the provider could not write manifests under ``path`` (None when it can: the directory, or the
+    nearest existing one above it, is a writable directory)."""
+    existing = path
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing = existing.parent
+    where = "is" if existing == path else f"lies under {str(existing)!r}, which is"
+    if not existing.exists():  # lexists but not exists: a symbolic link whose target is gone
+        return f"{where} a link to {os.readlink(existing)!r}, which does not exist"
+    mode = existing.stat().st_mode
+    if not stat.S_ISDIR(mode):
+        return f"{where} {_FILE_KINDS.get(stat.S_IFMT(mode), 'not a directory')}"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"cannot be written: this user may not write in {str(existing)!r}"
+    return None
+
+
+_FILE_KINDS = {stat.S_IFREG: "a file", stat.S_IFCHR: "a character device (like /dev/null)",
+               stat.S_IFBLK: "a block device", stat.S_IFIFO: "a named pipe", stat.S_IFSOCK: "a socket"}
+
+
 def layer_run(edge: Edge) -> LayerRun:
     """Which layer this stack is and the settings it plans with (`tkf_infra.layers`, docs/stacks.md)."""
     from tkf_infra.layer_edge import engine_outputs, prepare, read_env_file
@@ -314,6 +350,7 @@ def deploy(edge: Edge | None = None) -> Any:
         pulumi.log.warn(warning)
     report(fleet_plan)
     kubeconfig = kubeconfig_text(fleet_plan.catalog)
+    check_render_dir(fleet_plan.catalog)
     set_process_state()
     if run.layer == Layer.PLATFORM:
         return deploy_platform(fleet_plan, run, kubeconfig)

@@ -7,7 +7,7 @@ goal, copies them into every step event and writes them into the state. For this
 some 25 frames per resource (the language host, the program, the component constructors), of which
 only the first — the line that constructed the resource — is ever shown (the engine's source
 position, which the SDK derives from that same first frame). Keeping just that frame keeps every
-source position as it was and removes the rest of the work (docs/performance.md, third pass).
+source position as it was and removes the rest of the work (docs/performance.md, "Choices these figures rest on").
 """
 
 from __future__ import annotations

@@ -15,11 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tkf_infra.names import CACHE_MODELS_ANNOTATION, COMPONENT_LABEL, WEIGHT_CACHE_COMPONENT
+from tkf_infra.names import CACHE_MODELS_ANNOTATION, COMPONENT_LABEL, GPU_RESOURCE, WEIGHT_CACHE_COMPONENT
 
 from .base import Guardrail, Violation, owner_fix, violation
 from .objects import (
-    GPU_RESOURCE,
     K8sObject,
     as_int,
     as_map,

@@ -20,12 +20,16 @@ from typing import Any
 
 # The label and annotation keys the components write, from the one module both sides import (it imports
 # only the standard library, so the pack's own virtualenv runs it too).
-from tkf_infra.names import COMPONENT_LABEL, MAX_REPLICAS_ANNOTATION, MODEL_LABEL, MODEL_SERVER, PART_OF, PART_OF_LABEL
-
-#: The extended resource the NVIDIA device plugin advertises.
-GPU_RESOURCE = "nvidia.com/gpu"
-#: A MIG slice under the mixed strategy: `nvidia.com/mig-1g.10gb`.
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+from tkf_infra.names import (
+    COMPONENT_LABEL,
+    GPU_RESOURCE,
+    MAX_REPLICAS_ANNOTATION,
+    MIG_RESOURCE_PREFIX,
+    MODEL_LABEL,
+    MODEL_SERVER,
+    PART_OF,
+    PART_OF_LABEL,
+)
 
 #: Kinds that carry pod templates, and where.
 WORKLOAD_KINDS = frozenset({"Deployment", "LeaderWorkerSet", "LLMInferenceService", "StatefulSet", "DaemonSet",

@@ -16,9 +16,14 @@ from tests.kube.client import KubeClient
 
 
 @pytest.fixture
-def webhooks(tmp_path: Path) -> Webhooks:
-    """The CA and, per chart that registers webhooks, the port and certificate its manager serves them on."""
-    return webhook_servers(tmp_path / "webhooks")
+def webhooks(tmp_path: Path) -> Iterator[Webhooks]:
+    """The CA and, per chart that registers webhooks, the port (reserved for the test) and certificate its
+    manager serves them on."""
+    hooks = webhook_servers(tmp_path / "webhooks")
+    try:
+        yield hooks
+    finally:
+        hooks.release()
 
 
 @pytest.fixture

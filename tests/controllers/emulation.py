@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from components.pod_meta import MODEL_MOUNT
 from components.prerequisites import PIPELINE_PARALLEL_PRESET_FILE
-from tests.apiserver.readback import LLMISVC
 from tests.kube.client import KubeClient
+from tests.kube.platform.readback import LLMISVC
 from tests.vllm.kubelet import server_secrets
 from tests.vllm.pod import PodCommand, kserve_command, kserve_preset
 

@@ -28,7 +28,7 @@ import yaml
 
 from tests.controllers.webhooks import WebhookServer
 from tests.kube.apiserver import tools_bin
-from tests.vllm.server import free_port
+from tests.ports import Reservation, reserve
 from tkf_infra.config.charts import LWS_NAMESPACE
 
 #: The controllers tkf-kube-apiserver runs for this tier: deletion needs the first two; the next four
@@ -52,12 +52,17 @@ def binary(name: str) -> Path:
 
 @dataclass
 class Manager:
-    """One running controller manager: its process, its log, the port its health probe answers on."""
+    """One running controller manager: its process, its log, the port its health probe answers on (reserved
+    until it stops: the manager binds it itself, and a second listener, its webhook, rules out reading it back)."""
 
     name: str
     proc: subprocess.Popen[bytes]
     log: Path
-    probe_port: int
+    probe: Reservation
+
+    @property
+    def probe_port(self) -> int:
+        return self.probe.port
 
     def log_tail(self, chars: int = 4000) -> str:
         return self.log.read_text(errors="replace")[-chars:]
@@ -75,6 +80,12 @@ class Manager:
         raise TimeoutError(f"{self.name} not ready after {timeout:.0f} s:\n{self.log_tail()}")
 
     def stop(self) -> None:
+        try:
+            self._stop()
+        finally:
+            self.probe.release()
+
+    def _stop(self) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGTERM)
         try:
@@ -85,19 +96,19 @@ class Manager:
             self.proc.wait(timeout=10)
 
 
-def _start(name: str, argv: list[str], env: dict[str, str], workdir: Path, probe_port: int) -> Manager:
+def _start(name: str, argv: list[str], env: dict[str, str], workdir: Path, probe: Reservation) -> Manager:
     log = workdir / f"{name}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, env={"PATH": "/usr/bin:/bin", **env}, cwd=workdir, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
-    return Manager(name, proc, log, probe_port)
+    return Manager(name, proc, log, probe)
 
 
 def start_kserve(kubeconfig: Path, workdir: Path, webhook: WebhookServer) -> Manager:
     """KServe's LLMInferenceService manager: reconciler, validators, defaulters, conversion webhooks."""
     workdir.mkdir(parents=True, exist_ok=True)
-    probe = free_port()
-    argv = [str(binary(KSERVE_MANAGER)), "--metrics-addr=0", f"--health-probe-addr=127.0.0.1:{probe}",
+    probe = reserve()
+    argv = [str(binary(KSERVE_MANAGER)), "--metrics-addr=0", f"--health-probe-addr=127.0.0.1:{probe.port}",
             f"--webhook-port={webhook.port}", "--leader-elect=false", "--zap-log-level=info"]
     # cmd/llmisvc has no cert-dir flag: controller-runtime's default, $TMPDIR/k8s-webhook-server/serving-certs.
     env = {"KUBECONFIG": str(kubeconfig), "TMPDIR": str(webhook.tmpdir), "POD_NAMESPACE": KSERVE_NAMESPACE,
@@ -112,13 +123,13 @@ def start_lws(kubeconfig: Path, workdir: Path, webhook: WebhookServer) -> Manage
     internal certificate rotation, which would write a Secret and patch the webhook configurations' caBundle:
     here the harness's certificate and CA stand in, as they do for KServe."""
     workdir.mkdir(parents=True, exist_ok=True)
-    probe = free_port()
+    probe = reserve()
     config = workdir / "lws-config.yaml"
     config.write_text(yaml.safe_dump({
         "apiVersion": "config.lws.x-k8s.io/v1alpha1", "kind": "Configuration",
         "leaderElection": {"leaderElect": False}, "internalCertManagement": {"enable": False},
         "webhook": {"port": webhook.port, "certDir": str(webhook.cert_dir)},
-        "health": {"healthProbeBindAddress": f"127.0.0.1:{probe}"}, "metrics": {"bindAddress": "0"}}))
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{probe.port}"}, "metrics": {"bindAddress": "0"}}))
     argv = [str(binary(LWS_MANAGER)), f"--config={config}", "--zap-log-level=info"]
     env = {"KUBECONFIG": str(kubeconfig), "POD_NAMESPACE": LWS_NAMESPACE, "HOME": str(workdir)}
     return _start(LWS_MANAGER, argv, env, workdir, probe)

@@ -43,16 +43,6 @@ import yaml
 
 from components import metrics_proxy
 from components.model_serving import KSERVE_OWNED_LABELS
-from tests.apiserver.readback import H100_LABELS, LLMISVC, LWS, container
-from tests.apiserver.test_up_against_apiserver import (
-    CPU_MODELS,
-    H100_TAINT,
-    LLAMA_405B,
-    QWEN3_8B,
-    QWEN_72B,
-    cli,
-    target_config,
-)
 from tests.controllers.emulation import assert_emulation_is_kserves, emulated_command
 from tests.controllers.harness import Manager, start_kserve, start_lws
 from tests.controllers.webhooks import (
@@ -65,6 +55,16 @@ from tests.controllers.webhooks import (
 from tests.engine_fixtures import EngineStack
 from tests.kube.apiserver import KubeAPIServer
 from tests.kube.client import KubeAPIError, KubeClient
+from tests.kube.platform.readback import H100_LABELS, LLMISVC, LWS, container
+from tests.kube.platform.test_up_against_apiserver import (
+    CPU_MODELS,
+    H100_TAINT,
+    LLAMA_405B,
+    QWEN3_8B,
+    QWEN_72B,
+    cli,
+    target_config,
+)
 from tests.vllm.argv import fake_vllm, run_recorded, vllm_version
 from tests.vllm.kubelet import pod_process
 from tests.vllm.pod import kubelet_expand, resolve_env

@@ -35,13 +35,13 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.apiserver.test_up_against_apiserver import CPU_MODELS
 from tests.controllers.emulation import assert_emulation_is_kserves, emulated_command
 from tests.controllers.test_reconcile import GENERATION, HOSTILE_TEMPLATE, flag_value, pods_of, reconciled_deploys, wait
 from tests.controllers.webhooks import Webhooks
 from tests.engine_fixtures import EngineStack
 from tests.kube.apiserver import KubeAPIServer
 from tests.kube.client import KubeClient
+from tests.kube.platform.test_up_against_apiserver import CPU_MODELS
 from tests.vllm.install import build_tiny_model, vllm_venv_path
 from tests.vllm.kubelet import pod_process, process_argv, run_pod
 from tests.vllm.metrics import parse_metrics, sample

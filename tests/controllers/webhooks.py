@@ -4,7 +4,9 @@ A chart registers its webhooks by Service reference (``clientConfig.service``) a
 cert-manager's cainjector. The harness stands in for the two things a cluster adds, nothing else:
 
 - the network: ``tkf-kube-apiserver --webhook-service NS/NAME=127.0.0.1:PORT`` resolves each webhook
-  Service to the local manager process that serves it (tools/kube-apiserver/webhooks.go); the TLS server
+  Service to the local manager process that serves it (tools/kube-apiserver/webhooks.go); PORT is
+  reserved (tests/ports.py) from before the API server starts until the test ends, since the manager
+  binds it only later, mid-`up`; the TLS server
   name stays ``NAME.NS.svc``, so the serving certificate the harness signs names exactly that;
 - the cainjector: ``--webhook-ca-file`` makes the server trust the harness's CA for configurations
   without a ``caBundle`` (as controller-runtime's envtest generates a CA and serving certificates).
@@ -38,7 +40,7 @@ from cryptography.x509.oid import NameOID
 
 from components.platform_charts import VENDORED, VENDORED_FOLDERS
 from tests.kube.client import KubeClient
-from tests.vllm.server import free_port
+from tests.ports import Reservation, reserve
 from tkf_infra.config.charts import LWS_NAMESPACE, VENDORED_CHARTS
 
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
@@ -120,6 +122,12 @@ class Webhooks:
 
     ca_file: Path
     servers: dict[str, WebhookServer] = field(default_factory=dict)
+    reservations: list[Reservation] = field(default_factory=list)
+    """The servers' ports, held until :meth:`release`."""
+
+    def release(self) -> None:
+        for held in self.reservations:
+            held.release()
 
     def server_args(self) -> list[str]:
         """tkf-kube-apiserver's flags: admission webhooks on, each Service resolved, the CA trusted."""
@@ -151,7 +159,8 @@ def webhook_servers(workdir: Path) -> Webhooks:
                                  "webhook server per manager: serve each (tests/controllers/webhooks.py)")
         (namespace, service), = services
         certs = workdir / piece / "k8s-webhook-server" / "serving-certs"
-        server = WebhookServer(namespace, service, free_port(), certs)
+        hooks.reservations.append(held := reserve())
+        server = WebhookServer(namespace, service, held.port, certs)
         key = ec.generate_private_key(ec.SECP256R1())
         leaf = (x509.CertificateBuilder().subject_name(_name(server.dns_name)).issuer_name(ca.subject)
                 .public_key(key.public_key()).serial_number(x509.random_serial_number())

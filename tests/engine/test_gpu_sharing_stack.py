@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import yaml
 
-from components.gpu_sharing import MIG_CONFIG_KEY, MIG_CONFIG_LABEL, MIG_CONFIG_NAME
 from tests.engine.test_cli import CliProject
 from tests.engine_fixtures import copy_project, dev_config
 from tests.mig_format import check
 from tests.sharing_fixtures import NODE, POOL, QWEN3_8B, TEN_SMALL, WHOLE_TP2, mig_settings
+from tkf_infra.names import MIG_CONFIG_KEY, MIG_CONFIG_LABEL, MIG_CONFIG_NAME
 from tkf_infra.ops.stacks import DEV_PASSPHRASE
 
 ALL = [*TEN_SMALL, WHOLE_TP2]

@@ -4,7 +4,7 @@ Why here and not under mocks: Chart v4 renders inside the Kubernetes provider, w
 run, and the GPU Operator chart has no values schema — a misspelt values key is silently ignored.
 So every platform option is checked in the objects the chart actually produced: the dev stack's
 render shows one side of each option (its defaults), an inline program of GpuOperator variants the
-other. The same charts are installed into a real API server in tests/apiserver/.
+other. The same charts are installed into a real API server in tests/kube/platform/.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import yaml
 from pulumi import automation as auto
 
 from components.gpu_operator import TIME_SLICING_CONFIG, TIME_SLICING_KEY, GpuOperator, GpuOperatorArgs
-from components.gpu_sharing import MIG_CONFIG_NAME
 from tests.engine_fixtures import EngineStack
 from tkf_infra.config import GpuOperatorSettings
+from tkf_infra.names import MIG_CONFIG_NAME
 from tkf_infra.ops.stacks import DEV_PASSPHRASE, pulumi_home
 
 pytestmark = pytest.mark.engine

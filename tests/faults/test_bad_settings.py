@@ -17,7 +17,7 @@ from tests.engine_fixtures import EngineStack
 from tests.faults.harness import run_cli
 from tests.mocks import CPU, SINGLE_GPU, program, stack_doc
 from tkf_infra.config import SettingsError, validate_catalog
-from tkf_infra.ops.exit_codes import ExitCode
+from tkf_infra.exit_codes import ExitCode
 
 
 def problems_of(doc: dict[str, Any]) -> list[str]:

@@ -27,7 +27,7 @@ from tests.kube.apiserver import KubeAPIServer
 from tests.kube.client import KubeClient
 from tests.kube.jobs import BACKOFF_LIMIT_EXCEEDED, BACKOFF_LIMIT_MESSAGE, complete_job, fail_job
 from tkf_infra import names
-from tkf_infra.ops.exit_codes import ExitCode
+from tkf_infra.exit_codes import ExitCode
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.engine]
 

@@ -36,7 +36,7 @@ from tests.kube.apiserver import KubeAPIServer
 from tests.kube.client import KubeClient
 from tests.kube.jobs import complete_job
 from tkf_infra import names
-from tkf_infra.ops.exit_codes import ExitCode
+from tkf_infra.exit_codes import ExitCode
 from tkf_infra.ops.locks import ENGINE_LOCKED_MARKER
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.engine]

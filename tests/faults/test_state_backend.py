@@ -9,13 +9,12 @@ would have kept.
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Callable, Iterator
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
+from tests.aws import AWS_ENV, S3Server
 from tests.engine_fixtures import EngineStack
 from tests.faults.harness import (
     CPU_MODELS,
@@ -31,36 +30,9 @@ from tests.faults.harness import (
 from tests.kube.apiserver import KubeAPIServer
 from tests.kube.client import KubeClient
 from tests.kube.jobs import complete_job
-from tkf_infra.ops.exit_codes import ExitCode
+from tkf_infra.exit_codes import ExitCode
 
-AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
-           "AWS_DEFAULT_REGION": "us-east-1"}
 BUCKET = "tkf-state"
-
-
-class S3Server:
-    """moto's S3 on a fixed port, which can go away and come back."""
-
-    def __init__(self) -> None:
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        sock.close()
-        self.server: ThreadedMotoServer | None = None
-
-    def start(self) -> None:
-        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
-        self.server.start()
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
-
-    @property
-    def url(self) -> str:
-        return (f"s3://{BUCKET}?endpoint=127.0.0.1:{self.port}&disableSSL=true&s3ForcePathStyle=true"
-                "&region=us-east-1")
 
 
 @pytest.fixture
@@ -72,7 +44,7 @@ def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
     try:
         yield server
     finally:
-        server.stop()
+        server.close()
 
 
 @pytest.mark.apiserver
@@ -82,7 +54,7 @@ def test_the_s3_backend_going_away_mid_up_loses_nothing(
         s3: S3Server) -> None:
     client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{s3.port}")
     client.create_bucket(Bucket=BUCKET)
-    es = make_stack(backend_url=s3.url, extra_env=AWS_ENV)
+    es = make_stack(backend_url=s3.backend_url(BUCKET), extra_env=AWS_ENV)
     model = CPU_MODELS[0]  # one model: every failed state write costs the engine's retries (~85 s)
     ns = aim(es, kube_apiserver, models=[model])
     [job] = download_jobs([model])

@@ -4,7 +4,7 @@ Why a real server: the schemas here are checked offline too (tests/test_scaling_
 the server runs KServe's CEL rules on `spec.scaling` and prunes what its structural schema lacks; the
 read-back shows nothing we render is dropped. KEDA's CRD (v2.18.0, tests/data/crds) stands in for a KEDA
 installation, and no KEDA controller runs here; tkf-infra's own install (`platform.keda`) is
-tests/apiserver/test_keda_on_apiserver.py.
+tests/kube/platform/test_keda_on_apiserver.py.
 """
 
 from __future__ import annotations

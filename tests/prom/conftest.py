@@ -10,8 +10,6 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-import socket
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +21,9 @@ from typing import Any
 
 import httpx
 import pytest
+
+from tests.ports import refused_port
+from tests.vllm.server import Service, start_service
 
 from .metrics_fixtures import DCGM_NODES, MODELS, dcgm_page, vllm_page
 
@@ -134,11 +135,13 @@ def _prometheus_binary() -> str:
     pytest.fail(f"{INSTALL_HINT} (looked for {where})", pytrace=False)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+def run_prometheus(config: Path, workdir: Path) -> Service:
+    """Prometheus on ``config``, ready, on a port it binds itself (``127.0.0.1:0``, read back: tests/ports.py);
+    its TSDB and log under ``workdir``. ``Service.stop`` stops it."""
+    return start_service("prometheus", [_prometheus_binary(), f"--config.file={config}",
+                                        f"--storage.tsdb.path={workdir / 'data'}", "--web.listen-address=127.0.0.1:0",
+                                        "--log.level=warn"],
+                         {}, port=None, health_path="/-/ready", workdir=workdir, check_shm=False)
 
 
 def _config(exporter: FakeExporter, targets: dict[str, str], labels: dict[str, dict[str, str]]) -> str:
@@ -166,7 +169,6 @@ scrape_configs:
 
 @pytest.fixture(scope="session")
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromServer]:
-    binary = _prometheus_binary()
     started = time.monotonic()
     exporter = FakeExporter()
     targets: dict[str, str] = {}
@@ -189,56 +191,23 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromServer]:
     workdir = tmp_path_factory.mktemp("prometheus")
     config = workdir / "prometheus.yml"
     config.write_text(_config(exporter, targets, labels))
-    port = _free_port()
-    log_path = workdir / "prometheus.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={workdir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--log.level=warn",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    url = f"http://127.0.0.1:{port}"
-    server = PromServer(url=url, exporter=exporter, startup_seconds=0.0, targets=targets)
     try:
-        _wait_ready(process, url, log_path)
+        prometheus = run_prometheus(config, workdir)
+    except BaseException:
+        exporter.close()
+        raise
+    server = PromServer(url=prometheus.url, exporter=exporter, startup_seconds=0.0, targets=targets)
+    try:
         # Every target scraped at least twice, so rate() has two points from the first test on.
         server.wait_until("count_over_time(up[1m]) >= 2 and up == 1", lambda r: len(r) == len(targets), timeout=20)
         server.startup_seconds = time.monotonic() - started
         _STARTUP_SECONDS.append(server.startup_seconds)
         yield server
     finally:
-        process.terminate()
         try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        exporter.close()
-
-
-def _wait_ready(process: subprocess.Popen[bytes], url: str, log_path: Path) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(
-                f"prometheus exited with code {process.returncode} before becoming ready:\n"
-                + log_path.read_text()[-2000:],
-                pytrace=False,
-            )
-        try:
-            if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    pytest.fail(f"prometheus at {url} not ready after 20 s:\n" + log_path.read_text()[-2000:], pytrace=False)
+            prometheus.stop()
+        finally:
+            exporter.close()
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
@@ -250,6 +219,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 @pytest.fixture
-def dead_prometheus_url() -> str:
-    """A URL on a port nothing listens on: what a user sees when Prometheus is down."""
-    return f"http://127.0.0.1:{_free_port()}"
+def dead_prometheus_url() -> Iterator[str]:
+    """A URL on a port where connections are refused for the whole test: what a user sees when Prometheus
+    is down."""
+    with refused_port() as port:
+        yield f"http://127.0.0.1:{port}"

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from tkf_infra.config import Catalog, validate_catalog
+from tkf_infra.exit_codes import ExitCode
 from tkf_infra.hub.lock import load_lock
 from tkf_infra.live.calibrate import CASE_KEYS, calibrate_command
-from tkf_infra.ops.exit_codes import ExitCode
 from tkf_infra.outputs import endpoint
 
 from .conftest import PromServer

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.engine_fixtures import copy_project, dev_config
-from tkf_infra.ops.exit_codes import ExitCode
+from tkf_infra.exit_codes import ExitCode
 
 from .conftest import PromServer
 from .metrics_fixtures import DEV_MODEL

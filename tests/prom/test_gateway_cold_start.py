@@ -2,7 +2,7 @@
 until the model answers, instead of failing it.
 
 Why real processes: what holds the request is LiteLLM's own retry of a refused connection, on the
-`num_retries` the model list publishes for a scale-to-zero model (`tkf_infra.live.gateway_metrics
+`num_retries` the model list publishes for a scale-to-zero model (`tkf_infra.gateway_metrics
 .retries_spanning` of its `coldStartSeconds`); a LiteLLM that stopped retrying refused connections, or a
 backoff that changed, fails here. The model's pod is stood in for by a second LiteLLM proxy answering the
 served name with LiteLLM's own `mock_response` (no vLLM in this tier: tests/vllm has the real one), started
@@ -13,7 +13,6 @@ Rides with the real-server tier of tests/prom (the wake signal's test runs LiteL
 from __future__ import annotations
 
 import secrets
-import sys
 import threading
 import time
 from pathlib import Path
@@ -25,9 +24,9 @@ import pytest
 import yaml
 
 from tests.mocks import SINGLE_GPU, program, stack_doc
-from tests.prom.conftest import _free_port
-from tests.vllm.server import Service, start_service
-from tkf_infra.live import gateway_metrics as gm
+from tests.ports import Reservation, reserve
+from tests.vllm.server import Service, start_litellm
+from tkf_infra import gateway_metrics as gm
 
 pytestmark = pytest.mark.prometheus
 
@@ -36,15 +35,12 @@ SERVED = "qwen3.8b"
 LATE_S = 8  # the replica's address opens this long after the request (plus its own start-up)
 
 
-def _proxy(name: str, config: dict[str, Any], workdir: Path, env: dict[str, str]) -> Service:
+def _proxy(name: str, config: dict[str, Any], workdir: Path, env: dict[str, str],
+           port: Reservation | None = None) -> Service:
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "litellm.yaml").write_text(yaml.safe_dump(config))
-    port = int(env.pop("PORT"))
-    litellm = Path(sys.executable).parent / "litellm"
-    return start_service(name, [str(litellm), "--config", str(workdir / "litellm.yaml"), "--host", "127.0.0.1",
-                                "--port", str(port), "--num_workers", "1"],
-                         {"HOME": str(workdir / "home"), "TMPDIR": str(workdir), **env}, port=port,
-                         health_path="/health/liveliness", workdir=workdir, check_shm=False)
+    return start_litellm(name, workdir / "litellm.yaml", {"HOME": str(workdir / "home"), "TMPDIR": str(workdir), **env},
+                         workdir=workdir, port=port)
 
 
 def test_litellms_backoff_is_the_one_the_retries_are_counted_on() -> None:
@@ -65,18 +61,19 @@ def test_the_gateway_holds_a_woken_models_first_request_until_a_replica_answers(
     retries = entry["litellm_params"]["num_retries"]
     assert retries == gm.retries_spanning(cold) and retries > gm.retries_spanning(cold / 2)
 
-    replica_port = _free_port()
-    entry["litellm_params"]["api_base"] = f"http://127.0.0.1:{replica_port}/v1"  # the Service, no endpoint yet
+    # The Service, no endpoint yet: a port nobody may take before the replica starts on it (tests/ports.py).
+    replica_port = reserve()
+    entry["litellm_params"]["api_base"] = f"http://127.0.0.1:{replica_port.port}/v1"
     key, master = "sk-" + secrets.token_hex(8), "sk-" + secrets.token_hex(8)
     gateway = _proxy("gateway", {"model_list": [entry]}, tmp_path / "gateway",
-                     {"PORT": str(_free_port()), "TKF_VLLM_API_KEY": key, "LITELLM_MASTER_KEY": master})
+                     {"TKF_VLLM_API_KEY": key, "LITELLM_MASTER_KEY": master})
     replica: list[Service] = []
 
     def become_ready() -> None:
         time.sleep(LATE_S)
         replica.append(_proxy("replica", {"model_list": [{"model_name": SERVED, "litellm_params": {
             "model": f"openai/{SERVED}", "api_key": "unused", "mock_response": "ready"}}]},
-            tmp_path / "replica", {"PORT": str(replica_port), "LITELLM_MASTER_KEY": key}))
+            tmp_path / "replica", {"LITELLM_MASTER_KEY": key}, replica_port))
 
     opener = threading.Thread(target=become_ready, daemon=True)
     try:
@@ -94,3 +91,4 @@ def test_the_gateway_holds_a_woken_models_first_request_until_a_replica_answers(
         opener.join(timeout=120)
         for s in (*replica, gateway):
             s.stop(check_shm=False)
+        replica_port.release()

@@ -11,11 +11,8 @@ port nothing listens on (a model at zero has no pod behind its Service), and no 
 from __future__ import annotations
 
 import secrets
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,9 +22,10 @@ import yaml
 
 from components.autoscaling import WAKE_TRIGGER
 from tests.mocks import SINGLE_GPU, program, prune_nulls, stack_doc, unwrap_secrets
-from tests.prom.conftest import _free_port, _prometheus_binary, _wait_ready
-from tests.vllm.server import Service, start_service
-from tkf_infra.live.gateway_metrics import gateway_settings
+from tests.ports import refused_port
+from tests.prom.conftest import run_prometheus
+from tests.vllm.server import Service, start_litellm
+from tkf_infra.gateway_metrics import gateway_settings
 
 pytestmark = pytest.mark.prometheus
 
@@ -62,7 +60,13 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service,
         monkeypatch.undo()
     config = {"model_list": outs["gatewayModelList"], **gateway_settings(outs["endpoints"])}
     assert config.get("litellm_settings") == {"callbacks": ["prometheus"]}, "gateway-config turns the series on"
-    nobody = f"http://127.0.0.1:{_free_port()}/v1"
+    with refused_port() as nobody_port:
+        yield from _gateway_on(config, f"http://127.0.0.1:{nobody_port}/v1", tmp_path_factory, queries)
+
+
+def _gateway_on(config: dict[str, Any], nobody: str, tmp_path_factory: pytest.TempPathFactory,
+                queries: dict[str, str]) -> Iterator[tuple[Service, str, dict[str, str]]]:
+    """The gateway on ``config``, every model's api_base on ``nobody`` (a port that refuses connections)."""
     for m in config["model_list"]:
         m["litellm_params"]["api_base"] = nobody
         # The retries that hold a woken model's first request (tests/prom/test_gateway_cold_start.py) would
@@ -71,13 +75,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service,
     workdir = tmp_path_factory.mktemp("gateway")
     (workdir / "litellm.yaml").write_text(yaml.safe_dump(config))
     master_key = "sk-" + secrets.token_hex(16)
-    port = _free_port()
     env = {"TKF_VLLM_API_KEY": "unused", "LITELLM_MASTER_KEY": master_key, "HOME": str(workdir / "home"),
            "TMPDIR": str(workdir)}
-    litellm = Path(sys.executable).parent / "litellm"
-    service = start_service("litellm", [str(litellm), "--config", str(workdir / "litellm.yaml"), "--host",
-                                        "127.0.0.1", "--port", str(port), "--num_workers", "1"],
-                            env, port=port, health_path="/health/liveliness", workdir=workdir, check_shm=False)
+    service = start_litellm("litellm", workdir / "litellm.yaml", env, workdir=workdir)
     try:
         yield service, master_key, queries
     finally:
@@ -100,20 +100,12 @@ scrape_configs:
       - targets: ['127.0.0.1:{service.port}']
         labels: {{namespace: '{GATEWAY_NS}'}}
 """)
-    port = _free_port()
-    log = workdir / "prometheus.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen([_prometheus_binary(), f"--config.file={workdir / 'prometheus.yml'}",
-                                    f"--storage.tsdb.path={workdir / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
-                                    "--log.level=warn"], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+    server = run_prometheus(workdir / "prometheus.yml", workdir)
     try:
-        _wait_ready(process, url, log)
-        _until(url, 'up{job="gateway"} == 1', lambda v: v == 1.0, 30)
-        yield url
+        _until(server.url, 'up{job="gateway"} == 1', lambda v: v == 1.0, 30)
+        yield server.url
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        server.stop()
 
 
 def _value(url: str, promql: str) -> float | None:

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from tkf_infra.live.status import KV_DEVIATION_LIMIT
+from tkf_infra.exit_codes import ExitCode
 from tkf_infra.live.status_view import status_command
-from tkf_infra.ops.exit_codes import ExitCode
+from tkf_infra.sizing.contract import KV_DEVIATION_LIMIT
 
 from .conftest import PromServer
 from .metrics_fixtures import MODELS, UNSCRAPED_ENDPOINT, FakeModel

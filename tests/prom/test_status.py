@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from tkf_infra.exit_codes import ExitCode
 from tkf_infra.live.status_view import status_command
-from tkf_infra.ops.exit_codes import ExitCode
 
 from .conftest import PromServer
 from .metrics_fixtures import (

@@ -34,7 +34,7 @@ from tests.vllm.pod import (
     project_config_maps,
     sidecar_command,
 )
-from tests.vllm.server import Service, free_port, start_service, start_vllm
+from tests.vllm.server import Service, start_service, start_vllm
 from tests.vllm.stacks import RenderedStack, render_stack
 from tkf_infra import names
 
@@ -133,18 +133,16 @@ def start_pod(stack: RenderedStack, model: str, *, venv: Path, model_dir: Path, 
     workload = names.workload(model)
     vllm = stack.backend == "vllm"
     command = deployment_command(manifests, workload) if vllm else kserve_command(manifests, workload)
-    port = free_port()
-    argv, env = localize(command, model_dir=model_dir, port=port, scratch=scratch)
-    server = start_vllm(argv, env, port=port, api_key=command.env.get("VLLM_API_KEY"), venv=venv, workdir=scratch)
+    argv, env = localize(command, model_dir=model_dir, port=0, scratch=scratch)  # vLLM binds a port of its own
+    server = start_vllm(argv, env, port=None, api_key=command.env.get("VLLM_API_KEY"), venv=venv, workdir=scratch)
     _TIMINGS.append(f"vLLM from the {stack.backend} backend's pod ({model}, {scratch.name}) ready in "
                     f"{server.started_in_s:.1f} s")
     try:
         sidecar = sidecar_command(manifests, workload)
-        metrics_port = free_port()
         files = project_config_maps(manifests, workload, scratch / "metrics-volumes")
-        metrics = start_service("metrics", localize_sidecar(sidecar, port=metrics_port, upstream_port=port,
+        metrics = start_service("metrics", localize_sidecar(sidecar, port=0, upstream_port=server.port,
                                                             files=files),
-                                sidecar.env, port=metrics_port, health_path="/metrics", workdir=scratch / "metrics",
+                                sidecar.env, port=None, health_path="/metrics", workdir=scratch / "metrics",
                                 path=f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin", check_shm=False)
     except BaseException:
         server.stop()

@@ -9,7 +9,6 @@ output, so a wrong prefix, key reference or price fails.
 from __future__ import annotations
 
 import secrets
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ import httpx
 import yaml
 
 from tests.vllm.conftest import RunningPod
-from tests.vllm.server import Service, free_port, start_service
+from tests.vllm.server import Service, start_litellm
 
 
 @dataclass
@@ -55,11 +54,7 @@ def run_gateway(pod: RunningPod, workdir: Path, *, api_base: str | None = None,
         "HOME": str(workdir / "home"),
         "TMPDIR": str(workdir),
     }
-    port = free_port()
-    litellm = Path(sys.executable).parent / "litellm"
-    service = start_service("litellm", [str(litellm), "--config", str(workdir / "litellm.yaml"), "--host",
-                                        "127.0.0.1", "--port", str(port), "--num_workers", "1"],
-                            env, port=port, health_path="/health/liveliness", workdir=workdir)
+    service = start_litellm("litellm", workdir / "litellm.yaml", env, workdir=workdir)
     try:
         yield Gateway(service, master_key, config)
     finally:

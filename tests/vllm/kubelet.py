@@ -16,8 +16,9 @@ What the kubelet does to the container, and what is done here:
 
 The only substitutions (tests/vllm/pod.py ``localize``, each counted, each exactly once): the model
 path ``/mnt/models`` after ``serve`` becomes the tests' tiny model directory, the ``--port`` of the
-probes a free port; the pod's emptyDir mounts become fresh directories (``TMPDIR`` for ``/tmp``); and
-``HOST_ENV`` (tests/vllm/server.py says why) is added. Nothing else of the pod spec is changed.
+probes 0, so that vLLM binds a port of its own (tests/ports.py); the pod's emptyDir mounts become fresh
+directories (``TMPDIR`` for ``/tmp``); and ``HOST_ENV`` (tests/vllm/server.py says why) is added.
+Nothing else of the pod spec is changed.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 
 from tests.kube.client import KubeClient
 from tests.vllm.pod import Manifests, PodCommand, _mounts, _probes, kubelet_expand, localize, resolve_env
-from tests.vllm.server import Service, free_port, start_vllm
+from tests.vllm.server import Service, start_vllm
 
 
 def server_secrets(kube: KubeClient, namespace: str, env: list[dict[str, Any]]) -> Manifests:
@@ -64,9 +65,8 @@ def pod_process(kube: KubeClient, namespace: str, pod_spec: Mapping[str, Any], c
 def run_pod(cmd: PodCommand, *, venv: Path, model_dir: Path, workdir: Path) -> Service:
     """Start the container's process with the real vLLM (see the module doc for the substitutions) and
     wait for ``/health``."""
-    port = free_port()
-    argv, env = localize(cmd, model_dir=model_dir, port=port, scratch=workdir)
-    return start_vllm(argv, env, port=port, api_key=cmd.env.get("VLLM_API_KEY"), venv=venv, workdir=workdir)
+    argv, env = localize(cmd, model_dir=model_dir, port=0, scratch=workdir)
+    return start_vllm(argv, env, port=None, api_key=cmd.env.get("VLLM_API_KEY"), venv=venv, workdir=workdir)
 
 
 def process_argv(pid: int) -> list[str]:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.prom.conftest import _prometheus_binary, _wait_ready
+from tests.prom.conftest import run_prometheus
 from tests.vllm.conftest import RunningPod
-from tests.vllm.server import Service, free_port, start_service
+from tests.vllm.server import Service
 
 SCRAPE_INTERVAL_S = 1
 
@@ -32,14 +32,4 @@ scrape_configs:
       - targets: ['{target}']
         labels:{lines}
 """)
-    port = free_port()
-    service = start_service("prometheus", [_prometheus_binary(), f"--config.file={workdir / 'prometheus.yml'}",
-                                           f"--storage.tsdb.path={workdir / 'data'}",
-                                           f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                            {}, port=port, health_path="/-/ready", workdir=workdir)
-    try:
-        _wait_ready(service.process, service.url, service.log)
-    except BaseException:
-        service.stop()
-        raise
-    return service
+    return run_prometheus(workdir / "prometheus.yml", workdir)

@@ -2,7 +2,8 @@
 nothing behind.
 
 The process gets what a container would: its own process group (SIGTERM to the group is what the
-kubelet's stop does to the container's processes), a free port on 127.0.0.1, and fresh directories
+kubelet's stop does to the container's processes), a port on 127.0.0.1 nobody else can take (it binds
+port 0 itself, or is given a reservation: tests/ports.py), and fresh directories
 for the pod's emptyDir mounts (``HOME`` → ``/home``, ``TMPDIR`` → ``/tmp``): ZMQ sockets and torch's
 inductor scratch land there, never in the user's home or the shared /tmp. One exception, like a node's
 warm cache: vLLM's compile cache (``VLLM_CACHE_ROOT``, which holds torch.compile's and inductor's
@@ -17,8 +18,8 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from pathlib import Path
 from typing import NoReturn
 
 import httpx
+
+from tests.ports import Reservation, listening_port
 
 START_TIMEOUT_S = 600  # cold compile on a busy 2-core CI machine; ~100 s measured idle
 STOP_TIMEOUT_S = 60
@@ -45,13 +48,6 @@ NO_TELEMETRY_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 #: Linux for AMX before vLLM 0.32.0's CPU attention uses it (its docstring: vLLM's bug, SIGILL on AMX hosts).
 HOST_ENV = {**NO_TELEMETRY_ENV, "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1",
             "PYTHONPATH": str(Path(__file__).parent / "host_site")}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def port_is_listening(port: int) -> bool:
@@ -113,6 +109,8 @@ class Service:
     started_in_s: float
     shm_before: set[str] | None
     """/dev/shm before the start; None: not checked (a process that cannot create any)."""
+    reservation: Reservation | None = None
+    """The port's reservation when the program was told a port, given back once it has stopped."""
     stopped: bool = False
 
     def headers(self) -> dict[str, str]:
@@ -134,6 +132,13 @@ class Service:
         if self.stopped:
             return
         self.stopped = True
+        try:
+            self._stop(check_shm)
+        finally:
+            if self.reservation is not None:
+                self.reservation.release()
+
+    def _stop(self, check_shm: bool) -> None:
         pgid = self.process.pid  # start_new_session: the leader's pid is the group id
         if self.process.poll() is None:
             os.killpg(pgid, signal.SIGTERM)
@@ -150,16 +155,21 @@ class Service:
         if left:
             os.killpg(pgid, signal.SIGKILL)
             raise AssertionError(f"processes of {self.name}'s group outlived it after SIGTERM: {left}")
-        assert not port_is_listening(self.port), f"something still listens on port {self.port} after {self.name} exited"
+        listening = self.port and port_is_listening(self.port)
+        assert not listening, f"something still listens on port {self.port} after {self.name} exited"
         new = shm_objects() - self.shm_before if self.shm_before is not None and check_shm else set()
         leaked = new - shm_in_use(new)
         assert not leaked, f"{self.name} left shared-memory objects in /dev/shm: {sorted(leaked)}"
 
 
-def start_service(name: str, argv: list[str], env: Mapping[str, str], *, port: int, health_path: str,
-                  workdir: Path, api_key: str | None = None, path: str = "/usr/local/bin:/usr/bin:/bin",
-                  check_shm: bool = True) -> Service:
-    """Start ``argv`` in its own process group with exactly ``env`` (plus PATH) and wait for ``health_path``."""
+def start_service(name: str, argv: list[str], env: Mapping[str, str], *, port: Reservation | None,
+                  health_path: str, workdir: Path, api_key: str | None = None,
+                  path: str = "/usr/local/bin:/usr/bin:/bin", check_shm: bool = True) -> Service:
+    """Start ``argv`` in its own process group with exactly ``env`` (plus PATH) and wait for ``health_path``.
+
+    ``port``: None when ``argv`` has the program bind port 0 (the port it got is read from /proc once it
+    listens: tests/ports.py ``listening_port``); else the reservation of the port ``argv`` names, given back
+    when the service stops."""
     workdir.mkdir(parents=True, exist_ok=True)
     log = workdir / f"{name}.log"
     full_env = {"PATH": path, "LANG": "C.UTF-8", **env}
@@ -168,7 +178,13 @@ def start_service(name: str, argv: list[str], env: Mapping[str, str], *, port: i
     with log.open("wb") as out:
         process = subprocess.Popen(argv, env=full_env, cwd=workdir, stdout=out, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, start_new_session=True)
-    server = Service(name, f"http://127.0.0.1:{port}", port, api_key, process, log, 0.0, shm_before)
+    server = Service(name, "", 0, api_key, process, log, 0.0, shm_before, port)
+    try:
+        server.port = port.port if port is not None else listening_port(process.pid, alive=process,
+                                                                          timeout=START_TIMEOUT_S)
+    except (AssertionError, TimeoutError) as err:
+        _stop_after_failed_start(server, f"{name} did not come to listen on one port: {err}")
+    server.url = f"http://127.0.0.1:{server.port}"
     deadline = started + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -180,7 +196,7 @@ def start_service(name: str, argv: list[str], env: Mapping[str, str], *, port: i
                 return server
         except httpx.HTTPError:
             pass
-        time.sleep(1)
+        time.sleep(0.25)
     _stop_after_failed_start(server, f"{name} did not answer {health_path} within {START_TIMEOUT_S} s")
 
 
@@ -208,8 +224,18 @@ def compile_cache(venv: Path) -> dict[str, str]:
     return {"VLLM_CACHE_ROOT": str(venv.parent / f"{venv.name}-compile-cache")}
 
 
-def start_vllm(argv: list[str], env: Mapping[str, str], *, port: int, api_key: str | None, venv: Path,
+def start_vllm(argv: list[str], env: Mapping[str, str], *, port: Reservation | None, api_key: str | None, venv: Path,
                workdir: Path) -> Service:
     """A pod's command + args (already localized), ``vllm`` found in the vLLM virtualenv as in the image."""
     return start_service("vllm", argv, {**HOST_ENV, **compile_cache(venv), **env}, port=port, health_path="/health",
                          workdir=workdir, api_key=api_key, path=f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin")
+
+
+def start_litellm(name: str, config: Path, env: Mapping[str, str], *, workdir: Path,
+                  port: Reservation | None = None) -> Service:
+    """The LiteLLM proxy (this virtualenv's ``litellm``) on ``config``, one worker, on a port it binds itself
+    (or the reserved ``port``: a server that must appear at an address named beforehand)."""
+    litellm = Path(sys.executable).parent / "litellm"
+    return start_service(name, [str(litellm), "--config", str(config), "--host", "127.0.0.1", "--port",
+                                str(port.port if port else 0), "--num_workers", "1"],
+                         env, port=port, health_path="/health/liveliness", workdir=workdir, check_shm=False)

@@ -29,7 +29,7 @@ from tests.vllm.gateway import run_gateway
 from tests.vllm.scrape import start_prometheus
 from tests.vllm.stacks import PRICES, RenderedStack, priced_catalog, render_stack
 from tkf_infra import names
-from tkf_infra.ops.exit_codes import ExitCode
+from tkf_infra.exit_codes import ExitCode
 from tkf_infra.sizing.adapter_facts import AdapterFacts
 
 HERE = Path(__file__).parent

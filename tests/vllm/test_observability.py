@@ -36,11 +36,11 @@ import pytest
 from components import alert_rules, fleet_dashboard, fleet_queries
 from components import metrics_proxy as mp
 from components.observability import VLLM_DASHBOARDS, VLLM_DASHBOARDS_DIR
-from tests.prom.conftest import _prometheus_binary, _wait_ready
+from tests.prom.conftest import run_prometheus
 from tests.vllm.conftest import TOOL_MODEL, PodServers, RunningPod
 from tests.vllm.gateway import run_gateway
 from tests.vllm.pod import load_manifests, localize_sidecar, project_config_maps, sidecar_command
-from tests.vllm.server import Service, free_port, start_service
+from tests.vllm.server import Service, start_service
 from tkf_infra import names
 
 #: The scrape timeout (one less) is above the sidecar's upstream timeout (5 s): a stopped vLLM must read as
@@ -56,12 +56,11 @@ def _start_sidecar(pod: RunningPod, workdir: Path, venv: Path) -> tuple[Service,
     manifests = load_manifests(pod.stack.render_dir)
     workload = names.workload(pod.model)
     files = project_config_maps(manifests, workload, workdir / "volumes")
-    port = free_port()
-    argv = localize_sidecar(sidecar_command(manifests, workload), port=port, upstream_port=pod.server.port,
+    argv = localize_sidecar(sidecar_command(manifests, workload), port=0, upstream_port=pod.server.port,
                             files=files)
     facts = Path(argv[argv.index("--facts") + 1])
     assert facts.exists(), "the rendered facts ConfigMap is what the sidecar reads"
-    service = start_service("metrics-observability", argv, {}, port=port, health_path="/metrics", workdir=workdir,
+    service = start_service("metrics-observability", argv, {}, port=None, health_path="/metrics", workdir=workdir,
                             path=f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin", check_shm=False)  # the image's python3
     return service, facts
 
@@ -86,17 +85,7 @@ scrape_configs:
       - targets: ['127.0.0.1:{gateway.service.port}']
         labels: {{namespace: 'llm-gateway'}}
 """)
-    port = free_port()
-    service = start_service("prometheus", [_prometheus_binary(), f"--config.file={workdir / 'prometheus.yml'}",
-                                           f"--storage.tsdb.path={workdir / 'data'}",
-                                           f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                            {}, port=port, health_path="/-/ready", workdir=workdir, check_shm=False)
-    try:
-        _wait_ready(service.process, service.url, service.log)
-    except BaseException:
-        service.stop()
-        raise
-    return service
+    return run_prometheus(workdir / "prometheus.yml", workdir)
 
 
 @pytest.fixture(scope="module")

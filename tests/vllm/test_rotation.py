@@ -34,7 +34,6 @@ import httpx
 import pytest
 
 from components.fleet import API_KEY_SECRET
-from components.pod_meta import API_KEYS_ANNOTATION, MODEL_MOUNT
 from components.vllm_args import API_KEY_ENV, API_KEY_EXTRA_ENV, lws_command
 from tests.vllm.argv import run_recorded
 from tests.vllm.conftest import TOOL_MODEL, PodServers, RunningPod, Stacks
@@ -46,7 +45,7 @@ from tests.vllm.stacks import RenderedStack, apply_step, render_stack, snapshot
 from tkf_infra.config.api_keys import keys_digest
 from tkf_infra.config.reader import read_stack_file
 from tkf_infra.config.validate import validate_catalog
-from tkf_infra.names import workload
+from tkf_infra.names import API_KEYS_ANNOTATION, MODEL_MOUNT, workload
 
 ROOT = Path(__file__).resolve().parents[2]
 NEW_KEY = "sk-rotated-" + secrets.token_hex(16)

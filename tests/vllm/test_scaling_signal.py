@@ -11,9 +11,9 @@ import pytest
 from components.autoscaling import METRIC_SERIES, signal_query
 from tests.vllm.conftest import TOOL_MODEL, PodServers
 from tests.vllm.metrics import parse_metrics, sample
+from tkf_infra import vllm_metrics as vm
 from tkf_infra.config import validate_catalog
 from tkf_infra.config.scaling import ScalingMetric
-from tkf_infra.live import vllm_metrics as vm
 
 
 @pytest.mark.parametrize("metric", list(ScalingMetric))

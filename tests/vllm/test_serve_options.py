@@ -66,3 +66,21 @@ def test_each_refused_spelling_sets_the_owned_dest_in_vllms_parser(vllm_venv: Pa
         assert got["stage"] != "parse", (key, got)
         if value is not None and got["ok"]:
             assert got["values"][dest] == value, (key, got)
+
+
+def test_the_words_refused_as_no_option_are_the_ones_vllms_parser_refuses(vllm_venv: Path, tier_dir: Path) -> None:
+    """What `unknown_option_problems` refuses at preview, vLLM 0.32's own parser refuses at start-up; what it lets
+    through, the parser takes (tests/test_careless_input.py has the messages)."""
+    refused = {"two-in-one": ["--disable-log-stats --enable-log-requests"], "value-in-flag": ["--seed 3"],
+               "typo": ["--enable-log-requestz"], "underscore-typo": ["--disable_log_statz"], "dash": ["-x"]}
+    passed = {"exact": ["--disable-log-stats"], "value": ["--seed", "3"], "equals": ["--seed=3"],
+              "underscores": ["--disable_log_stats"], "prefix": ["--disable-log-stat"], "negative": ["--seed", "-3"],
+              "no-form": ["--no-enable-log-requests"]}
+    cases = {k: ["vllm", "serve", "/m", *words] for k, words in {**refused, **passed}.items()}
+    result = run_oracle(vllm_venv, tier_dir / "options-home", cases)["results"]
+    for key, words in refused.items():
+        assert extra_args.unknown_option_problems(words), words
+        assert result[key]["stage"] == "parse" and "unrecognized arguments" in result[key]["error"], (key, result[key])
+    for key, words in passed.items():
+        assert not extra_args.unknown_option_problems(words), words
+        assert result[key]["stage"] != "parse", (key, result[key])

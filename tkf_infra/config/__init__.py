@@ -1,12 +1,6 @@
 """Stack settings and the model catalog: their shapes, their rules, and where they are read from.
 
-- `base`: the YAML key style and how a problem is reported;
-- `flags`: the serving-flag table (`ServingSpec`): every catalog field that becomes a vLLM flag;
-- `catalog`: one entry (`ModelEntry`) and the GPU arithmetic rule;
-- `stack`: cluster, namespaces, node pools, platform pieces, serving defaults;
-- `charts`: the platform charts' facts the settings check (vendored versions, hard-coded namespaces);
-- `validate`: raw document → `Catalog` (strict for the stack, per item for pools and entries);
-- `reader`: the engine's config, a committed stack file, the JSON Schema.
+Its modules and what they may import: docs/architecture.md (checked by tests/test_architecture_map.py).
 """
 
 from tkf_infra.config.base import Problem, SettingsError

@@ -17,7 +17,7 @@ from pydantic import Field, field_validator, model_validator
 from tkf_infra.config import kube_syntax as ks
 from tkf_infra.config.base import problem_check
 from tkf_infra.config.extra_args import extra_args_dests, extra_args_problems
-from tkf_infra.config.flags import ServingSpec
+from tkf_infra.config.flags import Mode, ServingSpec
 from tkf_infra.config.identity import HF_REPO_RE, revision_problem, served_name_problem
 from tkf_infra.config.identity import Cost as Cost  # re-exported: tkf_infra.config.Cost
 from tkf_infra.config.scaling import Scaling, entry_scaling_problem
@@ -162,6 +162,14 @@ class ModelEntry(ServingSpec):
                              "nodeCount 1 (tensor/pipeline parallelism 1) or use gpuShare whole")
         if self.enable_auto_tool_choice and not self.tool_call_parser:
             raise ValueError("enableAutoToolChoice needs toolCallParser (e.g. hermes, llama3_json)")
+        tools = [k for k, on in (("enableAutoToolChoice", self.enable_auto_tool_choice),
+                                 ("toolCallParser", self.tool_call_parser)) if on]
+        if tools and self.mode is not Mode.CHAT:
+            # vLLM 0.32 builds its chat server, the only reader of these flags, for generative runners alone
+            # (vllm/entrypoints/generate/api_router.py@v0.32.0:124-150): a pooling model ignores them.
+            raise ValueError(f"{' and '.join(tools)} set tool calling up for chat completions, which a mode "
+                             f"{self.mode.value} model does not serve (vLLM runs it as a pooling model and ignores "
+                             "them); remove them, or set mode: chat")
         return self
 
     @model_validator(mode="after")

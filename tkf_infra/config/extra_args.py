@@ -9,6 +9,7 @@ form cannot slip a sized flag past the check.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 from collections.abc import Mapping
@@ -195,4 +196,36 @@ def extra_args_problems(args: list[str]) -> list[str]:
                 hit = f"vLLM's parser reads it as {ours[0]} ({owned[ours[0]]})"
         if hit is not None:
             problems.append(f"extraArgs contains {arg!r}, a flag the platform owns: {hit}; remove it")
+    return problems
+
+
+def unknown_option_problems(args: list[str]) -> list[str]:
+    """`extraArgs` words vLLM's parser would refuse at start-up (the pod then restarts forever), named at preview:
+    a word that looks like a flag but is no option of `vllm serve` at the release of `serve_options` (two flags
+    typed as one word, a typo), or that abbreviates several of its options. Owned flags are `extra_args_problems`'.
+
+    argparse reads such a word as an unknown option, or (with a space in it) as one more positional, and exits
+    with "unrecognized arguments" or "ambiguous option" (Lib/argparse.py `_parse_optional`, Python 3.11-3.13)."""
+    owned = _owned_flags()
+    options = serve_options()
+    problems: list[str] = []
+    for arg in args:
+        name = _spelled(arg)
+        if name is None or name in owned or any(h in owned for h in resolve_option(arg)):
+            continue
+        hits = resolve_option(arg)
+        vllm = f"`vllm serve` of vLLM {SERVE_OPTIONS_VLLM}"
+        if len({options[h] for h in hits}) > 1:
+            problems.append(f"word {arg!r} abbreviates several options of {vllm} ({', '.join(hits[:4])}"
+                            f"{' …' if len(hits) > 4 else ''}), which vLLM refuses as ambiguous at start-up; spell the "
+                            "option out")
+        elif not hits and len(words := arg.split()) > 1:
+            problems.append(f"word {arg!r} holds {len(words)} words in one: vLLM receives it as one "
+                            f"argument, which is no option of {vllm}, and exits at start-up; give each flag and "
+                            f"each value as its own list item: {words!r}")
+        elif not hits:
+            close = difflib.get_close_matches(name, [o for o in options if o.startswith("--")], n=1, cutoff=0.75)
+            hint = f"did you mean {close[0]}? " if close else ""
+            problems.append(f"word {arg!r} is no option of {vllm}, which exits at start-up on it; {hint}"
+                            "list the options with `vllm serve --help`")
     return problems

@@ -29,6 +29,7 @@ from pydantic import Field, field_validator
 from tkf_infra.config.base import SettingsModel
 from tkf_infra.config.identity import HF_REPO_RE
 from tkf_infra.config.lora import LoraSpec, lora_argv
+from tkf_infra.config.quantity import gib_number
 
 
 class Applies(StrEnum):
@@ -220,6 +221,8 @@ class ServingSpec(SettingsModel):
         False, description="Let the model decide to call tools (needs toolCallParser).")
     tool_call_parser: Annotated[str | None, Flag("--tool-call-parser")] = Field(
         None, description="vLLM's tool-call parser for this model family, e.g. hermes, llama3_json.")
+
+    _gib = field_validator("cpu_kv_cache_gib", mode="before")(gib_number)
 
     @field_validator("tool_call_parser")
     @classmethod

@@ -29,11 +29,15 @@ from __future__ import annotations
 
 import re
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from tkf_infra.config.base import SettingsModel
 from tkf_infra.config.identity import HF_REPO_RE, Cost, revision_problem, served_name_problem
 from tkf_infra.names import MODEL_MOUNT, adapter_dir
+
+#: Validation context key: the entry's adapters were all left out for their own problems (`validate`), so an
+#: empty `adapters` list is what is left of a block the user filled, not a block written empty.
+ADAPTERS_LEFT_OUT = "adapters_left_out"
 
 #: vLLM 0.32's `max_lora_rank` choices (vllm/config/lora.py@v0.32.0:26 `MaxLoRARanks`); it refuses any other.
 MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -84,7 +88,17 @@ class LoraSpec(SettingsModel):
     max_cpu_adapters: int | None = Field(None, ge=1, description="Adapters kept loaded in host memory (vLLM "
                                                                  "--max-cpu-loras, >= maxAdapters; default "
                                                                  "maxAdapters); sized against the pod's memory.")
-    adapters: list[AdapterEntry] = Field(min_length=1, description="The adapters, each pinned and served by name.")
+    adapters: list[AdapterEntry] = Field(description="The adapters, each pinned and served by name.",
+                                         json_schema_extra={"minItems": 1})
+
+    @field_validator("adapters")
+    @classmethod
+    def _some(cls, v: list[AdapterEntry], info: ValidationInfo) -> list[AdapterEntry]:
+        """At least one adapter as written; none left when each was left out for its own problems is the base
+        deploying without them (docs/sizing.md: a bad adapter never takes its base down)."""
+        if not v and not (info.context or {}).get(ADAPTERS_LEFT_OUT):
+            raise ValueError("lists no adapter; give at least one, or remove `lora`")
+        return v
 
     @model_validator(mode="after")
     def _rules(self) -> LoraSpec:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from tkf_infra.config import kube_syntax as ks
 from tkf_infra.config.base import SettingsModel, problem_check
 from tkf_infra.config.catalog import DNS1035_RE
+from tkf_infra.config.quantity import gib_number, parse_quantity, unit_problem
 
 _ROLE_ARN_RE = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+", re.ASCII)
 _SUBNET_RE = re.compile(r"subnet-[0-9a-f]+")
@@ -39,11 +40,13 @@ class NodeResources(SettingsModel):
 
     @field_validator("cpu", "memory", "ephemeral_storage")
     @classmethod
-    def _quantity(cls, v: str | float | None) -> str | float | None:
-        from tkf_infra.config.quantity import parse_quantity
-
-        if v is not None and parse_quantity(v) <= 0:
+    def _quantity(cls, v: str | float | None, info: ValidationInfo) -> str | float | None:
+        if v is None:
+            return v
+        if parse_quantity(v) <= 0:
             raise ValueError(f"{v!r} must be above 0")
+        if problem := unit_problem(v, "cores" if info.field_name == "cpu" else "bytes"):
+            raise ValueError(problem)
         return v
 
 
@@ -80,6 +83,8 @@ class NodePool(SettingsModel):
         None, description="What one node gives pods (allocatable: cpu, memory, ephemeralStorage), used where the "
                           "Nodes cannot be read (render mode, offline previews, nodes not yet joined); the node "
                           "capacity check packs every replica's CPU and memory requests onto the pool's nodes.")
+
+    _gib = field_validator("gpu_memory_gib", mode="before")(gib_number)
 
     @field_validator("name")
     @classmethod
@@ -121,11 +126,24 @@ class NodePool(SettingsModel):
                 raise ValueError(str(exc.args[0])) from None
         return v
 
+    def _gpu_settings(self) -> list[tuple[str, str]]:
+        """(key, value) of each setting of this pool that only a GPU pool has."""
+        named = [("gpuProduct", self.gpu_product), ("mig", "true" if self.mig else None),
+                 ("gpuMemoryGiB", f"{self.gpu_memory_gib:g}" if self.gpu_memory_gib else None),
+                 ("interconnect", self.interconnect)]
+        return [(key, repr(value) if key == "gpuProduct" else value) for key, value in named if value is not None]
+
     @model_validator(mode="after")
     def _pool_rules(self) -> NodePool:
         if self.gpus_per_node > 0 and not self.gpu_product and self.kind == "existing":
             raise ValueError("gpuProduct is required when gpusPerNode > 0 (e.g. H100-80GB); it is what the "
                              "fit check sizes against")
+        if self.gpus_per_node == 0 and (gpu := self._gpu_settings()):
+            # Refused here, once, as the pool: else each model placed on it is told the pool is a CPU pool.
+            said = " and ".join(f"{key} {value}" for key, value in gpu)
+            raise ValueError(f"gpusPerNode 0 marks a CPU pool, but {said} describe{'s' * (len(gpu) == 1)} GPUs: set "
+                             "gpusPerNode to the GPUs each node has (e.g. 8), or remove "
+                             f"{' and '.join(key for key, _ in gpu)} for a CPU pool")
         if self.kind == "eks":
             missing = [k for k, v in (("instanceType", self.instance_type), ("clusterName", self.cluster_name),
                                       ("nodeRoleArn", self.node_role_arn)) if not v]

@@ -20,6 +20,14 @@ _SUFFIX = {
 _QUANTITY_RE = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))((?:[eE][+-]?\d+)|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?")
 GIB = 2**30
 MIB = 2**20
+_BARE_RE = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+#: The most CPU cores a node's figure plausibly is when written bare; past it the figure was almost surely
+#: meant in millicores (`191450` for `191450m`, as `kubectl get node` prints allocatable CPU).
+MAX_BARE_CORES = 4096
+#: What a node's memory or storage plausibly is: 1 GiB to 64 TiB. A bare number is read in bytes; the likely
+#: unit is the first of these that puts it in that range.
+_PLAUSIBLE_BYTES = (GIB, 64 * 2**40)
+_LIKELY_UNITS = (("Gi", GIB), ("Mi", MIB), ("Ki", 2**10))
 
 
 def parse_quantity(value: object) -> Decimal:
@@ -57,3 +65,42 @@ def gib_text(mib: float) -> str:
 
 def cpu_text(millis: float) -> str:
     return f"{millis / 1000:g} CPU" if millis % 1000 == 0 else f"{millis / 1000:.2f} CPU"
+
+
+def unit_problem(value: object, base: str) -> str | None:
+    """Why a quantity written without a unit is not what was meant, naming the likely unit; None when it has one
+    (or, for ``base`` "cores", when a bare number of cores is plausible).
+
+    Kubernetes reads a bare number in the base unit: bytes for memory and storage, cores for CPU. A node's
+    memory written `2000` is then 2000 bytes, and every model on the pool is refused for a reason that never
+    names the setting; so a bare byte count is refused here, and a bare CPU figure past `MAX_BARE_CORES`."""
+    if isinstance(value, bool) or not (isinstance(value, int | float) or _BARE_RE.fullmatch(str(value).strip())):
+        return None
+    number = parse_quantity(value)
+    if isinstance(value, float) and value.is_integer():  # YAML's 2000, once a `str | float` field has it
+        value = int(value)
+    if base == "cores":
+        if number <= MAX_BARE_CORES:
+            return None
+        return (f"{value!r} has no unit, so it is read as {number.normalize():f} CPU cores; millicores take an m: "
+                f"{value}m ({number / 1000:g} cores)")
+    low, high = _PLAUSIBLE_BYTES
+    likely = next((f"{value}{unit}" for unit, size in _LIKELY_UNITS if low <= number * size <= high),
+                  f"{float(number) / GIB:.0f}Gi")
+    return (f"{value!r} has no unit, so it is read as {number.normalize():f} bytes; write the unit, e.g. {likely} "
+            "(Ki, Mi, Gi, Ti: powers of 1024)")
+
+
+def gib_number(value: object) -> object:
+    """A field whose name says GiB (`gpuMemoryGiB`, `weightCacheBudgetGiB`, `cpuKvCacheGiB`) takes a bare number;
+    a quantity with a unit (`80Gi`, `80G`) is refused naming the number to write. Anything else is left to the
+    field's own type check. For a pydantic `mode="before"` validator."""
+    if not isinstance(value, str) or _BARE_RE.fullmatch(value.strip()):
+        return value
+    try:
+        gib = parse_quantity(value) / GIB
+    except ValueError:
+        return value
+    raise ValueError(f"{value!r} is a quantity with a unit, but this setting is a number of GiB (powers of 1024): "
+                     f"write {gib.normalize():f}" + ("" if value.strip().endswith("Gi") else
+                                                     f" ({value} is {gib:.4g} GiB)"))

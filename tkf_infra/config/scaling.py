@@ -5,7 +5,7 @@ Why a block of its own: with it, the fleet no longer runs a fixed `replicas` but
 every rule about that range is written here once: the range itself, the signal and its target,
 and where autoscaling cannot go.
 
-- **Signals** are vLLM's own gauges, per replica (the series names are `tkf_infra.live.vllm_metrics`'s,
+- **Signals** are vLLM's own gauges, per replica (the series names are `tkf_infra.vllm_metrics`'s,
   mapped in `components/autoscaling.py`): waiting requests (the queue: the earliest sign a replica is
   saturated), running requests, or the KV cache's use (a fraction, 0-1).
 - **Multi-node models do not autoscale**: one replica is a LeaderWorkerSet group of `nodeCount` pods

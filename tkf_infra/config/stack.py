@@ -30,6 +30,7 @@ from tkf_infra.config.charts import (
 )
 from tkf_infra.config.platform import Platform, installed_pieces
 from tkf_infra.config.prometheus_auth import PrometheusAuth
+from tkf_infra.config.quantity import gib_number
 from tkf_infra.config.scaling import Overcommit
 
 #: The vLLM release the platform deploys and the fit check sizes for: the one pin. The images below
@@ -132,7 +133,7 @@ def image_version(image: str) -> str | None:
     return ".".join(g or "0" for g in match.groups()) if match else None
 
 
-def _release(text: str) -> str | None:
+def release_of(text: str) -> str | None:
     """A release as `image_version` writes it (`v0.32` → `0.32.0`); None when the text names none."""
     match = _VERSION_RE.match(text.strip())
     return ".".join(g or "0" for g in match.groups()) if match else None
@@ -184,6 +185,8 @@ class Serving(SettingsModel):
                           "download fails its models and their workloads are not created. Default: wait, unless "
                           "cluster.skipAwait. False: `up` returns once the objects exist; pods wait for the weights.")
 
+    _gib = field_validator("weight_cache_budget_gib", mode="before")(gib_number)
+
     @field_validator("vllm_image")
     @classmethod
     def _gpu_image(cls, v: str) -> str:
@@ -211,7 +214,7 @@ class Serving(SettingsModel):
         if self.vllm_version is None and tagged is None:
             raise ValueError(f"vllmImage {self.vllm_image!r} does not name a vLLM release in its tag, and the fit "
                              "check sizes per release; tag it like v0.19.0 or set serving.vllmVersion")
-        if self.vllm_version is not None and tagged is not None and _release(self.vllm_version) != tagged:
+        if self.vllm_version is not None and tagged is not None and release_of(self.vllm_version) != tagged:
             # The pods run the tag's release; the fit check would size the other one.
             raise ValueError(f"serving.vllmVersion {self.vllm_version!r} contradicts serving.vllmImage "
                              f"{self.vllm_image!r}, whose tag is vLLM {tagged}: the pods run {tagged} while the fit "
@@ -232,6 +235,16 @@ def _url(v: str | None) -> str | None:
     if not _IMAGE_RE.fullmatch(str(v)) or parsed.scheme not in ("http", "https") or not parsed.netloc:
         raise ValueError(f"{v!r} is not an http(s) URL; write it like http://prometheus-k8s.monitoring.svc:9090 "
                          "(or leave it empty to skip the live checks)")
+    try:
+        port = parsed.port  # urllib's own rule: ValueError past 65535 or for a port that is no number
+    except ValueError:
+        port = 0
+    if not parsed.hostname:
+        raise ValueError(f"{v!r} names no host; write it like http://prometheus-k8s.monitoring.svc:9090")
+    if port == 0:
+        raise ValueError(f"{v!r} has port {parsed.netloc.rpartition(':')[2]!r}: a URL's port is a number from 1 to "
+                         "65535 (Prometheus listens on 9090 by default); fix it, or leave the port out for the "
+                         "scheme's own")
     return str(v).rstrip("/")
 
 

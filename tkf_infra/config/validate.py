@@ -19,9 +19,10 @@ from pydantic import ValidationError
 from tkf_infra.config.api_keys import CONFIG_KEYS as API_KEY_CONFIG_KEYS
 from tkf_infra.config.base import Problem, SettingsError, label_name, problems_from, short
 from tkf_infra.config.catalog import ModelEntry, parallelism_problem, step_budget_problems
-from tkf_infra.config.lora import AdapterEntry
+from tkf_infra.config.extra_args import SERVE_OPTIONS_VLLM, unknown_option_problems
+from tkf_infra.config.lora import ADAPTERS_LEFT_OUT, AdapterEntry
 from tkf_infra.config.node_pool import NodePool
-from tkf_infra.config.stack import StackSettings, image_version
+from tkf_infra.config.stack import StackSettings, image_version, release_of
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ def validate_catalog(raw: Mapping[str, Any]) -> Catalog:
             continue
         merged, dropped[i] = _without_bad_adapters(deep_merge(settings.model_defaults, entry), labels[i])
         try:
-            parsed[i] = ModelEntry.model_validate(merged)
+            parsed[i] = ModelEntry.model_validate(merged, context={ADAPTERS_LEFT_OUT: bool(dropped[i])})
         except ValidationError as err:
             found = problems_from(err, labels[i], model=ModelEntry)
             raw_rules = _raw_parallelism_problems(merged, labels[i]) + _raw_step_budget_problems(merged, labels[i])
@@ -205,72 +206,115 @@ def _raw_step_budget_problems(raw: Mapping[str, Any], label: str) -> list[Proble
 def _cross_entry_rules(settings: StackSettings, pools: list[NodePool], bad_pools: Mapping[str, str],
                        parsed: dict[int, ModelEntry], labels: Mapping[int, str],
                        per_entry: dict[int, list[Problem]], dropped: dict[int, list[Problem]]) -> None:
-    """Rules that need more than one entry, or the node pools: uniqueness, placement, CPU policy.
-
-    An adapter whose served name is taken is left out of its entry (into `dropped`), not the entry."""
+    """Rules that need more than one entry, or the node pools: placement and CPU policy first, then the names
+    (claimed only by entries every other rule let through: `_claim_names`)."""
     by_name = {p.name: p for p in pools}
+    for i, m in sorted(parsed.items()):
+        problems = _placement_problems(settings, m, labels[i], by_name, bad_pools)
+        problems += _release_problems(settings, m, labels[i])
+        if problems:
+            per_entry.setdefault(i, []).extend(problems)
+    _claim_names(parsed, labels, per_entry, dropped)
+
+
+def _release_problems(settings: StackSettings, m: ModelEntry, label: str) -> list[Problem]:
+    """What the stack's vLLM release refuses at start-up: `extraArgs` words that are no option of its `vllm serve`.
+
+    Checked only when the stack runs the release the option table was generated from (`SERVE_OPTIONS_VLLM`): a
+    stack pinned to another release may pass options that release has."""
+    if release_of(settings.serving.version) != SERVE_OPTIONS_VLLM:
+        return []
+    return [Problem(label, "extraArgs", p) for p in unknown_option_problems(m.extra_args)]
+
+
+def _claim_names(parsed: dict[int, ModelEntry], labels: Mapping[int, str], per_entry: dict[int, list[Problem]],
+                 dropped: dict[int, list[Problem]]) -> None:
+    """Every name must be unique: entry `name`s, and every name a client can send — each model's
+    `servedName` and each LoRA adapter's (they share vLLM's and the gateway's model list).
+
+    Only an entry no other rule refused claims a name, so a refused entry never takes a name from a good
+    one; and claims go by rank, then catalog order: entry names, then the models' served names, then the
+    adapters' (an adapter is dropped from its base, never the base, so an adapter given another model's
+    served name loses it to that model wherever the two stand in the catalog). The loser is named with the
+    winner; an adapter that loses goes into `dropped` and its base deploys without it."""
+    names: dict[str, int] = {}
+    for i in _alive(parsed, per_entry):
+        if (m := parsed[i]).name in names:
+            per_entry.setdefault(i, []).append(Problem(labels[i], "name", f"{m.name!r} is already used by "
+                                                       f"{labels[names[m.name]]}; names must be unique"))
+        else:
+            names[m.name] = i
+    served: dict[str, str] = {}
+    unique = "must be unique across the catalog, its models and their LoRA adapters"
+    for i in _alive(parsed, per_entry):
+        if (m := parsed[i]).served_name in served:
+            per_entry.setdefault(i, []).append(Problem(labels[i], "servedName", f"{m.served_name!r} is already "
+                                                       f"served by {served[m.served_name]}; servedName {unique}"))
+        else:
+            served[m.served_name] = labels[i]
+    for i in _alive(parsed, per_entry):
+        taken = []
+        lora = parsed[i].lora
+        for a in lora.adapters if lora else ():
+            if a.served_name in served:
+                dropped.setdefault(i, []).append(Problem(
+                    labels[i], f"lora.adapters {a.name}.servedName", f"{a.served_name!r} is already served by "
+                    f"{served[a.served_name]}; servedName {unique}; the adapter is left out, its base deploys"))
+                taken.append(a.name)
+            else:
+                served[a.served_name] = f"{labels[i]} adapter {a.name}"
+        if taken:
+            parsed[i] = parsed[i].without_adapters(taken)
+
+
+def _alive(parsed: Mapping[int, ModelEntry], per_entry: Mapping[int, list[Problem]]) -> list[int]:
+    """The parsed entries no rule has refused so far, in catalog order."""
+    return [i for i in sorted(parsed) if i not in per_entry]
+
+
+def _placement_problems(settings: StackSettings, m: ModelEntry, label: str, by_name: Mapping[str, NodePool],
+                        bad_pools: Mapping[str, str]) -> list[Problem]:
+    """Where the entry runs: a usable pool that has its GPUs and nodes, or the CPU profile the stack allows."""
+    pools = list(by_name.values())
+    pool = by_name.get(m.node_pool or "")
+    if m.node_pool is not None and m.node_pool in bad_pools:
+        return [Problem(label, "nodePool", f"{m.node_pool!r} is not usable: {bad_pools[m.node_pool]} has errors "
+                        "(reported above); fix the pool or move the model")]
+    if m.is_cpu:
+        return _cpu_problems(settings, m, label, pools)
+    if m.node_pool is None:
+        return [Problem(label, "nodePool", f"is required for a GPU model; choose one of {_pool_names(pools)}")]
+    if pool is None:
+        return [_unknown_pool(label, m.node_pool, pools)]
+    if pool.gpus_per_node == 0:
+        return [Problem(label, "nodePool", f"{pool.name!r} is a CPU pool; a model with gpusPerNode "
+                        f"{m.gpus_per_node} needs a GPU pool")]
+    problems = []
+    if m.gpus_per_node > pool.gpus_per_node:
+        problems.append(Problem(label, "gpusPerNode", f"{m.gpus_per_node} but node pool {pool.name!r} has "
+                                f"{pool.gpus_per_node} GPUs per node; lower it or use a bigger pool"))
+    if m.node_count > pool.node_count:
+        problems.append(Problem(label, "nodeCount", f"{m.node_count} but node pool {pool.name!r} has "
+                                f"{pool.node_count} nodes"))
+    return problems
+
+
+def _cpu_problems(settings: StackSettings, m: ModelEntry, label: str, pools: list[NodePool]) -> list[Problem]:
+    """A CPU-profile entry: allowed by the stack, on a pool that exists, sized on the release its image runs."""
+    problems = []
+    if not settings.serving.allow_cpu:
+        problems.append(Problem(label, "gpusPerNode", "0 selects the CPU profile, which this stack does not allow "
+                                "(serving.allowCpu is false); give the model GPUs"))
+    if m.node_pool is not None and m.node_pool not in {p.name for p in pools}:
+        problems.append(_unknown_pool(label, m.node_pool, pools))
     # The CPU profile runs the CPU image, sized as the release vllmImage's tag names (vllmVersion agrees with it).
     cpu_release = image_version(settings.serving.vllm_cpu_image)
     gpu_release = image_version(settings.serving.vllm_image)
-    names: dict[str, int] = {}
-    served: dict[str, str] = {}
-    for i, m in sorted(parsed.items()):
-        problems: list[Problem] = []
-        if m.name in names:
-            problems.append(Problem(labels[i], "name", f"{m.name!r} is already used by {labels[names[m.name]]}; "
-                                    "names must be unique"))
-        else:
-            names[m.name] = i
-        # Every name a client can send: the model's and each LoRA adapter's (they share vLLM's and the gateway's
-        # model list), unique across the whole catalog.
-        taken: list[str] = []
-        for key, name, what in [("servedName", m.served_name, labels[i]),
-                                *((f"lora.adapters {a.name}.servedName", a.served_name, f"{labels[i]} adapter {a.name}")
-                                  for a in (m.lora.adapters if m.lora else ()))]:
-            if name in served:
-                problem = Problem(labels[i], key, f"{name!r} is already served by {served[name]}; servedName must be "
-                                  "unique across the catalog, its models and their LoRA adapters")
-                if key == "servedName":
-                    problems.append(problem)
-                else:
-                    dropped.setdefault(i, []).append(problem)
-                    taken.append(name)
-            else:
-                served[name] = what
-        if taken and m.lora is not None:
-            m = parsed[i] = m.without_adapters(a.name for a in m.lora.adapters if a.served_name in taken)
-        pool = by_name.get(m.node_pool or "")
-        if m.node_pool is not None and m.node_pool in bad_pools:
-            problems.append(Problem(labels[i], "nodePool", f"{m.node_pool!r} is not usable: {bad_pools[m.node_pool]} "
-                                    "has errors (reported above); fix the pool or move the model"))
-        elif m.is_cpu:
-            if not settings.serving.allow_cpu:
-                problems.append(Problem(labels[i], "gpusPerNode", "0 selects the CPU profile, which this stack does "
-                                        "not allow (serving.allowCpu is false); give the model GPUs"))
-            if m.node_pool is not None and pool is None:
-                problems.append(_unknown_pool(labels[i], m.node_pool, pools))
-            if cpu_release and gpu_release and cpu_release != gpu_release:
-                problems.append(Problem(labels[i], "gpusPerNode", f"0 runs serving.vllmCpuImage "
-                                        f"{settings.serving.vllm_cpu_image!r}, vLLM {cpu_release}, but the fit check "
-                                        f"sizes vLLM {gpu_release} (serving.vllmImage); tag both images with one "
-                                        "release"))
-        elif m.node_pool is None:
-            problems.append(Problem(labels[i], "nodePool", f"is required for a GPU model; choose one of "
-                                    f"{_pool_names(pools)}"))
-        elif pool is None:
-            problems.append(_unknown_pool(labels[i], m.node_pool, pools))
-        elif pool.gpus_per_node == 0:
-            problems.append(Problem(labels[i], "nodePool", f"{pool.name!r} is a CPU pool; a model with "
-                                    f"gpusPerNode {m.gpus_per_node} needs a GPU pool"))
-        else:
-            if m.gpus_per_node > pool.gpus_per_node:
-                problems.append(Problem(labels[i], "gpusPerNode", f"{m.gpus_per_node} but node pool {pool.name!r} "
-                                        f"has {pool.gpus_per_node} GPUs per node; lower it or use a bigger pool"))
-            if m.node_count > pool.node_count:
-                problems.append(Problem(labels[i], "nodeCount", f"{m.node_count} but node pool {pool.name!r} "
-                                        f"has {pool.node_count} nodes"))
-        if problems:
-            per_entry.setdefault(i, []).extend(problems)
+    if cpu_release and gpu_release and cpu_release != gpu_release:
+        problems.append(Problem(label, "gpusPerNode", f"0 runs serving.vllmCpuImage "
+                                f"{settings.serving.vllm_cpu_image!r}, vLLM {cpu_release}, but the fit check sizes "
+                                f"vLLM {gpu_release} (serving.vllmImage); tag both images with one release"))
+    return problems
 
 
 def _pool_names(pools: list[NodePool]) -> str:

@@ -21,13 +21,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tkf_infra import vllm_metrics as vm
 from tkf_infra.config import Catalog
 from tkf_infra.config.flags import rows
+from tkf_infra.exit_codes import ExitCode
 from tkf_infra.hub.lock import Lock
-from tkf_infra.live import vllm_metrics as vm
+from tkf_infra.live.kv_cache import KvObservation, observations_for, read_kv_observations
+from tkf_infra.live.model_status import KvCheck, predicted_kv_tokens
 from tkf_infra.live.prometheus import PrometheusClient, PrometheusQueryError
-from tkf_infra.live.status import KvCheck, predicted_kv_tokens
-from tkf_infra.ops.exit_codes import ExitCode
 from tkf_infra.sizing.gpus import lookup_gpu
 
 # The case format's keys in the order of the shared case files (cases.json, cases-diverse.json).
@@ -94,7 +95,7 @@ def _model_facts(repo: str, revision: str, lock: Lock, configs: dict[str, dict[s
             "facts_source": f"models.lock.json entry {key}: the facts tkf-infra sized this deployment with"}
 
 
-def build_case(endpoint: Mapping[str, Any], group: Sequence[vm.KvObservation], inputs: ServedInputs | None,
+def build_case(endpoint: Mapping[str, Any], group: Sequence[KvObservation], inputs: ServedInputs | None,
                lock: Lock, configs: dict[str, dict[str, Any]], *, stack: str, prometheus_url: str,
                observed_at: str) -> dict[str, Any]:
     """One case from the engines of one model that reported the same KV cache."""
@@ -186,7 +187,7 @@ def collect_cases(endpoints: Sequence[Mapping[str, Any]], prometheus_url: str, *
     result = CalibrationResult(cases=[], configs={}, warnings=[])
     try:
         with PrometheusClient(prometheus_url, timeout_s) as client:
-            observations = vm.read_kv_observations(client)
+            observations = read_kv_observations(client)
     except PrometheusQueryError as exc:
         result.reachable = False
         result.warnings.append(f"Prometheus at {prometheus_url} is unavailable: {exc}; nothing was observed.")
@@ -195,7 +196,7 @@ def collect_cases(endpoints: Sequence[Mapping[str, Any]], prometheus_url: str, *
     for ep in endpoints:
         name = str(ep.get("name", ""))
         served = str(ep.get("servedName") or name)
-        found = vm.observations_for(observations, served, str(ep.get("namespace", "")))
+        found = observations_for(observations, served, str(ep.get("namespace", "")))
         measured = [o for o in found if o.tokens is not None]
         if not measured:
             why = (f'its {vm.CACHE_CONFIG_INFO} has {vm.NUM_GPU_BLOCKS}="None" (vLLM 0.8-era V1 front ends '
@@ -204,7 +205,7 @@ def collect_cases(endpoints: Sequence[Mapping[str, Any]], prometheus_url: str, *
                    "or not scraped)")
             result.warnings.append(f"model '{name}': no case written — {why}.")
             continue
-        groups: dict[tuple[Any, ...], list[vm.KvObservation]] = {}
+        groups: dict[tuple[Any, ...], list[KvObservation]] = {}
         for o in measured:
             groups.setdefault(tuple(sorted(o.exposition_labels().items() - {(vm.ENGINE, o.engine or "")})),
                               []).append(o)

@@ -10,13 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from tkf_infra.live import vllm_metrics as vm
+from tkf_infra import vllm_metrics as vm
 from tkf_infra.live.prometheus import PrometheusClient, Sample
-
-if TYPE_CHECKING:
-    from tkf_infra.live.status import ModelStatus
 
 #: Every replica's LoRA series with the model name of its scrape target.
 LORA_INFO_QUERY = (f"{vm.LORA_INFO} * on (job, instance) group_left ({vm.MODEL_LABEL}) "
@@ -47,6 +44,25 @@ class LoraStatus:
     def to_json(self) -> dict[str, Any]:
         return {"adapters": [a.to_json() for a in self.adapters], "replicasReporting": self.replicas_reporting,
                 "maxLoras": self.max_loras, "unknownInFlight": list(self.unknown_in_flight)}
+
+    def warnings(self, model: str, where: str) -> list[str]:
+        """For a base with data: replicas that export no LoRA gauge run without its adapters; an adapter in
+        flight that the catalog does not publish was loaded by someone else."""
+        out = []
+        if self.replicas_reporting == 0:
+            out.append(f"model '{model}' ({where}): it publishes {len(self.adapters)} LoRA adapter(s) but its vLLM "
+                       f"exports no {vm.LORA_INFO}: the running pods have LoRA off (started before the adapters were "
+                       "added?); check that the last `up` rolled them")
+        if self.unknown_in_flight:
+            out.append(f"model '{model}' ({where}): vLLM has requests for adapter(s) "
+                       f"{', '.join(self.unknown_in_flight)} that the catalog does not publish (loaded at runtime?)")
+        return out
+
+    def text(self) -> str:
+        """One line for the table: each adapter in flight on how many replicas, or idle."""
+        return "; ".join(f"{a.served_name} " + (f"in flight on {a.in_flight_replicas} of {self.replicas_reporting} "
+                                                "replica(s)" if a.in_flight_replicas else "idle")
+                         for a in self.adapters)
 
 
 def read_lora_samples(client: PrometheusClient) -> list[Sample]:
@@ -82,28 +98,3 @@ def lora_status(endpoint: Mapping[str, Any], samples: Sequence[Sample]) -> LoraS
         adapters=tuple(AdapterStatus(n, sn, sum(sn in f for f in in_flight)) for n, sn in published),
         replicas_reporting=len(newest), max_loras=max_loras,
         unknown_in_flight=tuple(sorted(set().union(*in_flight) - names)) if in_flight else ())
-
-
-def lora_warnings(m: ModelStatus, where: str) -> list[str]:
-    """A base with data whose replicas export no LoRA gauge runs without its adapters; an adapter in
-    flight that the catalog does not publish was loaded by someone else."""
-    if m.lora is None or not m.has_data:
-        return []
-    out = []
-    if m.lora.replicas_reporting == 0:
-        out.append(f"model '{m.name}' ({where}): it publishes {len(m.lora.adapters)} LoRA adapter(s) but its vLLM "
-                   f"exports no {vm.LORA_INFO}: the running pods have LoRA off (started before the adapters were "
-                   "added?); check that the last `up` rolled them")
-    if m.lora.unknown_in_flight:
-        out.append(f"model '{m.name}' ({where}): vLLM has requests for adapter(s) "
-                   f"{', '.join(m.lora.unknown_in_flight)} that the catalog does not publish (loaded at runtime?)")
-    return out
-
-
-def lora_text(m: ModelStatus) -> str | None:
-    """One line per model with adapters, for the table."""
-    if m.lora is None:
-        return None
-    parts = [f"{a.served_name} " + (f"in flight on {a.in_flight_replicas} of {m.lora.replicas_reporting} replica(s)"
-                                    if a.in_flight_replicas else "idle") for a in m.lora.adapters]
-    return "; ".join(parts)

@@ -10,9 +10,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from tkf_infra.live.lora_status import lora_text
-from tkf_infra.live.status import ModelStatus, StatusResult, read_model_status
-from tkf_infra.ops.exit_codes import ExitCode
+from tkf_infra.exit_codes import ExitCode
+from tkf_infra.live.model_status import ModelStatus, StatusResult
+from tkf_infra.live.status import read_model_status
 
 
 def _num(value: float | None) -> str:
@@ -89,7 +89,7 @@ def render_table(result: StatusResult, width: int = 180) -> str:
     Console(file=buffer, width=width, color_system=None, force_terminal=False).print(table)
     lines = [line.rstrip() for line in buffer.getvalue().rstrip("\n").splitlines()]
     lines += [f"footprint: {m.name}: {text}" for m in result.models if (text := m.footprint_text())]
-    lines += [f"adapters: {m.name}: {text}" for m in result.models if (text := lora_text(m))]
+    lines += [f"adapters: {m.name}: {m.lora.text()}" for m in result.models if m.lora is not None]
     lines += [f"warning: {w}" for w in result.warnings]
     return "\n".join(lines)
 
@@ -106,7 +106,7 @@ def status_command(
     timeout_s: float = 5,
     rate_window: str = "5m",
 ) -> tuple[str, ExitCode]:
-    """Text to print and the exit code (tkf_infra.ops.exit_codes): OK; REFUSED when a model's KV cache
+    """Text to print and the exit code (tkf_infra.exit_codes): OK; REFUSED when a model's KV cache
     deviates from the fit check; UNAVAILABLE when Prometheus does not answer; NO_DATA when a model
     has no series."""
     result = read_model_status(endpoints, prometheus_url, timeout_s=timeout_s, rate_window=rate_window)

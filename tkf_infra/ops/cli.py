@@ -1,7 +1,7 @@
 """`python -m tkf_infra`: the command line CI and operators use (Automation API on this project).
 
 Exit codes tell CI what happened without parsing text; every command uses the one table in
-`tkf_infra.ops.exit_codes` (printed by `--help`).
+`tkf_infra.exit_codes` (printed by `--help`).
 """
 
 from __future__ import annotations
@@ -10,27 +10,30 @@ import contextlib
 import json
 import sys
 import traceback
-from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import yaml
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tkf_infra.ops.exit_codes import ExitCode, describe
+from tkf_infra.exit_codes import ExitCode
+from tkf_infra.ops.cli_common import (
+    JsonOpt,
+    StackOpt,
+    app,
+    err_console,
+    fail,
+    open_stack,
+    operator_errors,
+    read_outputs,
+)
 from tkf_infra.ops.layer_runs import Only, layer_stacks
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="tkf-infra: preview, deploy and inspect the LLM inference fleet.",
-                  epilog="Exit codes:\n\n" + describe().replace("\n", "\n\n"))
-err_console = Console(stderr=True)
-
-StackOpt = Annotated[str, typer.Option("--stack", "-s", help="Stack name (dev, prod, ...).")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print a machine-readable summary on stdout.")]
+#: `app` here has every command registered (this module imports the command modules below).
+__all__ = ["app", "main"]
 
 
 class Format(StrEnum):
@@ -38,54 +41,15 @@ class Format(StrEnum):
     json = "json"
 
 
-def _fail(message: str, code: int = ExitCode.USAGE) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
-
-
-@contextlib.contextmanager
-def _operator_errors(stack_name: str) -> Iterator[None]:
-    """An operator's problem (passphrase, lock, backend down) as one line and its exit code."""
-    from pulumi import automation as auto
-
-    from tkf_infra.ops import stacks
-
-    try:
-        yield
-    except stacks.OperatorError as err:
-        raise _fail(str(err), err.code) from None
-    except auto.CommandError as err:
-        known = stacks.engine_error(str(err), stack_name, stacks.engine_env(stack_name)["PULUMI_BACKEND_URL"])
-        if known is None:
-            raise
-        raise _fail(str(known), known.code) from None
-
-
-def _open(stack_name: str, create: bool = False) -> Any:
-    """The project's stack, or a one-line error (exit 2 for usage, see the exit-code table)."""
-    from tkf_infra.ops import stacks
-
-    with _operator_errors(stack_name):
-        return stacks.open_stack(stack_name, create=create)
-
-
-def _outputs(stack_name: str) -> tuple[Any, dict[str, Any]]:
-    from tkf_infra.ops import stacks
-
-    st = _open(stack_name)
-    with _operator_errors(stack_name):
-        return st, stacks.stack_outputs(st)
-
-
 def _operation(stack_name: str, operation: str, as_json: bool, create: bool = False,
                clear_pending_creates: bool = False) -> None:
     from tkf_infra.ops import automation, engine, locks, stacks, summary
 
-    stack = _open(stack_name, create=create)
+    stack = open_stack(stack_name, create=create)
     if operation != "preview":  # the engine locks these: refuse before a long preview, naming the holder
         held = stacks.read_locks(stack_name, stack.workspace.env_vars["PULUMI_BACKEND_URL"])
         if held:
-            raise _fail(locks.locked_message(stack_name, held), ExitCode.LOCKED)
+            raise fail(locks.locked_message(stack_name, held), ExitCode.LOCKED)
 
     def stream(line: str) -> None:
         if not as_json:
@@ -97,7 +61,7 @@ def _operation(stack_name: str, operation: str, as_json: bool, create: bool = Fa
     results: list[dict[str, Any]] = []
     before = None
     refused: dict[str, list[str]] = {}
-    with engine.forwarding_interrupts(notify) as interrupts, _operator_errors(stack_name):
+    with engine.forwarding_interrupts(notify) as interrupts, operator_errors(stack_name):
         if operation == "up":  # preview first: Automation `up` skips the preview, and CI wants it
             preview_run = automation.run_operation(stack, "preview", on_output=stream)
             before, refused = preview_run.tracker, preview_run.policy_refusals
@@ -205,7 +169,7 @@ def split_command(stack: StackOpt = "dev") -> None:
     recreated (docs/stacks.md)."""
     from tkf_infra.ops import split
 
-    with _operator_errors(stack):
+    with operator_errors(stack):
         done = split.split(stack)
     err_console.print(f"moved {len(done.moved)} resources from {done.source} to {done.dest}. Next: set "
                       f"`tkf-infra:layer: fleet` in Pulumi.{done.source}.yaml, then `python -m tkf_infra up --stack "
@@ -223,9 +187,9 @@ def refresh(
     """Read the real state back and report drift (objects changed or deleted out of band) per model."""
     from tkf_infra.ops import stacks
 
-    catalog = stacks.stack_catalog(_open(stack))
+    catalog = stacks.stack_catalog(open_stack(stack))
     if catalog is not None and catalog.settings.cluster.mode == "render":
-        raise _fail(f"stack {stack!r} renders manifests to {catalog.settings.cluster.render_dir} "
+        raise fail(f"stack {stack!r} renders manifests to {catalog.settings.cluster.render_dir} "
                     "(cluster.mode render): there is no cluster to compare against; "
                     "refresh a stack with cluster.mode kubeconfig")
     _operation(stack, "refresh", as_json, clear_pending_creates=clear_pending_creates)
@@ -245,10 +209,10 @@ def unlock(
     try:
         done = locks.clear_stale(locks.open_store(url), stacks.project_name(), stack, force=force)
     except locks.UnsupportedBackend as err:
-        raise _fail(f"{err}; make sure no run of stack {stack!r} is going, then `pulumi cancel --stack {stack}`") \
+        raise fail(f"{err}; make sure no run of stack {stack!r} is going, then `pulumi cancel --stack {stack}`") \
             from None
     except Exception as err:  # the bucket did not answer (botocore, OSError)
-        raise _fail(f"the state backend {stacks.redact(url)} did not answer ({err}); try again once it is back",
+        raise fail(f"the state backend {stacks.redact(url)} did not answer ({err}); try again once it is back",
                     ExitCode.UNAVAILABLE) from None
     for lk in done.cleared:
         err_console.print(escape(f"cleared the lock of {lk.describe()} ({lk.where})"), highlight=False, soft_wrap=True)
@@ -256,7 +220,7 @@ def unlock(
         print(json.dumps({"stack": stack, "cleared": [lk.where for lk in done.cleared],
                           "refused": [lk.where for lk in done.refused]}, indent=2))
     if done.refused:
-        raise _fail(locks.locked_message(stack, done.refused), ExitCode.LOCKED)
+        raise fail(locks.locked_message(stack, done.refused), ExitCode.LOCKED)
     if not done.cleared:
         err_console.print(f"stack {stack!r} is not locked")
     else:
@@ -276,8 +240,8 @@ def outputs(stack: StackOpt = "dev",
     """Print the stack outputs (the gateway contract) as JSON."""
     from tkf_infra.ops import stacks
 
-    st = _open(stack)
-    with _operator_errors(stack):
+    st = open_stack(stack)
+    with operator_errors(stack):
         print(json.dumps(stacks.stack_outputs(st, show_secrets=show_secrets), indent=2))
 
 
@@ -288,13 +252,13 @@ def gateway_config(
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")] = None,
 ) -> None:
     """Write the gateway's model list from the stack outputs; secrets stay environment references."""
-    from tkf_infra.live.gateway_metrics import gateway_settings
+    from tkf_infra.gateway_metrics import gateway_settings
     from tkf_infra.outputs import ENDPOINTS_OUTPUT, GATEWAY_MODEL_LIST_OUTPUT
 
-    _, outs = _outputs(stack)
+    _, outs = read_outputs(stack)
     model_list = outs.get(GATEWAY_MODEL_LIST_OUTPUT)
     if model_list is None:
-        raise _fail(f"stack {stack!r} has no {GATEWAY_MODEL_LIST_OUTPUT} output yet; "
+        raise fail(f"stack {stack!r} has no {GATEWAY_MODEL_LIST_OUTPUT} output yet; "
                     f"run `python -m tkf_infra up --stack {stack}`", ExitCode.REFUSED)
     doc = {"model_list": model_list, **gateway_settings(outs.get(ENDPOINTS_OUTPUT) or {})}
     text = yaml.safe_dump(doc, sort_keys=False) if fmt is Format.litellm else json.dumps(doc, indent=2) + "\n"

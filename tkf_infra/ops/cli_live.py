@@ -1,6 +1,6 @@
 """`status` and `calibrate`: the commands that read the running fleet (Prometheus, the cluster).
 
-Registered on `tkf_infra.ops.cli.app` when that module imports this one.
+Registered on `app` (tkf_infra/ops/cli_common.py) when tkf_infra/ops/cli.py imports this one.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from tkf_infra.ops.cli import JsonOpt, StackOpt, _fail, _outputs, app, err_console
-from tkf_infra.ops.exit_codes import ExitCode
+from tkf_infra.exit_codes import ExitCode
+from tkf_infra.ops.cli_common import JsonOpt, StackOpt, app, err_console, fail, read_outputs
 
 
 @app.command()
@@ -29,7 +29,7 @@ def status(
     from tkf_infra.ops import stacks
     from tkf_infra.outputs import ENDPOINTS_OUTPUT
 
-    st, outs = _outputs(stack)
+    st, outs = read_outputs(stack)
     catalog = stacks.stack_catalog(st)
     url = prometheus_url or (catalog.settings.prometheus_url if catalog else None)
     endpoints = list((outs.get(ENDPOINTS_OUTPUT) or {}).values())
@@ -40,7 +40,7 @@ def status(
     if cluster is not None and cluster.mode == "kubeconfig" and cluster.kubeconfig:
         rows, unreadable = lifecycle.lifecycle_of(endpoints, cluster.kubeconfig, cluster.context)
     if not url and rows is None:
-        raise _fail(f"stack {stack!r} sets no prometheusUrl; pass --prometheus-url"
+        raise fail(f"stack {stack!r} sets no prometheusUrl; pass --prometheus-url"
                     + (f" (and its cluster could not be read: {unreadable})" if unreadable else ""))
     failed = rows is not None and any(r.phase.value == "Failed" for r in rows)
     if not url:  # the cluster's view only
@@ -75,11 +75,11 @@ def calibrate(
     from tkf_infra.ops import stacks
     from tkf_infra.outputs import ENDPOINTS_OUTPUT
 
-    st, outs = _outputs(stack)
+    st, outs = read_outputs(stack)
     catalog = stacks.stack_catalog(st)
     url = prometheus_url or (catalog.settings.prometheus_url if catalog else None)
     if not url:
-        raise _fail(f"stack {stack!r} sets no prometheusUrl; pass --prometheus-url")
+        raise fail(f"stack {stack!r} sets no prometheusUrl; pass --prometheus-url")
     text, code = calibrate_command(list((outs.get(ENDPOINTS_OUTPUT) or {}).values()), url, output, stack=stack,
                                    catalog=catalog, lock=load_lock(), append=append)
     err_console.print(escape(text), highlight=False, soft_wrap=True)

@@ -1,6 +1,6 @@
 """`size` and `lock`: the commands about a model's facts and fit, offline from the lock or against the Hub.
 
-Registered on `tkf_infra.ops.cli.app` when that module imports this one; kept apart so the CLI's
+Registered on `app` (tkf_infra/ops/cli_common.py) when tkf_infra/ops/cli.py imports this one; kept apart so the CLI's
 modules stay readable (the stack operations in cli.py, the live view in cli_live.py).
 """
 
@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from tkf_infra.names import PROJECT_ROOT
-from tkf_infra.ops.cli import JsonOpt, StackOpt, _fail, app
+from tkf_infra.ops.cli_common import JsonOpt, StackOpt, app, fail
 
 
 @app.command()
@@ -63,10 +63,10 @@ def size(
         option = {"tensor_parallel_size": "tp", "pipeline_parallel_size": "pp", "data_parallel_size": "dp"}
         opts = {p.name: p.opts[0] for p in ctx.command.params}
         flags = [opts.get(option.get(str(e["loc"][0]), str(e["loc"][0])), str(e["loc"][0])) for e in err.errors()]
-        raise _fail("; ".join(f"{flag} {e['input']!r}: {e['msg'].lower()}" for flag, e in zip(flags, err.errors(),
+        raise fail("; ".join(f"{flag} {e['input']!r}: {e['msg'].lower()}" for flag, e in zip(flags, err.errors(),
                                                                                             strict=True))) from None
     except json.JSONDecodeError as err:
-        raise _fail(f"--speculative-config is not JSON ({err}); e.g. '{{\"method\": \"ngram\", "
+        raise fail(f"--speculative-config is not JSON ({err}); e.g. '{{\"method\": \"ngram\", "
                     f"\"num_speculative_tokens\": 4}}'") from None
     text, code = size_command(model, gpu, params, as_json=as_json, time_slices=time_slices)
     print(text)
@@ -94,15 +94,15 @@ def lock(
             pairs = [parse_repo_revision(m) for m in models or []]
             adapters = [parse_repo_revision(a) for a in adapter or []]
         except ValueError as err:
-            raise _fail(str(err)) from None
+            raise fail(str(err)) from None
     else:
         stack_file = PROJECT_ROOT / f"Pulumi.{stack}.yaml"
         if not stack_file.exists():
-            raise _fail(f"no stack file {stack_file.name}; give REPO@REVISION arguments or an existing --stack")
+            raise fail(f"no stack file {stack_file.name}; give REPO@REVISION arguments or an existing --stack")
         try:
             catalog = validate_catalog(read_stack_file(stack_file))
         except SettingsError as err:
-            raise _fail(err.render()) from None
+            raise fail(err.render()) from None
         pairs = sorted({(m.repo, m.revision) for m in catalog.models})
         adapters = sorted({(a.repo, a.revision) for m in catalog.models if m.lora for a in m.lora.adapters})
     text, code = lock_command(pairs, None, endpoint, os.environ.get(token_env), adapters)

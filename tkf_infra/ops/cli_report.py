@@ -1,6 +1,6 @@
 """`report`: a picture of a stack's plan, offline (tkf_infra/ops/report.py says how it is planned).
 
-Registered on `tkf_infra.ops.cli.app` when that module imports this one.
+Registered on `app` (tkf_infra/ops/cli_common.py) when tkf_infra/ops/cli.py imports this one.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from tkf_infra.ops.cli import StackOpt, _fail, app, err_console
-from tkf_infra.ops.exit_codes import ExitCode
+from tkf_infra.exit_codes import ExitCode
+from tkf_infra.ops.cli_common import StackOpt, app, err_console, fail
 
 
 @app.command()
@@ -30,9 +30,9 @@ def report(
     try:
         plan, warnings = offline_plan(stack)
     except FileNotFoundError as err:
-        raise _fail(str(err)) from None
+        raise fail(str(err)) from None
     except SettingsError as err:
-        raise _fail(err.render()) from None
+        raise fail(err.render()) from None
     data = report_data(plan, stack, warnings)
     svg = layout_svg(data)
     svg_path = output.with_suffix(".svg")
@@ -40,7 +40,7 @@ def report(
         output.write_text(page(data, svg))
         svg_path.write_text(svg)
     except OSError as err:
-        raise _fail(f"cannot write the report to {output} ({err}); choose a writable path with -o") from None
+        raise fail(f"cannot write the report to {output} ({err}); choose a writable path with -o") from None
     gpus = sum(len(n["gpus"]) for p in data["pools"] for n in p["nodes"])
     err_console.print(escape(f"wrote {output} and {svg_path}: {len(data['models'])} model(s), {gpus} GPU(s), "
                              f"{len(data[REJECTED_OUTPUT])} refused"), highlight=False)

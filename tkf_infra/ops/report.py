@@ -140,7 +140,7 @@ def _mig_gpus(layout: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
 def report_data(plan: FleetPlan, stack: str, warnings: list[str] | None = None) -> dict[str, Any]:
     """Everything the page draws, as plain data (the outputs' figures under the outputs' keys)."""
     from tkf_infra import outputs as out
-    from tkf_infra.outputs import pool_headroom
+    from tkf_infra.plan.headroom import pool_headroom
 
     layouts = {name: layout.published() for name, layout in sorted(plan.layouts.items())}
     headroom = pool_headroom(plan)

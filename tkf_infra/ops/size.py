@@ -1,7 +1,7 @@
 """``python -m tkf_infra size REPO@REV --gpu H100-80GB …``: what vLLM will print, offline from the lock.
 
 Answers "will it fit, and if not, what is the smallest tensorParallelSize / largest maxModelLen that
-does" before anyone books a GPU. Exit codes (`tkf_infra.ops.exit_codes`): OK fits, REFUSED does not
+does" before anyone books a GPU. Exit codes (`tkf_infra.exit_codes`): OK fits, REFUSED does not
 fit, USAGE cannot answer (unknown GPU, model not in the lock, facts too thin).
 """
 
@@ -15,16 +15,16 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from tkf_infra.exit_codes import ExitCode
 from tkf_infra.hub.lock import LockMissError, load_lock, parse_repo_revision
-from tkf_infra.ops.exit_codes import ExitCode
 from tkf_infra.plan.share import mig_fit, slice_fit
 from tkf_infra.sizing.contract import FitInputs, FitResult
-from tkf_infra.sizing.estimate import estimate
+from tkf_infra.sizing.estimate import Estimate, estimate
 from tkf_infra.sizing.facts import ModelFacts
 from tkf_infra.sizing.gpus import GpuSpec, lookup_gpu
 from tkf_infra.sizing.mig import mig_board
-from tkf_infra.sizing.params import SizingError, SizingParams
-from tkf_infra.sizing.suggest import doubt_text, suggest
+from tkf_infra.sizing.params import LoraSlots, SizingError, SizingParams
+from tkf_infra.sizing.suggest import Suggestion, doubt_text, suggest
 
 
 def shares(facts: ModelFacts, repo: str, revision: str, gpu: GpuSpec, params: SizingParams,
@@ -78,17 +78,35 @@ def size_command(model: str, gpu_name: str, params: SizingParams, *, as_json: bo
     code = ExitCode.OK if est.fits else ExitCode.REFUSED
     print_ = footprint(repo, revision, facts, params, est.lora_host_gib)
     if as_json:
-        data = est.model_dump()
-        data["uncertainty"] = doubt_text(est)
-        data["suggested_tensor_parallel_size"] = sugg.tensor_parallel_size if sugg else None
-        data["suggested_max_model_len"] = sugg.max_model_len if sugg else None
-        data["shares"] = share_rows
-        data["smallest_share"] = next((r["share"] for r in share_rows if r["fits"]), None)
-        data["footprint"] = print_
-        return json.dumps(data, indent=2), code
+        return json.dumps(_size_json(est, sugg, share_rows, print_), indent=2), code
+    console = Console(record=True, width=110, force_terminal=False, file=io.StringIO())
+    console.print(_size_table(f"{repo}@{revision[:12]}", gpu.name, params, est))
+    for line in _size_notes(est, sugg):
+        console.print(line, soft_wrap=True)
+    if share_rows:
+        _print_shares(console, gpu, share_rows, est.max_model_len)
+    if params.lora:
+        console.print(_lora_note(est, params.lora), soft_wrap=True)
+    if print_:
+        console.print(_footprint_note(print_), soft_wrap=True)
+    return console.export_text(), code
 
-    table = Table(title=f"{repo}@{revision[:12]} on {gpu.name} (per GPU rank, vLLM {params.vllm_version}, "
-                        f"profile {est.vllm_profile})")
+
+def _size_json(est: Estimate, sugg: Suggestion | None, share_rows: list[dict[str, Any]],
+               print_: dict[str, Any] | None) -> dict[str, Any]:
+    data = est.model_dump()
+    data["uncertainty"] = doubt_text(est)
+    data["suggested_tensor_parallel_size"] = sugg.tensor_parallel_size if sugg else None
+    data["suggested_max_model_len"] = sugg.max_model_len if sugg else None
+    data["shares"] = share_rows
+    data["smallest_share"] = next((r["share"] for r in share_rows if r["fits"]), None)
+    data["footprint"] = print_
+    return data
+
+
+def _size_table(model: str, gpu: str, params: SizingParams, est: Estimate) -> Table:
+    """The per-rank figures: each estimate beside its bound, and the verdict taken on the bound."""
+    table = Table(title=f"{model} on {gpu} (per GPU rank, vLLM {params.vllm_version}, profile {est.vllm_profile})")
     table.add_column("figure")
     table.add_column("estimate", justify="right")
     table.add_column("bound", justify="right")
@@ -112,32 +130,30 @@ def size_command(model: str, gpu_name: str, params: SizingParams, *, as_json: bo
     ]
     for name, value, bound in rows:
         table.add_row(name, value, bound)
-    console = Console(record=True, width=110, force_terminal=False, file=io.StringIO())
-    console.print(table)
-    for problem in est.problems:
-        console.print(f"- {problem}", soft_wrap=True)
-    for warning in est.warnings:
-        console.print(f"warning: {warning}", soft_wrap=True)
-    doubt = doubt_text(est)
-    if doubt:
-        console.print(f"uncertainty: {doubt}", soft_wrap=True)
+    return table
+
+
+def _size_notes(est: Estimate, sugg: Suggestion | None) -> list[str]:
+    """The lines under the table: problems, warnings, the uncertainty and the way out of a no-fit."""
+    lines = [f"- {problem}" for problem in est.problems] + [f"warning: {warning}" for warning in est.warnings]
+    if doubt := doubt_text(est):
+        lines.append(f"uncertainty: {doubt}")
     if sugg:
-        console.print(f"way out: {sugg.text()}", soft_wrap=True)
-    if share_rows:
-        _print_shares(console, gpu, share_rows, est.max_model_len)
-    if params.lora:
-        lora = params.lora
-        console.print(f"LoRA: vLLM reserves {est.lora_gib:.2f} GiB per GPU rank for {lora.max_adapters} adapter "
-                      f"slot(s) at rank {lora.max_rank} (taken from the KV cache above), and keeps up to "
-                      f"{lora.cpu_adapters} adapter(s) loaded in host memory: at most {est.lora_host_gib:.2f} GiB",
-                      soft_wrap=True)
-    if print_:
-        pod = print_["pod"]
-        console.print(f"node footprint: each pod asks {pod['cpuMillis'] / 1000:g} CPU, {pod['memoryMiB'] / 1024:.1f} "
-                      f"GiB memory and {pod['gpus']} GPU(s) on one node; its weight cache is "
-                      f"{print_['weightCacheGiB']} GiB at weightCacheHeadroom {print_['weightCacheHeadroom']}",
-                      soft_wrap=True)
-    return console.export_text(), code
+        lines.append(f"way out: {sugg.text()}")
+    return lines
+
+
+def _lora_note(est: Estimate, lora: LoraSlots) -> str:
+    return (f"LoRA: vLLM reserves {est.lora_gib:.2f} GiB per GPU rank for {lora.max_adapters} adapter slot(s) at rank "
+            f"{lora.max_rank} (taken from the KV cache above), and keeps up to {lora.cpu_adapters} adapter(s) loaded "
+            f"in host memory: at most {est.lora_host_gib:.2f} GiB")
+
+
+def _footprint_note(print_: dict[str, Any]) -> str:
+    pod = print_["pod"]
+    return (f"node footprint: each pod asks {pod['cpuMillis'] / 1000:g} CPU, {pod['memoryMiB'] / 1024:.1f} GiB memory "
+            f"and {pod['gpus']} GPU(s) on one node; its weight cache is {print_['weightCacheGiB']} GiB at "
+            f"weightCacheHeadroom {print_['weightCacheHeadroom']}")
 
 
 def footprint(repo: str, revision: str, facts: ModelFacts, params: SizingParams,

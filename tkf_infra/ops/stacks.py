@@ -19,11 +19,11 @@ from pulumi import automation as auto
 
 from tkf_infra.config import Catalog, SettingsError, validate_catalog
 from tkf_infra.config.api_keys import DEV_STACK
+from tkf_infra.exit_codes import ExitCode
 from tkf_infra.layers import environment, is_platform_stack, platform_stack
 from tkf_infra.names import PROJECT_ROOT
 from tkf_infra.ops import engine_home, locks
 from tkf_infra.ops.engine import EngineCommand
-from tkf_infra.ops.exit_codes import ExitCode
 
 PROJECT_DIR = PROJECT_ROOT
 DEV_PASSPHRASE = "tkf-dev-only"  # documented in README.md; only ever used for the dev stack

@@ -29,9 +29,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tkf_infra.config.quantity import cpu_text, gib_text, mebibytes, millicores
+from tkf_infra.names import GPU_RESOURCE
 from tkf_infra.sizing.node_room import NodeRoom
 
-GPU_RESOURCE = "nvidia.com/gpu"
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 KSERVE_API = "serving.kserve.io/v1alpha1"
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -73,12 +73,7 @@ def pack_patterns(order: Sequence[Demand], keys: list[tuple[int, int]],
     whole, _, failed, _ = _pack(wholes, keys, rooms)
     if failed:
         return None
-    left = [list(r) for r in rooms] if rooms is not None else None
-    for d in wholes:  # each replica's pod on the node of its GPUs
-        for node, gpus in Counter(k[0] for k, m in whole.items() if m == d.model).items():
-            if left is not None:
-                left[node][0] -= d.cpu_millis * (gpus // max(1, d.gpus))
-                left[node][1] -= d.memory_mib * (gpus // max(1, d.gpus))
+    left = _room_left(wholes, whole, rooms)
     queue: dict[MigProfile, list[tuple[Demand, int]]] = {}
     for d in order:
         if d.profile is not None:
@@ -89,23 +84,42 @@ def pack_patterns(order: Sequence[Demand], keys: list[tuple[int, int]],
     for key in keys:
         if all(taken[p] == len(q) for p, q in queue.items()):
             break
-        if key in whole:
-            continue
-        for combo, need in sets:
-            if any(taken[p] + n > len(queue[p]) for p, n in need.items()):
-                continue
-            pods = [queue[p][taken[p] + i][0] for p, n in need.items() for i in range(n)]
-            if left is not None:
-                cpu, mem = sum(d.cpu_millis for d in pods), sum(d.memory_mib for d in pods)
-                if cpu > left[key[0]][0] or mem > left[key[0]][1]:
-                    continue
-                left[key[0]][0] -= cpu
-                left[key[0]][1] -= mem
-            for p in combo:
-                d, replica = queue[p][taken[p]]
-                held.setdefault(key, []).append((d.model, replica, p))
-                taken[p] += 1
-            break
+        if key not in whole:
+            _fill(key, sets, queue, taken, left, held)
     if any(taken[p] < len(q) for p, q in queue.items()):
         return None
     return whole, held
+
+
+def _room_left(wholes: Sequence[Demand], whole: Whole, rooms: Rooms | None) -> list[list[int]] | None:
+    """Each node's room (CPU millis, memory MiB) once the whole-GPU replicas' pods are on their GPUs' nodes."""
+    if rooms is None:
+        return None
+    left = [list(r) for r in rooms]
+    for d in wholes:
+        for node, gpus in Counter(k[0] for k, m in whole.items() if m == d.model).items():
+            left[node][0] -= d.cpu_millis * (gpus // max(1, d.gpus))
+            left[node][1] -= d.memory_mib * (gpus // max(1, d.gpus))
+    return left
+
+
+def _fill(key: tuple[int, int], sets: Sequence[tuple[tuple[MigProfile, ...], Counter[MigProfile]]],
+          queue: Mapping[MigProfile, list[tuple[Demand, int]]], taken: Counter[MigProfile],
+          left: list[list[int]] | None, held: _Held) -> None:
+    """GPU ``key`` gets the first (fullest) set of instances the queue still has replicas for and its node has
+    room for; their replicas are taken from the queue and held on it."""
+    for combo, need in sets:
+        if any(taken[p] + n > len(queue[p]) for p, n in need.items()):
+            continue
+        pods = [queue[p][taken[p] + i][0] for p, n in need.items() for i in range(n)]
+        if left is not None:
+            cpu, mem = sum(d.cpu_millis for d in pods), sum(d.memory_mib for d in pods)
+            if cpu > left[key[0]][0] or mem > left[key[0]][1]:
+                continue
+            left[key[0]][0] -= cpu
+            left[key[0]][1] -= mem
+        for p in combo:
+            d, replica = queue[p][taken[p]]
+            held.setdefault(key, []).append((d.model, replica, p))
+            taken[p] += 1
+        return

@@ -144,7 +144,7 @@ class _Packing:
     def place(self, d: Demand, explain: bool = True) -> tuple[int | None, Short | None]:
         """Place all replicas of `d`, or none (first fit). None when placed; else how many of its replicas
         did, and (with rooms and `explain`) each node's room and GPU spot when it failed."""
-        whole, held, used, left = self.whole, self.held, self.used, self.left
+        left = self.left
         taken: list[tuple[int, int]] = []
         pods: list[int] = []  # the node of each replica's pod
         failed: int | None = None
@@ -176,35 +176,43 @@ class _Packing:
                     gpu_ok = self.gpu_spots(d)
                     short = [(c, m, n in gpu_ok) for n, (c, m) in enumerate(left)]
                 break
-            for key in spot:
-                if d.profile is None:
-                    whole[key] = d.model
-                else:
-                    held.setdefault(key, []).append((d.model, replica, d.profile))
-                    mem, compute = used.get(key, (0, 0))
-                    used[key] = (mem + d.profile.slices, compute + d.profile.compute)
-                    self.shapes[key] = (*self.shapes.get(key, ()), _shape(d.profile))
-                self._mark(key)
-            if left is not None:
-                left[spot[0][0]][0] -= d.cpu_millis
-                left[spot[0][0]][1] -= d.memory_mib
+            self._take(d, replica, spot)
             pods.append(spot[0][0])
             taken += spot
         if failed is None:
             self.placed.append((d, taken, pods))
             return None, None
-        for key in taken:  # all or nothing: free what its first replicas took
-            whole.pop(key, None)
-            if key in held:
-                held[key] = [h for h in held[key] if h[0] != d.model]
-                used[key] = (sum(h[2].slices for h in held[key]), sum(h[2].compute for h in held[key]))
-                self.shapes[key] = tuple(_shape(h[2]) for h in held[key])
-            self._mark(key)
-        for node in pods:
-            if left is not None:
-                left[node][0] += d.cpu_millis
-                left[node][1] += d.memory_mib
+        self._give_back(d, taken, pods)  # all or nothing: free what its first replicas took
         return failed, short
+
+    def _take(self, d: Demand, replica: int, spot: list[tuple[int, int]]) -> None:
+        """One replica of ``d`` on the GPUs of ``spot``, its pod on their node."""
+        for key in spot:
+            if d.profile is None:
+                self.whole[key] = d.model
+            else:
+                self.held.setdefault(key, []).append((d.model, replica, d.profile))
+                mem, compute = self.used.get(key, (0, 0))
+                self.used[key] = (mem + d.profile.slices, compute + d.profile.compute)
+                self.shapes[key] = (*self.shapes.get(key, ()), _shape(d.profile))
+            self._mark(key)
+        if self.left is not None:
+            self.left[spot[0][0]][0] -= d.cpu_millis
+            self.left[spot[0][0]][1] -= d.memory_mib
+
+    def _give_back(self, d: Demand, taken: list[tuple[int, int]], pods: list[int]) -> None:
+        """Every GPU and pod room ``d``'s replicas took (a demand that did not place whole)."""
+        for key in taken:
+            self.whole.pop(key, None)
+            if key in self.held:
+                held = self.held[key] = [h for h in self.held[key] if h[0] != d.model]
+                self.used[key] = (sum(h[2].slices for h in held), sum(h[2].compute for h in held))
+                self.shapes[key] = tuple(_shape(h[2]) for h in held)
+            self._mark(key)
+        if self.left is not None:
+            for node in pods:
+                self.left[node][0] += d.cpu_millis
+                self.left[node][1] += d.memory_mib
 
     def undo(self) -> None:
         """Take back the last demand placed."""

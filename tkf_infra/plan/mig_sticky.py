@@ -76,35 +76,42 @@ def read_previous(pool: str, published: Any) -> tuple[Previous | None, list[str]
             raise _Malformed("it has no `nodes` mapping")
         prev = Previous()
         for node, spec in nodes.items():
-            _str(node, "a node name")
-            if not isinstance(spec, Mapping) or not isinstance(spec.get("gpus"), list):
-                raise _Malformed(f"node {node} has no `gpus` list")
-            if isinstance(spec.get("migConfig"), str):
-                prev.configs[node] = spec["migConfig"]
-            for gpu in spec["gpus"]:
-                if not isinstance(gpu, Mapping):
-                    raise _Malformed(f"a GPU of node {node} is {gpu!r}")
-                index = _int(gpu.get("index"), f"a GPU index of node {node}")
-                if gpu.get("whole") is not None:
-                    prev.whole.setdefault(_str(gpu["whole"], f"node {node} GPU {index} `whole`"), []).append(
-                        (node, index))
-                instances = gpu.get("instances") or []
-                if not isinstance(instances, list):
-                    raise _Malformed(f"node {node} GPU {index} `instances` is not a list")
-                for i in instances:
-                    if not isinstance(i, Mapping):
-                        raise _Malformed(f"an instance on node {node} GPU {index} is {i!r}")
-                    where = f"an instance on node {node} GPU {index}"
-                    key = (_str(i.get("model"), f"{where}: model"), _int(i.get("replica"), f"{where}: replica"))
-                    if key in prev.instances:
-                        raise _Malformed(f"replica {key[1]} of {key[0]} is placed twice")
-                    prev.instances[key] = (node, index, _str(i.get("profile"), f"{where}: profile"),
-                                           _int(i.get("start"), f"{where}: start"))
+            _read_node(prev, _str(node, "a node name"), spec)
         return prev, []
     except _Malformed as exc:
         return None, [named(W_LAYOUT_UNREADABLE, (
             f"nodePool {pool}: the last run's gpuLayout of this pool cannot be read ({exc}); it was ignored and the "
             "pool laid out from scratch, so models placed before may move and their nodes be re-partitioned"))]
+
+
+def _read_node(prev: Previous, node: str, spec: Any) -> None:
+    """One node of a published layout into ``prev``: its mig-parted config, whole GPUs and instances."""
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("gpus"), list):
+        raise _Malformed(f"node {node} has no `gpus` list")
+    if isinstance(spec.get("migConfig"), str):
+        prev.configs[node] = spec["migConfig"]
+    for gpu in spec["gpus"]:
+        if not isinstance(gpu, Mapping):
+            raise _Malformed(f"a GPU of node {node} is {gpu!r}")
+        index = _int(gpu.get("index"), f"a GPU index of node {node}")
+        if gpu.get("whole") is not None:
+            prev.whole.setdefault(_str(gpu["whole"], f"node {node} GPU {index} `whole`"), []).append((node, index))
+        instances = gpu.get("instances") or []
+        if not isinstance(instances, list):
+            raise _Malformed(f"node {node} GPU {index} `instances` is not a list")
+        for i in instances:
+            _read_instance(prev, node, index, i)
+
+
+def _read_instance(prev: Previous, node: str, index: int, i: Any) -> None:
+    where = f"an instance on node {node} GPU {index}"
+    if not isinstance(i, Mapping):
+        raise _Malformed(f"{where} is {i!r}")
+    key = (_str(i.get("model"), f"{where}: model"), _int(i.get("replica"), f"{where}: replica"))
+    if key in prev.instances:
+        raise _Malformed(f"replica {key[1]} of {key[0]} is placed twice")
+    prev.instances[key] = (node, index, _str(i.get("profile"), f"{where}: profile"),
+                           _int(i.get("start"), f"{where}: start"))
 
 
 def _largest(shapes: Sequence[Shape]) -> tuple[Shape, ...]:

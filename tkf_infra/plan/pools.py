@@ -14,13 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tkf_infra.config import NodePool
-from tkf_infra.names import POOL_LABEL
+from tkf_infra.names import GPU_PRODUCT_LABEL, GPU_TAINT_KEY, POOL_LABEL
 from tkf_infra.sizing.ec2 import InstanceGpus
 from tkf_infra.sizing.gpus import GPUS, GpuSpec, find_gpu, lookup_gpu, product_label, same_gpu
 from tkf_infra.sizing.mig import MigBoard, mig_board
 
-GPU_TAINT_KEY = "nvidia.com/gpu"
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 #: GPU feature discovery appends this to the product label when time-slicing shares the GPUs.
 SHARED_SUFFIX = "-SHARED"
 
@@ -180,7 +178,7 @@ def resolve_pool(pool: NodePool, ec2: Mapping[str, InstanceGpus], shared: bool, 
         if label is None and pool.kind != "eks":
             raise PoolProblem(f"node pool {pool.name}: gpuProduct {pool.gpu_product!r} ({gpu.name}) matches several "
                               f"node labels {list(gpu.product_labels)}; set gpuProduct to the exact "
-                              "nvidia.com/gpu.product label of its nodes")
+                              f"{GPU_PRODUCT_LABEL} label of its nodes")
         if label:  # an EKS pool whose GPU has several labels is selected by its own pool label
             selector[GPU_PRODUCT_LABEL] = label + (SHARED_SUFFIX if shared else "")
     taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in pool.taints]

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tkf_infra.config import ModelEntry
+from tkf_infra.names import GPU_RESOURCE
 from tkf_infra.plan.pools import PoolFacts
 from tkf_infra.sizing.contract import FitInputs, FitResult, evaluate
 from tkf_infra.sizing.estimate import estimate
@@ -30,8 +31,6 @@ from tkf_infra.sizing.mig import MigProfile, mig_gpu
 from tkf_infra.sizing.params import GIB, MIB, SizingError
 from tkf_infra.sizing.versions import choose_version
 
-#: The device plugin's whole-GPU resource; on a time-sliced node one unit is one replica of a GPU.
-GPU_RESOURCE = "nvidia.com/gpu"
 #: The highest gpuMemoryUtilization the catalog accepts (flags.py); a share never renders more.
 MAX_UTILIZATION = 0.99
 

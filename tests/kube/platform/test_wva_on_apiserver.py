@@ -10,7 +10,7 @@ Operator CRD on the server: the run would fail on it), then the model's LLMInfer
 (`expectedVA` in pkg/controller/v1alpha2/llmisvc/scaling.go: no KServe controller runs here) against the
 installed CRD. A second preview plans no change.
 
-Why its own API server: KEDA's APIService and webhook (tests/apiserver/test_keda_on_apiserver.py) must not
+Why its own API server: KEDA's APIService and webhook (tests/kube/platform/test_keda_on_apiserver.py) must not
 reach the platform tests sharing the package's server.
 """
 
@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.apiserver.readback import CRD_API, LLMISVC
-from tests.apiserver.test_up_against_apiserver import CPU_MODELS, target_config
 from tests.engine_fixtures import EngineStack
 from tests.kube.apiserver import KubeAPIServer, own_apiserver
+from tests.kube.platform.readback import CRD_API, LLMISVC
+from tests.kube.platform.test_up_against_apiserver import CPU_MODELS, target_config
 from tkf_infra.config.charts import WVA_NAMESPACE
 from tkf_infra.outputs import REJECTED_OUTPUT
 

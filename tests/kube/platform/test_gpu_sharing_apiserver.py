@@ -5,7 +5,7 @@ the mig-parted ConfigMap in the GPU Operator's namespace with the geometry the l
 the node carrying both the pool's labels and taint (one server-side-apply patch) and its
 `nvidia.com/mig.config` label (another patch, another field manager) — so mig-manager would carve it.
 A second `up` changes nothing. The server runs no controllers (`cluster.skipAwait`, see
-tests/apiserver/test_up_against_apiserver.py). The platform is `alreadyInstalled`; KServe's CRDs come
+tests/kube/platform/test_up_against_apiserver.py). The platform is `alreadyInstalled`; KServe's CRDs come
 from its vendored chart.
 """
 
@@ -20,8 +20,10 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from components.gpu_sharing import MIG_CONFIG_KEY, MIG_CONFIG_LABEL, MIG_CONFIG_NAME
-from tests.apiserver.readback import (
+from tests.engine_fixtures import EngineStack
+from tests.kube.apiserver import KubeAPIServer
+from tests.kube.client import KubeClient
+from tests.kube.platform.readback import (
     GATEWAY_NS,
     LLMISVC,
     MONITORING_NS,
@@ -30,12 +32,10 @@ from tests.apiserver.readback import (
     release_pvcs,
     remove_crds,
 )
-from tests.apiserver.test_up_against_apiserver import changes
-from tests.engine_fixtures import EngineStack
-from tests.kube.apiserver import KubeAPIServer
-from tests.kube.client import KubeClient
+from tests.kube.platform.test_up_against_apiserver import changes
 from tests.mig_format import check
 from tests.sharing_fixtures import POOL, TEN_SMALL, WHOLE_TP2, mig_settings
+from tkf_infra.names import MIG_CONFIG_KEY, MIG_CONFIG_LABEL, MIG_CONFIG_NAME
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.engine]
 

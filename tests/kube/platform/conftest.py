@@ -1,8 +1,9 @@
-"""A fresh API server for this package (not the session's), and the lean engine for its stacks.
+"""A fresh API server for this folder of the API-server tier (not the session's), and the lean engine for its
+stacks.
 
 Why its own server: these tests install the platform from its charts — CRDs included — and the
 first one checks a first preview against a cluster that has none of them; the session server's
-smoke tests apply some of the same CRDs with another field manager (tests/kube/).
+smoke tests apply some of the same CRDs with another field manager (tests/kube/test_apiserver_smoke.py).
 """
 
 from __future__ import annotations

@@ -36,7 +36,11 @@ import yaml
 from pulumi import automation as auto
 
 from components.fleet import API_KEY_SECRET
-from tests.apiserver.readback import (
+from tests.engine_fixtures import EngineStack, dev_config, resource_events
+from tests.faults.harness import process_tree
+from tests.kube.apiserver import KubeAPIServer
+from tests.kube.client import KubeClient
+from tests.kube.platform.readback import (
     CRD_API,
     GATEWAY_NS,
     H100_LABELS,
@@ -53,10 +57,6 @@ from tests.apiserver.readback import (
     read_back,
     release_pvcs,
 )
-from tests.engine_fixtures import EngineStack, dev_config, resource_events
-from tests.faults.harness import process_tree
-from tests.kube.apiserver import KubeAPIServer
-from tests.kube.client import KubeClient
 from tkf_infra import names
 from tkf_infra.ops.stacks import DEV_PASSPHRASE, copy_project, engine_env, pulumi_home
 

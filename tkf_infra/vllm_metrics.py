@@ -1,4 +1,6 @@
-"""vLLM's Prometheus metrics as tkf-infra reads them: names per release, and the KV cache vLLM really got.
+"""vLLM's Prometheus series and labels as tkf-infra reads them, per release; pure (standard library only), so
+the components (autoscaling triggers) and live/ (status, calibrate; the KV cache each engine reports is
+read in live/kv_cache.py) spell them once.
 
 Every name below was read in vLLM's own source at a release tag (the wheel published on PyPI):
 - v0.32.0 `vllm/v1/metrics/loggers.py`, PrometheusStatLogger: `vllm:num_requests_running` (l. 528),
@@ -35,11 +37,6 @@ target (`job`, `instance`). Labels used:
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
-from dataclasses import dataclass
-
-from tkf_infra.live.prometheus import PrometheusClient, Sample
 
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
@@ -90,122 +87,3 @@ CACHE_CONFIG_QUERY = (
 
 SOURCE_REPORTED = f"vLLM's {KV_CACHE_SIZE_TOKENS} label"
 SOURCE_BLOCKS = f"{NUM_GPU_BLOCKS} × {BLOCK_SIZE}"
-
-
-def _label_int(labels: Mapping[str, str], key: str) -> int | None:
-    """vLLM writes str(None) for a value not known when the gauge was set; that stays None."""
-    try:
-        return int(labels[key])
-    except (KeyError, ValueError):
-        return None
-
-
-def _label_float(labels: Mapping[str, str], key: str) -> float | None:
-    try:
-        return float(labels[key])
-    except (KeyError, ValueError):
-        return None
-
-
-@dataclass(frozen=True)
-class KvObservation:
-    """The KV cache one running vLLM engine allocated at start-up, as its cache_config_info reports it."""
-
-    model_name: str
-    namespace: str
-    instance: str
-    engine: str | None  # None: the release exports no `engine` label (V0, V1 before 0.9)
-    labels: Mapping[str, str]
-    target_labels: frozenset[str] = frozenset()  # added by the scrape (job, instance, relabelled pod labels)
-
-    @property
-    def num_gpu_blocks(self) -> int | None:
-        return _label_int(self.labels, NUM_GPU_BLOCKS)
-
-    @property
-    def block_size(self) -> int | None:
-        return _label_int(self.labels, BLOCK_SIZE)
-
-    @property
-    def reported_tokens(self) -> int | None:
-        return _label_int(self.labels, KV_CACHE_SIZE_TOKENS)
-
-    @property
-    def max_concurrency(self) -> float | None:
-        return _label_float(self.labels, KV_CACHE_MAX_CONCURRENCY)
-
-    @property
-    def gpu_memory_utilization(self) -> float | None:
-        return _label_float(self.labels, GPU_MEMORY_UTILIZATION)
-
-    @property
-    def cache_dtype(self) -> str | None:
-        value = self.labels.get(CACHE_DTYPE)
-        return None if value in (None, "", "None") else value
-
-    @property
-    def tokens(self) -> int | None:
-        """KV tokens per engine: vLLM's own figure when it exports one, else blocks × block size (which
-        counts every engine of a data-parallel front end, see the module docstring; the catalog has no DP)."""
-        if self.reported_tokens is not None:
-            return self.reported_tokens
-        if self.num_gpu_blocks is not None and self.block_size is not None:
-            return self.num_gpu_blocks * self.block_size
-        return None
-
-    @property
-    def tokens_source(self) -> str | None:
-        if self.reported_tokens is not None:
-            return SOURCE_REPORTED
-        return SOURCE_BLOCKS if self.tokens is not None else None
-
-    @property
-    def where(self) -> str:
-        return self.instance + (f" engine {self.engine}" if self.engine is not None else "")
-
-    def exposition_labels(self) -> dict[str, str]:
-        """The labels vLLM itself set: the scrape target's and the joined model_name removed."""
-        return {k: v for k, v in sorted(self.labels.items())
-                if k not in self.target_labels and k not in (MODEL_LABEL, "__name__")}
-
-    def exposition(self) -> str:
-        """The series as vLLM exposed it on /metrics (labels sorted), for quoting in a case."""
-        labels = ",".join(f'{k}="{v}"' for k, v in self.exposition_labels().items())
-        return f"{CACHE_CONFIG_INFO}{{{labels}}} 1"
-
-
-def _observation(sample: Sample, target_labels: frozenset[str]) -> KvObservation:
-    labels = dict(sample.labels)
-    return KvObservation(
-        model_name=labels.get(MODEL_LABEL, ""),
-        namespace=labels.get(NAMESPACE_LABEL, ""),
-        instance=labels.get("instance", ""),
-        engine=labels.get(ENGINE),
-        labels=labels,
-        target_labels=target_labels,
-    )
-
-
-def _target(sample: Sample) -> tuple[str, str]:
-    return sample.labels.get("job", ""), sample.labels.get("instance", "")
-
-
-def read_kv_observations(client: PrometheusClient) -> list[KvObservation]:
-    """Every engine's cache_config_info, with the model it serves; raises PrometheusQueryError.
-
-    `up` carries exactly the labels the scrape adds to a target, which tells them apart from the
-    labels vLLM wrote (those vary with the release: they are CacheConfig's attributes).
-    """
-    samples = client.vector(CACHE_CONFIG_QUERY)
-    targets = {_target(s): frozenset(s.labels) - {"__name__"} for s in client.vector("up")} if samples else {}
-    observations = [_observation(s, targets.get(_target(s), frozenset({"job", "instance"}))) for s in samples]
-    return sorted(observations, key=lambda o: (o.namespace, o.model_name, o.instance, o.engine or ""))
-
-
-def observations_for(observations: list[KvObservation], served_name: str, namespace: str) -> list[KvObservation]:
-    """The endpoint's engines: series of its namespace, else series scraped without a namespace label."""
-    for ns in (namespace, ""):
-        found = [o for o in observations if o.model_name == served_name and o.namespace == ns]
-        if found:
-            return found
-    return []

@@ -18,16 +18,16 @@ from typing import Any
 import pytest
 import yaml
 
-from components.gpu_sharing import MIG_CONFIG_KEY, MIG_CONFIG_NAME
-from tests.apiserver.test_admission_live import GPU_TAINT, PRODUCT, node
 from tests.kube.apiserver import KubeAPIServer, own_apiserver
 from tests.kube.client import KubeClient
+from tests.kube.platform.test_admission_live import GPU_TAINT, PRODUCT, node
 from tests.mocks import program as mock_program
 from tests.mocks import stack_doc
 from tests.sharing_fixtures import CODER05, POOL, QWEN05, mig_settings
 from tkf_infra.config import validate_catalog
 from tkf_infra.hub.lock import load_lock
 from tkf_infra.live.cluster import cluster_state
+from tkf_infra.names import MIG_CONFIG_KEY, MIG_CONFIG_NAME
 from tkf_infra.plan import plan_fleet
 from tkf_infra.program import footprints
 

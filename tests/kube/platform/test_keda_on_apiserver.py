@@ -23,11 +23,11 @@ from typing import Any
 
 import pytest
 
-from tests.apiserver.readback import CRD_API
-from tests.apiserver.test_up_against_apiserver import CPU_MODELS, target_config
 from tests.engine_fixtures import EngineStack
 from tests.kube.apiserver import KubeAPIServer, own_apiserver
 from tests.kube.client import KubeAPIError
+from tests.kube.platform.readback import CRD_API
+from tests.kube.platform.test_up_against_apiserver import CPU_MODELS, target_config
 from tkf_infra import names
 from tkf_infra.config.charts import KEDA_NAMESPACE
 from tkf_infra.outputs import REJECTED_OUTPUT

@@ -21,12 +21,12 @@ import yaml
 from pulumi import automation as auto
 
 from components.platform_charts import local_dir
-from tests.apiserver.readback import CRD_API, release_pvcs
-from tests.apiserver.test_up_against_apiserver import CPU_MODELS, target_config, wait_namespaces_gone
 from tests.engine.test_layers import changed, run_up
 from tests.engine_fixtures import EngineStack
 from tests.kube.apiserver import KubeAPIServer
 from tests.kube.client import KubeClient
+from tests.kube.platform.readback import CRD_API, release_pvcs
+from tests.kube.platform.test_up_against_apiserver import CPU_MODELS, target_config, wait_namespaces_gone
 from tkf_infra import names
 from tkf_infra.config.platform import Platform
 from tkf_infra.ops import split

@@ -1,1 +1,0 @@
-"""The program through the Automation API against a real kube-apiserver (tests/kube)."""
