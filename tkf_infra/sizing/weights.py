@@ -34,7 +34,7 @@ class Sharding:
         return self.tp * self.dp
 
 
-def _attention_bytes(arch: Arch, tp: int, q: QuantScheme, heads: int | None = None) -> tuple[float, float]:
+def _attention_elements(arch: Arch, tp: int, heads: int | None = None) -> tuple[float, float]:
     """(quantizable linear elements, other elements) of one attention block on one rank (`heads`: this
     layer's query heads where they vary by layer)."""
     h, hd = arch.hidden, arch.head_dim
@@ -83,7 +83,7 @@ def mla_absorbed_bytes(arch: Arch, tp: int, act_bytes: float) -> float:
     return per_layer * act_bytes
 
 
-def _recurrent_bytes(arch: Arch, tp: int) -> tuple[float, float]:
+def _recurrent_elements(arch: Arch, tp: int) -> tuple[float, float]:
     """(linear, other) elements of one gated-delta-net / Mamba2 mixer on one rank."""
     r = arch.recurrent
     assert r is not None
@@ -99,9 +99,33 @@ def _recurrent_bytes(arch: Arch, tp: int) -> tuple[float, float]:
     return lin, other
 
 
-def _mlp_bytes(arch: Arch, idx: int, sh: Sharding, q: QuantScheme) -> float:
+@dataclass(frozen=True)
+class Elements:
+    """Weight elements one rank holds, by the tensor class a quantization scheme prices separately.
+
+    Why by class: bytes are elements x each class's bytes per element (`QuantScheme`), and the checkpoint's
+    own bytes per class (the lock's safetensors facts, `checkpoint_weights.py`) replace the scheme's price
+    class by class while vLLM's sharding rules, counted here, still decide which rank holds what."""
+
+    linear: float = 0.0  # attention projections
+    mlp: float = 0.0  # dense MLP and shared experts
+    expert: float = 0.0  # routed experts
+    other: float = 0.0  # norms, routers, biases (kept in the activation dtype)
+    embed: float = 0.0  # embeddings and lm_head
+
+    def __add__(self, o: Elements) -> Elements:
+        return Elements(self.linear + o.linear, self.mlp + o.mlp, self.expert + o.expert, self.other + o.other,
+                        self.embed + o.embed)
+
+    def bytes(self, q: QuantScheme) -> float:
+        mlp = q.mlp if q.mlp is not None else q.linear
+        embed = q.embed if q.embed is not None else q.other
+        return self.linear * q.linear + self.mlp * mlp + self.expert * q.expert + self.other * q.other + \
+            self.embed * embed
+
+
+def _mlp_elements(arch: Arch, idx: int, sh: Sharding, expert_pad: int) -> Elements:
     h = arch.hidden
-    mlp_q = q.mlp if q.mlp is not None else q.linear
     if arch.is_moe and arch.moe_layers[idx]:
         inter = arch.moe_intermediate or 0
         mats = 3 if arch.gated_mlp else 2
@@ -110,57 +134,73 @@ def _mlp_bytes(arch: Arch, idx: int, sh: Sharding, q: QuantScheme) -> float:
             expert_elems = experts_rank * mats * h * inter
             inter_rank = inter
         else:
-            inter_rank = round_up(inter // sh.moe_ranks, q.expert_pad)
+            inter_rank = round_up(inter // sh.moe_ranks, expert_pad)
             expert_elems = arch.num_experts * mats * h * inter_rank
             experts_rank = arch.num_experts
         other = h * arch.num_experts  # router, replicated
         if arch.model_type == "gpt_oss":  # expert biases, kept in fp32
             other += experts_rank * (2 * inter_rank + h) * 2
-        shared = 3 * h * arch.shared_intermediate / sh.tp * mlp_q if arch.shared_intermediate else 0.0
+        shared = 3 * h * arch.shared_intermediate / sh.tp if arch.shared_intermediate else 0.0
         if arch.shared_intermediate and arch.model_type in ("qwen2_moe",):
             other += h
-        return expert_elems * q.expert + shared + other * q.other
+        return Elements(mlp=shared, expert=expert_elems, other=other)
     width = arch.mlp_width(idx)  # per layer where intermediate_size is a per-layer list
     if width:
         n_mats = 3 if arch.gated_mlp else 2
-        extra = (width / sh.tp + h) * q.other if arch.all_bias else 0.0
-        return n_mats * h * width / sh.tp * mlp_q + extra
-    return 0.0
+        extra = (width / sh.tp + h) if arch.all_bias else 0.0
+        return Elements(mlp=n_mats * h * width / sh.tp, other=extra)
+    return Elements()
+
+
+def layer_elements(arch: Arch, idx: int, sh: Sharding, expert_pad: int = 1) -> Elements:
+    """Weight elements of decoder layer `idx` on one rank (`expert_pad`: the scheme's expert padding)."""
+    kind = arch.layer_kinds[idx] if idx < len(arch.layer_kinds) else None
+    if kind is not None and kind.kind == "linear" and arch.recurrent is not None:
+        lin, other = _recurrent_elements(arch, sh.tp)
+    else:
+        lin, other = _attention_elements(arch, sh.tp, arch.heads_at(idx))
+    other += arch.norms_per_layer * arch.hidden
+    return Elements(linear=lin, other=other) + _mlp_elements(arch, idx, sh, expert_pad)
 
 
 def layer_bytes(arch: Arch, idx: int, sh: Sharding, q: QuantScheme) -> float:
     """Bytes of decoder layer `idx` on one rank."""
-    kind = arch.layer_kinds[idx] if idx < len(arch.layer_kinds) else None
-    if kind is not None and kind.kind == "linear" and arch.recurrent is not None:
-        lin, other = _recurrent_bytes(arch, sh.tp)
-    else:
-        lin, other = _attention_bytes(arch, sh.tp, q, arch.heads_at(idx))
-    other += arch.norms_per_layer * arch.hidden
-    return lin * q.linear + other * q.other + _mlp_bytes(arch, idx, sh, q)
+    return layer_elements(arch, idx, sh, q.expert_pad).bytes(q)
 
 
-def weights_bytes_per_rank(arch: Arch, sh: Sharding, q: QuantScheme, act_bytes: float) -> list[float]:
-    """Bytes each PP stage's rank holds after loading (one entry per PP rank)."""
+def rank_elements(arch: Arch, sh: Sharding, expert_pad: int = 1) -> list[Elements]:
+    """Weight elements each PP stage's rank holds after loading (one entry per PP rank)."""
     if arch.vocab is None:
         raise SizingError("config.json lacks vocab_size (needed for the embedding and lm_head)")
     if not arch.is_moe and arch.intermediate is None:
         raise SizingError("config.json lacks intermediate_size")
-    vocab_rank = round_up(arch.vocab, VOCAB_PADDING) / sh.tp
-    emb = vocab_rank * arch.hidden * (q.embed if q.embed is not None else q.other)
-    rotary = (arch.rope_positions or arch.max_len or 0) * arch.rotary_dim * act_bytes  # cos/sin cache buffers
-    out: list[float] = []
+    emb = Elements(embed=round_up(arch.vocab, VOCAB_PADDING) / sh.tp * arch.hidden)
+    out: list[Elements] = []
     ranges = pp_layer_ranges(arch.layers, sh.pp)
     for stage, rng in enumerate(ranges):
-        total = sum(layer_bytes(arch, i, sh, q) for i in rng) + rotary
+        total = Elements()
+        for i in rng:
+            total += layer_elements(arch, i, sh, expert_pad)
         first, last = stage == 0, stage == len(ranges) - 1
         if first:
             total += emb
         if last:
-            total += arch.hidden * q.other  # final norm
+            total += Elements(other=arch.hidden)  # final norm
             if not arch.tied or not first:
                 total += emb  # lm_head (a tied head is materialised on the last rank under PP)
         out.append(total)
     return out
+
+
+def rotary_bytes(arch: Arch, act_bytes: float) -> float:
+    """The rotary cos/sin cache buffers every rank builds (counted in vLLM's weights)."""
+    return (arch.rope_positions or arch.max_len or 0) * arch.rotary_dim * act_bytes
+
+
+def weights_bytes_per_rank(arch: Arch, sh: Sharding, q: QuantScheme, act_bytes: float) -> list[float]:
+    """Bytes each PP stage's rank holds after loading (one entry per PP rank), priced by `q`."""
+    rotary = rotary_bytes(arch, act_bytes)
+    return [e.bytes(q) + rotary for e in rank_elements(arch, sh, q.expert_pad)]
 
 
 def vision_bytes(arch: Arch, act_bytes: float) -> float:
