@@ -212,7 +212,7 @@ def vision_bytes(arch: Arch, act_bytes: float) -> float:
     if not v:
         return 0.0
     h, inter, layers = v["hidden"], v["intermediate"], v["layers"]
-    mlp = (3 if v.get("gated") else 2) * h * inter  # gate+up+down, or fc1+fc2 (arch._GATED_VISION_ACTS)
+    mlp = (3 if v.get("gated") else 2) * h * inter  # gate+up+down, or fc1+fc2 (vision._GATED_VISION_ACTS)
     per_layer = 4 * h * h + 4 * h + mlp + inter + h + 4 * h
     patch = v["channels"] * v["patch"] ** 2 * h * 2
     out = v["out"] or arch.hidden
