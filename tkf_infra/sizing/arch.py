@@ -266,9 +266,13 @@ def _mla(f: Fields, mt: str) -> dict[str, int] | None:
 
 def _intermediate(f: Fields, layers: int, hidden: int) -> tuple[int | None, tuple[int, ...]]:
     """The dense MLP width, and its per-layer widths where `intermediate_size` is a list that varies (Gemma 3n-style
-    configs: modelled layer by layer); GPT-style configs' null `n_inner` means 4 x `n_embd`."""
+    configs: modelled layer by layer); GPT-style configs' null `n_inner` means 4 x `n_embd`. An MoE config that
+    names its dense layers' width apart (`dense_intermediate_size`, MiniMax M3 and Cohere2 MoE, whose
+    `intermediate_size` is the experts') is read first: vLLM builds the dense MLPs from it
+    (vllm/models/minimax_m3/nvidia/model.py@v0.32.0:750, experts :255)."""
     cfg = f.cfg
-    inter_key = f.present("intermediate_size", "ffn_hidden_size", "n_inner", "intermediate_size_mlp")
+    keys = ("dense_intermediate_size", "intermediate_size", "ffn_hidden_size", "n_inner", "intermediate_size_mlp")
+    inter_key = f.present(*keys)
     per_layer_inter: tuple[int, ...] = ()
     intermediate: int | None
     if inter_key is not None and isinstance(cfg[inter_key], list):
@@ -276,7 +280,7 @@ def _intermediate(f: Fields, layers: int, hidden: int) -> tuple[int | None, tupl
         intermediate = max(widths) or None
         per_layer_inter = tuple(widths) if len(set(widths)) > 1 else ()
     else:
-        intermediate = f.integer("intermediate_size", "ffn_hidden_size", "n_inner", "intermediate_size_mlp")
+        intermediate = f.integer(*keys)
     if intermediate is None and "n_inner" in cfg and hidden:
         intermediate = 4 * hidden
     return intermediate, per_layer_inter
@@ -288,8 +292,9 @@ def _moe(f: Fields, mt: str, layers: int, hidden: int) -> tuple[_Moe, int | None
     topk = f.integer("num_experts_per_tok", "experts_per_token", "moe_topk", hi=1_000_000) or 0
     moe_inter = f.integer("moe_intermediate_size", "intermediate_size_moe", per_layer=layers)
     intermediate, per_layer_inter = _intermediate(f, layers, hidden)
-    if num_experts and moe_inter is None:
-        moe_inter = intermediate
+    if num_experts and moe_inter is None:  # the experts' width is intermediate_size, the dense one's may differ
+        separate = f.present("dense_intermediate_size") and not isinstance(f.cfg.get("intermediate_size"), list)
+        moe_inter = f.integer("intermediate_size") if separate else intermediate
     shared = f.integer("shared_expert_intermediate_size") or 0
     n_shared = f.integer("n_shared_experts", hi=100_000)
     if not shared and n_shared and moe_inter:
@@ -322,6 +327,17 @@ def _tied(f: Fields, mt: str) -> bool:
         f.flag("tie_word_embeddings", tie_default)
 
 
+def _quant(cfg: dict[str, Any]) -> dict[str, Any] | None:
+    """The checkpoint's quantization_config, with the config's top-level `expert_dtype` folded in: experts stored
+    in a dtype of their own (DeepSeek V4's FP4 experts beside FP8 linears) are part of how the weights are
+    stored, and the quantization scheme prices them (`quant.py` `_expert_dtype`)."""
+    quant = cfg.get("quantization_config") if isinstance(cfg.get("quantization_config"), dict) else None
+    expert_dtype = cfg.get("expert_dtype")
+    if isinstance(expert_dtype, str) and expert_dtype:
+        return {**(quant or {}), "expert_dtype": expert_dtype}
+    return quant
+
+
 def parse_arch(config: dict[str, Any], full_config: dict[str, Any] | None = None) -> Arch:
     """Normalise a text config. Raises SizingError naming any field sizing cannot do without, and
     `ConfigFieldError` naming any field of a type or range it cannot use (`config_fields`).
@@ -342,7 +358,7 @@ def parse_arch(config: dict[str, Any], full_config: dict[str, Any] | None = None
     rotary_dim = _rotary_dim(f, att.head_dim, mla)
     vocab = f.integer("vocab_size", "padded_vocab_size", hi=MAX_VOCAB)
     tied = _tied(f, mt)
-    quant = cfg.get("quantization_config") if isinstance(cfg.get("quantization_config"), dict) else None
+    quant = _quant(cfg)
     mtp = f.integer("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers", hi=MAX_LAYERS) or 0
     dtype = cfg.get("torch_dtype") if cfg.get("torch_dtype") is not None else cfg.get("dtype")
     return Arch(

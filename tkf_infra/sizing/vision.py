@@ -1,7 +1,8 @@
 """A vision tower's shape, read from the checkpoint's ``vision_config``.
 
 Why apart from the decoder (`arch.py`): the tower is its own network beside the language model, which
-vLLM builds from `vision_config`, and configs describe it in their own vocabulary (`depth`, `embed_dim`, `width`, image and patch sizes as [height, width]).
+vLLM builds from `vision_config`, and configs describe it in their own vocabulary (`depth`, `embed_dim`,
+`width`, image and patch sizes as [height, width]).
 `weights.py` `vision_bytes` weighs it; `overheads.py` sizes its encoder profile from the same shape.
 """
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tkf_infra.sizing.arch import Arch, parse_arch
-from tkf_infra.sizing.config_fields import reading_config
+from tkf_infra.sizing.config_fields import ConfigFieldError, reading_config
 from tkf_infra.sizing.facts import ModelFacts, bytes_of_counts
 from tkf_infra.sizing.parallelism import VOCAB_PADDING, pp_layer_ranges, round_up
 from tkf_infra.sizing.params import SizingError
@@ -168,13 +168,14 @@ def layer_bytes(arch: Arch, idx: int, sh: Sharding, q: QuantScheme) -> float:
     return layer_elements(arch, idx, sh, q.expert_pad).bytes(q)
 
 
-def rank_elements(arch: Arch, sh: Sharding, expert_pad: int = 1) -> list[Elements]:
-    """Weight elements each PP stage's rank holds after loading (one entry per PP rank)."""
+def rank_elements(arch: Arch, sh: Sharding, expert_pad: int = 1, vocab_pad: int = VOCAB_PADDING) -> list[Elements]:
+    """Weight elements each PP stage's rank holds after loading (one entry per PP rank); `expert_pad` and
+    `vocab_pad` are the padding vLLM allocates (1: the checkpoint's own shapes)."""
     if arch.vocab is None:
         raise SizingError("config.json lacks vocab_size (needed for the embedding and lm_head)")
     if not arch.is_moe and arch.intermediate is None:
         raise SizingError("config.json lacks intermediate_size")
-    emb = Elements(embed=round_up(arch.vocab, VOCAB_PADDING) / sh.tp * arch.hidden)
+    emb = Elements(embed=round_up(arch.vocab, vocab_pad) / sh.tp * arch.hidden)
     out: list[Elements] = []
     ranges = pp_layer_ranges(arch.layers, sh.pp)
     for stage, rng in enumerate(ranges):
@@ -198,7 +199,11 @@ def rotary_bytes(arch: Arch, act_bytes: float) -> float:
 
 
 def weights_bytes_per_rank(arch: Arch, sh: Sharding, q: QuantScheme, act_bytes: float) -> list[float]:
-    """Bytes each PP stage's rank holds after loading (one entry per PP rank), priced by `q`."""
+    """Bytes each PP stage's rank holds after loading (one entry per PP rank), priced by `q`.
+
+    Raises `ConfigFieldError` when config.json cannot price the weights (`QuantScheme.headers_needed`)."""
+    if q.headers_needed:
+        raise ConfigFieldError(q.headers_needed)
     rotary = rotary_bytes(arch, act_bytes)
     return [e.bytes(q) + rotary for e in rank_elements(arch, sh, q.expert_pad)]
 
@@ -243,13 +248,15 @@ def draft_bytes(arch: Arch, method: str, sh: Sharding, q: QuantScheme) -> tuple[
 def checkpoint_bytes(facts: ModelFacts, act_bytes: float = 2.0, quantization: str | None = None) -> int:
     """Bytes of the checkpoint's tensors — the one definition (PVC size, memory requests, weights).
 
-    In order of trust: the lock's measured sum, the safetensors element counts, the sourced
-    parameter count at the activation dtype, and last a tensor-by-tensor count of one unsharded rank
-    from ``config.json`` (several lock entries lack the first three). Raises SizingError when the
-    config is too thin for that too.
+    In order of trust: the lock's measured sum, its bytes per layer kind, the safetensors element
+    counts, the sourced parameter count at the activation dtype, and last a tensor-by-tensor count of
+    one unsharded rank from ``config.json`` (several lock entries lack the first four). Raises
+    SizingError when the config is too thin for that too.
     """
     if facts.weight_bytes:
         return int(facts.weight_bytes)
+    if facts.tensor_bytes:
+        return sum(n for per in facts.tensor_bytes.values() for n in per.values())
     if facts.param_counts:
         return bytes_of_counts(facts.param_counts)
     if facts.parameter_count:
