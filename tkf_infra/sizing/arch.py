@@ -13,6 +13,7 @@ from typing import Any
 from tkf_infra.sizing.config_fields import MAX_DIM, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, ConfigFieldError, Fields
 from tkf_infra.sizing.lengths import derive_max_len, rope_positions
 from tkf_infra.sizing.params import SizingError
+from tkf_infra.sizing.recurrent import Recurrent, recurrent_shape
 from tkf_infra.sizing.vision import vision_shape
 
 #: Attention heads beyond any real model (the largest have a few hundred).
@@ -39,22 +40,6 @@ class LayerKind:
     @property
     def attention(self) -> bool:
         return self.kind in ("full", "sliding", "chunked", "mla")
-
-
-@dataclass(frozen=True)
-class Recurrent:
-    """Recurrent-state layers (Qwen3-Next/3.5 gated delta net, Mamba2): state shapes vLLM allocates."""
-
-    style: str  # "gdn" or "mamba2"
-    heads: int  # value heads (gdn) / SSM heads (mamba2)
-    head_dim: int
-    state_dim: int  # key head dim (gdn) / d_state (mamba2)
-    conv_dim: int
-    conv_kernel: int
-    k_heads: int = 0
-    groups: int = 0
-    intermediate: int = 0
-    ssm_dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +87,10 @@ class Arch:
     layer_intermediate: tuple[int, ...] = ()
     """Dense MLP width per layer when ``intermediate_size`` is a per-layer list that varies (``intermediate``
     is then the widest, for the activation terms); empty when every layer has ``intermediate``."""
+    indexer: dict[str, int] = field(default_factory=dict)
+    """The sparse-attention indexer of DeepSeek V3.2-style MLA (GLM-5): its heads and head size (empty: none)."""
+    indexer_layers: tuple[bool, ...] = ()
+    """Which layers build an indexer (all, unless `index_topk_freq` / `index_topk_pattern` skip some)."""
 
     def heads_at(self, idx: int) -> int:
         return self.layer_heads[idx] if idx < len(self.layer_heads) else self.heads
@@ -112,33 +101,6 @@ class Arch:
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
-
-
-def _recurrent(f: Fields, hidden: int) -> Recurrent | None:
-    ssm_dtype = f.text("mamba_ssm_dtype")
-    if f.integer("linear_num_value_heads"):
-        def need(key: str) -> int:
-            val = f.integer(key, lo=1)
-            if val is None:
-                raise ConfigFieldError(f"config.json lacks {f.name(key)} (a gated-delta-net model: "
-                                       "linear_num_value_heads is set)")
-            return val
-        k_heads, v_heads = need("linear_num_key_heads"), need("linear_num_value_heads")
-        k_dim, v_dim = need("linear_key_head_dim"), need("linear_value_head_dim")
-        return Recurrent("gdn", v_heads, v_dim, k_dim, conv_dim=2 * k_heads * k_dim + v_heads * v_dim,
-                         conv_kernel=f.integer("linear_conv_kernel_dim", lo=0, hi=1024) or 4, k_heads=k_heads,
-                         ssm_dtype=ssm_dtype or None)
-    if f.integer("mamba_n_heads") or f.integer("mamba_d_state"):
-        heads = f.integer("mamba_n_heads", default=0) or 0
-        head_dim = f.integer("mamba_d_head", "mamba_head_dim", lo=0) or 64
-        expand = f.number("mamba_expand", hi=1e3, default=2.0)
-        inter = int((2.0 if expand is None else expand) * hidden) if not heads else heads * head_dim
-        heads = heads or inter // head_dim
-        groups, d_state = f.integer("mamba_n_groups") or 1, f.integer("mamba_d_state") or 128
-        return Recurrent("mamba2", heads, head_dim, d_state, conv_dim=inter + 2 * groups * d_state,
-                         conv_kernel=f.integer("mamba_d_conv", hi=1024) or 4, groups=groups, intermediate=inter,
-                         ssm_dtype=ssm_dtype or None)
-    return None
 
 
 def _layer_kinds(f: Fields, mt: str, layers: int, mla: bool, recurrent: Recurrent | None) -> list[LayerKind]:
@@ -264,6 +226,23 @@ def _mla(f: Fields, mt: str) -> dict[str, int] | None:
     }
 
 
+def _indexer(f: Fields, layers: int, mla: dict[str, int] | None) -> tuple[dict[str, int], tuple[bool, ...]]:
+    """DeepSeek V3.2's lightning indexer: built where the config has `index_topk`, on every layer unless
+    `index_topk_freq` (from `index_skip_topk_offset`, default 2) or an `index_topk_pattern` of "S" skips it
+    (vllm/model_executor/models/deepseek_v2.py@v0.32.0:1138-1190)."""
+    if mla is None or "index_topk" not in f.cfg or not mla["q_lora_rank"]:
+        return {}, ()
+    heads = f.integer("index_n_heads", lo=1, hi=MAX_HEADS) or 64
+    head_dim = f.integer("index_head_dim", lo=1, hi=MAX_DIM) or 128
+    freq = f.integer("index_topk_freq", lo=1, hi=MAX_LAYERS) or 1
+    offset = f.integer("index_skip_topk_offset", hi=MAX_LAYERS)
+    pattern = f.str_list("index_topk_pattern")
+    skip_offset = 2 if offset is None else offset
+    built = tuple((pattern[i] != "S") if pattern is not None and i < len(pattern)
+                  else max(i - skip_offset + 1, 0) % freq == 0 for i in range(layers))
+    return {"heads": heads, "head_dim": head_dim}, built
+
+
 def _intermediate(f: Fields, layers: int, hidden: int) -> tuple[int | None, tuple[int, ...]]:
     """The dense MLP width, and its per-layer widths where `intermediate_size` is a list that varies (Gemma 3n-style
     configs: modelled layer by layer); GPT-style configs' null `n_inner` means 4 x `n_embd`. An MoE config that
@@ -352,7 +331,8 @@ def parse_arch(config: dict[str, Any], full_config: dict[str, Any] | None = None
     layers, hidden, heads, layer_heads, heads_list_key = _shape(f)
     att = _attention(f, layers, hidden, heads, layer_heads, heads_list_key)
     mla = _mla(f, mt)
-    recurrent = _recurrent(f, hidden)
+    indexer, indexer_layers = _indexer(f, layers, mla)
+    recurrent = recurrent_shape(f, hidden)
     kinds = _layer_kinds(f, mt, layers, mla is not None, recurrent)
     moe, intermediate, per_layer_inter = _moe(f, mt, layers, hidden)
     rotary_dim = _rotary_dim(f, att.head_dim, mla)
@@ -375,6 +355,7 @@ def parse_arch(config: dict[str, Any], full_config: dict[str, Any] | None = None
         torch_dtype=dtype if isinstance(dtype, str) else None, quant=quant, multimodal=bool(cfg.get("_multimodal")),
         recurrent=recurrent, mtp_layers=mtp, q_gate=f.flag("attn_output_gate"),
         vision=vision_shape(full_config or {}), layer_heads=att.layer_heads, layer_intermediate=per_layer_inter,
+        indexer=indexer, indexer_layers=indexer_layers,
     )
 
 

@@ -160,6 +160,12 @@ def layer_elements(arch: Arch, idx: int, sh: Sharding, expert_pad: int = 1) -> E
     else:
         lin, other = _attention_elements(arch, sh.tp, arch.heads_at(idx))
     other += arch.norms_per_layer * arch.hidden
+    if arch.indexer and idx < len(arch.indexer_layers) and arch.indexer_layers[idx] and arch.mla:
+        # Replicated on every rank: `wq_b` (quantized like the attention) and `wk` + `weights_proj` in the model
+        # dtype (vLLM upcasts an FP8 `wk`), its LayerNorm (vllm/models/deepseek_v32/attention.py@v0.32.0:71-86).
+        heads, hd = arch.indexer["heads"], arch.indexer["head_dim"]
+        lin += arch.mla["q_lora_rank"] * heads * hd
+        other += arch.hidden * (hd + heads) + 2 * hd
     return Elements(linear=lin, other=other) + _mlp_elements(arch, idx, sh, expert_pad)
 
 
