@@ -124,7 +124,8 @@ class Elements:
             self.embed * embed
 
 
-def _mlp_elements(arch: Arch, idx: int, sh: Sharding, expert_pad: int) -> Elements:
+def _mlp_elements(arch: Arch, idx: int, sh: Sharding, expert_pad: int) -> tuple[float, float, float]:
+    """(mlp, expert, other) elements of layer `idx`'s MLP on one rank."""
     h = arch.hidden
     if arch.is_moe and arch.moe_layers[idx]:
         inter = arch.moe_intermediate or 0
@@ -143,13 +144,13 @@ def _mlp_elements(arch: Arch, idx: int, sh: Sharding, expert_pad: int) -> Elemen
         shared = 3 * h * arch.shared_intermediate / sh.tp if arch.shared_intermediate else 0.0
         if arch.shared_intermediate and arch.model_type in ("qwen2_moe",):
             other += h
-        return Elements(mlp=shared, expert=expert_elems, other=other)
+        return shared, expert_elems, other
     width = arch.mlp_width(idx)  # per layer where intermediate_size is a per-layer list
     if width:
         n_mats = 3 if arch.gated_mlp else 2
         extra = (width / sh.tp + h) if arch.all_bias else 0.0
-        return Elements(mlp=n_mats * h * width / sh.tp, other=extra)
-    return Elements()
+        return n_mats * h * width / sh.tp, 0.0, extra
+    return 0.0, 0.0, 0.0
 
 
 def layer_elements(arch: Arch, idx: int, sh: Sharding, expert_pad: int = 1) -> Elements:
@@ -166,7 +167,8 @@ def layer_elements(arch: Arch, idx: int, sh: Sharding, expert_pad: int = 1) -> E
         heads, hd = arch.indexer["heads"], arch.indexer["head_dim"]
         lin += arch.mla["q_lora_rank"] * heads * hd
         other += arch.hidden * (hd + heads) + 2 * hd
-    return Elements(linear=lin, other=other) + _mlp_elements(arch, idx, sh, expert_pad)
+    mlp, expert, mlp_other = _mlp_elements(arch, idx, sh, expert_pad)
+    return Elements(linear=lin, mlp=mlp, expert=expert, other=other + mlp_other)
 
 
 def layer_bytes(arch: Arch, idx: int, sh: Sharding, q: QuantScheme) -> float:
@@ -185,9 +187,11 @@ def rank_elements(arch: Arch, sh: Sharding, expert_pad: int = 1, vocab_pad: int 
     out: list[Elements] = []
     ranges = pp_layer_ranges(arch.layers, sh.pp)
     for stage, rng in enumerate(ranges):
-        total = Elements()
+        lin = mlp = expert = other = 0.0
         for i in rng:
-            total += layer_elements(arch, i, sh, expert_pad)
+            e = layer_elements(arch, i, sh, expert_pad)
+            lin, mlp, expert, other = lin + e.linear, mlp + e.mlp, expert + e.expert, other + e.other
+        total = Elements(lin, mlp, expert, other)
         first, last = stage == 0, stage == len(ranges) - 1
         if first:
             total += emb
