@@ -139,3 +139,19 @@ def test_an_adapter_is_locked_from_its_adapter_config_alone_at_its_commit(repos:
     assert locked is not None and (locked.revision, locked.config) == (SHA, ADAPTER_CONFIG)
     assert refresh_adapters(lock, [(ADAPTER, SHA)], endpoint=repos.endpoint) == [
         f"{ADAPTER}@{SHA}: adapter already locked"]
+
+
+def test_packed_and_8_bit_dtypes_are_counted_in_bytes_from_the_header(hub: Hub, tmp_path: Path) -> None:
+    """FP4 (two values a byte, safetensors' F4), FP8 and its E8M0 scales: bytes from the data offsets, not elements
+    x a guessed size; the elements stay in `param_counts`."""
+    tensors: Tensors = {"model.layers.0.mlp.experts.0.down_proj.weight": ("F4", [64, 128]),
+                        "model.layers.0.mlp.experts.0.down_proj.weight_scale": ("F8_E8M0", [64, 4]),
+                        "model.layers.0.self_attn.o_proj.weight": ("F8_E4M3", [64, 64]),
+                        "model.embed_tokens.weight": ("BF16", [1000, 64])}
+    write_checkpoint(tmp_path / "fp4", CONFIG, tensors)
+    hub.add("org/fp4", tmp_path / "fp4")
+    facts = fetch_facts("org/fp4", SHA, endpoint=hub.endpoint, cache_dir=tmp_path / "cache")
+    assert facts.tensor_bytes == {"attention": {"F8_E4M3": 4096}, "experts": {"F4": 4096, "F8_E8M0": 256},
+                                  "embeddings": {"BF16": 128000}}
+    assert facts.weight_bytes == 4096 + 4096 + 256 + 128000
+    assert facts.param_counts == {"F4": 8192, "F8_E8M0": 256, "F8_E4M3": 4096, "BF16": 64000}
