@@ -32,7 +32,7 @@ _INLINE_KEYS = (
     "hidden_size", "intermediate_size", "moe_intermediate_size", "vocab_size", "sliding_window",
     "max_position_embeddings", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
     "q_lora_rank", "n_routed_experts", "num_experts", "num_local_experts", "num_experts_per_tok",
-    "n_shared_experts", "first_k_dense_replace", "tie_word_embeddings", "torch_dtype",
+    "n_shared_experts", "first_k_dense_replace", "tie_word_embeddings", "torch_dtype", "expert_dtype",
 )
 _GGUF_TYPE = re.compile(r"(?<![A-Za-z0-9])(I?Q\d_[A-Z0-9]+(?:_[SML])?|Q\d_\d|F16|BF16|F32)(?![A-Za-z0-9])",
                         re.IGNORECASE)

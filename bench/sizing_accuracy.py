@@ -173,8 +173,10 @@ def recent(report: Report) -> str:
     fa = sum(1 for s in members if s.fits and not s.ok)
     fr = sum(1 for s in members if s.ok and not s.fits)
     spread = f"kv_median={_med(kv):.2f}% kv_max={max(kv):.2f}%" if kv else "kv=not printed"
-    return (f"  releases>=0.17 (known): cases={len(members)} kv_scored={len(kv)} {spread} false_accepts={fa} "
-            f"false_rejects={fr}/{started} started")
+    w = [s.w_err for s in members if s.w_err is not None]
+    weights = f"weights_median={_med(w):.2f}% (of {len(w)})" if w else "weights=not printed"
+    return (f"  releases>=0.17 (known): cases={len(members)} kv_scored={len(kv)} {spread} {weights} "
+            f"false_accepts={fa} false_rejects={fr}/{started} started")
 
 
 def by_group(report: Report) -> list[str]:

@@ -1,5 +1,5 @@
-"""Shared fixtures: the real-engine helpers (tests/engine_fixtures.py) are available to every tier, and moto's
-EC2 (`ec2`) to every test that plans EKS pools."""
+"""Shared fixtures: the real-engine helpers (tests/engine_fixtures.py) and the Hub-compatible server
+(tests/hub_server.py) are available to every tier, and moto's EC2 (`ec2`) to every test that plans EKS pools."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from moto import mock_aws
 
 from tests.aws import AWS_ENV, REGION
 
-pytest_plugins = ["tests.engine_fixtures", "tests.kube.apiserver"]
+pytest_plugins = ["tests.engine_fixtures", "tests.kube.apiserver", "tests.hub_server"]
 
 
 @pytest.fixture()

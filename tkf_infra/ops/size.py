@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tkf_infra.exit_codes import ExitCode
-from tkf_infra.hub.lock import LockMissError, load_lock, parse_repo_revision
+from tkf_infra.hub.lock import load_lock, parse_repo_revision, resolve_facts
 from tkf_infra.plan.share import mig_fit, slice_fit
 from tkf_infra.sizing.contract import FitInputs, FitResult
 from tkf_infra.sizing.estimate import Estimate, estimate
@@ -61,12 +61,7 @@ def size_command(model: str, gpu_name: str, params: SizingParams, *, as_json: bo
     try:
         repo, revision = parse_repo_revision(model)
         gpu = lookup_gpu(gpu_name)
-        facts = load_lock(lock_path).get(repo, revision)
-        if facts is None:
-            raise LockMissError(
-                f"{repo}@{revision} is not in models.lock.json; run "
-                f"`python -m tkf_infra lock {repo}@{revision}` on a machine with Hub access and commit the lock"
-            )
+        facts = resolve_facts(repo, revision, lock=load_lock(lock_path), use_hub=False)
         est = estimate(facts, gpu, params, model=repo)
         sugg = None if est.fits else suggest(facts, gpu, params, max_tp=max_tp, current=est)
         share_rows = shares(facts, repo, revision, gpu, params, time_slices)

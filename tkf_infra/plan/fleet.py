@@ -107,7 +107,8 @@ def _facts_problem(entry: ModelEntry, lock: Lock) -> tuple[ModelFacts | None, in
     facts = lock.get(entry.repo, entry.revision)
     fix = f"run `python -m tkf_infra lock {entry.model_ref}` on a machine with Hub access and commit the lock"
     if facts is None:
-        return None, 0, Stage.LOCK, f"{entry.model_ref} is not in models.lock.json, so it cannot be sized; {fix}"
+        why = lock.problem(entry.repo, entry.revision) or f"{entry.model_ref} is not in models.lock.json"
+        return None, 0, Stage.LOCK, f"{why}, so it cannot be sized; {fix}"
     try:
         weight_bytes = checkpoint_bytes(facts, quantization=entry.quantization)
     except (SizingError, KeyError, ValueError) as exc:

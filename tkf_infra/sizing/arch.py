@@ -13,6 +13,8 @@ from typing import Any
 from tkf_infra.sizing.config_fields import MAX_DIM, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, ConfigFieldError, Fields
 from tkf_infra.sizing.lengths import derive_max_len, rope_positions
 from tkf_infra.sizing.params import SizingError
+from tkf_infra.sizing.recurrent import Recurrent, recurrent_shape
+from tkf_infra.sizing.vision import vision_shape
 
 #: Attention heads beyond any real model (the largest have a few hundred).
 MAX_HEADS = 65_536
@@ -38,22 +40,6 @@ class LayerKind:
     @property
     def attention(self) -> bool:
         return self.kind in ("full", "sliding", "chunked", "mla")
-
-
-@dataclass(frozen=True)
-class Recurrent:
-    """Recurrent-state layers (Qwen3-Next/3.5 gated delta net, Mamba2): state shapes vLLM allocates."""
-
-    style: str  # "gdn" or "mamba2"
-    heads: int  # value heads (gdn) / SSM heads (mamba2)
-    head_dim: int
-    state_dim: int  # key head dim (gdn) / d_state (mamba2)
-    conv_dim: int
-    conv_kernel: int
-    k_heads: int = 0
-    groups: int = 0
-    intermediate: int = 0
-    ssm_dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +87,10 @@ class Arch:
     layer_intermediate: tuple[int, ...] = ()
     """Dense MLP width per layer when ``intermediate_size`` is a per-layer list that varies (``intermediate``
     is then the widest, for the activation terms); empty when every layer has ``intermediate``."""
+    indexer: dict[str, int] = field(default_factory=dict)
+    """The sparse-attention indexer of DeepSeek V3.2-style MLA (GLM-5): its heads and head size (empty: none)."""
+    indexer_layers: tuple[bool, ...] = ()
+    """Which layers build an indexer (all, unless `index_topk_freq` / `index_topk_pattern` skip some)."""
 
     def heads_at(self, idx: int) -> int:
         return self.layer_heads[idx] if idx < len(self.layer_heads) else self.heads
@@ -111,33 +101,6 @@ class Arch:
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
-
-
-def _recurrent(f: Fields, hidden: int) -> Recurrent | None:
-    ssm_dtype = f.text("mamba_ssm_dtype")
-    if f.integer("linear_num_value_heads"):
-        def need(key: str) -> int:
-            val = f.integer(key, lo=1)
-            if val is None:
-                raise ConfigFieldError(f"config.json lacks {f.name(key)} (a gated-delta-net model: "
-                                       "linear_num_value_heads is set)")
-            return val
-        k_heads, v_heads = need("linear_num_key_heads"), need("linear_num_value_heads")
-        k_dim, v_dim = need("linear_key_head_dim"), need("linear_value_head_dim")
-        return Recurrent("gdn", v_heads, v_dim, k_dim, conv_dim=2 * k_heads * k_dim + v_heads * v_dim,
-                         conv_kernel=f.integer("linear_conv_kernel_dim", lo=0, hi=1024) or 4, k_heads=k_heads,
-                         ssm_dtype=ssm_dtype or None)
-    if f.integer("mamba_n_heads") or f.integer("mamba_d_state"):
-        heads = f.integer("mamba_n_heads", default=0) or 0
-        head_dim = f.integer("mamba_d_head", "mamba_head_dim", lo=0) or 64
-        expand = f.number("mamba_expand", hi=1e3, default=2.0)
-        inter = int((2.0 if expand is None else expand) * hidden) if not heads else heads * head_dim
-        heads = heads or inter // head_dim
-        groups, d_state = f.integer("mamba_n_groups") or 1, f.integer("mamba_d_state") or 128
-        return Recurrent("mamba2", heads, head_dim, d_state, conv_dim=inter + 2 * groups * d_state,
-                         conv_kernel=f.integer("mamba_d_conv", hi=1024) or 4, groups=groups, intermediate=inter,
-                         ssm_dtype=ssm_dtype or None)
-    return None
 
 
 def _layer_kinds(f: Fields, mt: str, layers: int, mla: bool, recurrent: Recurrent | None) -> list[LayerKind]:
@@ -182,36 +145,176 @@ def _layer_kinds(f: Fields, mt: str, layers: int, mla: bool, recurrent: Recurren
     return [LayerKind("full")] * layers
 
 
-#: A SiLU vision tower has a gated MLP (gate, up and down projections), as the text models do: vLLM's
-#: `PixtralHFMLP` (Pixtral/Mistral3/LightOnOCR) and `Qwen2_5_VisionMLP` build `gate_up_proj` + `down_proj`
-#: (vllm/model_executor/models/pixtral.py, qwen2_5_vl.py @v0.32.0). GELU towers (SigLIP, CLIP, Llama 4,
-#: Qwen3-VL/3.5) have two projections.
-_GATED_VISION_ACTS = frozenset({"silu", "swish"})
+@dataclass(frozen=True)
+class _Attention:
+    """The attention shape: query heads (per layer where they vary), KV heads, head size."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    layer_heads: tuple[int, ...]
 
 
-def _side(v: Fields, key: str) -> int | None:
-    """An image/patch size: one number, or [height, width] (the larger side counts)."""
-    value = v.cfg.get(key)
-    if isinstance(value, list) and 1 <= len(value) <= 3:
-        return max(v.int_list(key, None, lo=1, hi=100_000))
-    return v.integer(key, hi=100_000)
+@dataclass(frozen=True)
+class _Moe:
+    """The MoE terms: routed experts, top-k, expert width, shared-expert width, which layers are MoE."""
+
+    num_experts: int
+    topk: int
+    moe_inter: int | None
+    shared: int
+    moe_layers: tuple[bool, ...]
 
 
-def _vision(config: dict[str, Any]) -> dict[str, int]:
-    if not isinstance(config.get("vision_config"), dict):
-        return {}
-    v = Fields(config["vision_config"], "vision_config.")
-    layers = v.integer("num_hidden_layers", "depth", "num_layers", "n_layers", per_layer=None, hi=MAX_LAYERS)
-    hidden = v.integer("hidden_size", "embed_dim", "width")
-    if not layers or not hidden:
-        return {}
-    inter = v.integer("intermediate_size", "mlp_dim") or 4 * hidden
-    act = v.cfg.get("hidden_act")
-    return {"layers": layers, "hidden": hidden, "intermediate": inter,
-            "gated": int(isinstance(act, str) and act in _GATED_VISION_ACTS),
-            "patch": _side(v, "patch_size") or 14, "channels": v.integer("num_channels", hi=64) or 3,
-            "image": _side(v, "image_size") or 0,
-            "out": v.integer("out_hidden_size", "projection_dim", "vision_output_dim") or 0}
+def _shape(f: Fields) -> tuple[int, int, int, tuple[int, ...], str | None]:
+    """(layers, hidden, heads, per-layer heads, their key): one refusal naming every missing field.
+
+    Query heads may vary by layer (Laguna: `num_attention_heads_per_layer`; or `num_attention_heads` as a list)."""
+    missing: list[str] = []
+
+    def need(*keys: str, hi: int) -> int:
+        val = f.integer(*keys, lo=1, hi=hi)
+        if val is None:
+            missing.append(f.name(keys[0]))
+            return 0
+        return val
+
+    layers = need("num_hidden_layers", "n_layer", "num_layers", hi=MAX_LAYERS)
+    hidden = need("hidden_size", "n_embd", "d_model", hi=MAX_DIM)
+    heads_list_key = next((k for k in ("num_attention_heads_per_layer", "num_attention_heads")
+                           if isinstance(f.cfg.get(k), list)), None)
+    layer_heads: tuple[int, ...] = ()
+    if heads_list_key is not None and layers:
+        per_layer_heads = f.int_list(heads_list_key, layers, lo=1, hi=MAX_HEADS)
+        heads = max(per_layer_heads)
+        layer_heads = tuple(per_layer_heads) if len(set(per_layer_heads)) > 1 else ()
+    else:
+        heads = need("num_attention_heads", "n_head", "num_heads", hi=MAX_HEADS)
+    if missing:
+        raise SizingError("config.json lacks " + ", ".join(missing))
+    return layers, hidden, heads, layer_heads, heads_list_key
+
+
+def _attention(f: Fields, layers: int, hidden: int, heads: int, layer_heads: tuple[int, ...],
+               heads_list_key: str | None) -> _Attention:
+    """KV heads (an alias, or 1 for multi-query, else the query heads) and the head size."""
+    if layer_heads and f.present("head_dim") is None:
+        raise ConfigFieldError(f"config.json field {f.name(heads_list_key or '')} varies by layer but head_dim is not "
+                               "given, so each layer's head size (and KV cache) would differ; add head_dim to the "
+                               "lock entry's config")
+    kv_heads = f.integer(*_KV_HEAD_KEYS, lo=1, hi=MAX_HEADS, per_layer=layers)
+    if kv_heads is None:
+        kv_heads = 1 if f.flag("multi_query") else heads
+    head_dim = f.integer("head_dim", "hidden_size_per_head", hi=MAX_DIM, per_layer=layers) or hidden // heads
+    if head_dim < 1:
+        raise ConfigFieldError(f"config.json gives no head_dim and {f.name('hidden_size')} {hidden} is smaller than "
+                               f"the {heads} attention heads; add head_dim to the lock entry's config")
+    return _Attention(heads, kv_heads, head_dim, layer_heads)
+
+
+def _mla(f: Fields, mt: str) -> dict[str, int] | None:
+    """Multi-head latent attention's ranks (DeepSeek V2/V3 and kin), None for other attention."""
+    kv_lora = f.integer("kv_lora_rank")
+    if not (kv_lora and (mt in _MLA_MODEL_TYPES or "qk_rope_head_dim" in f.cfg)):
+        return None
+    return {
+        "kv_lora_rank": kv_lora,
+        "qk_rope_head_dim": f.integer("qk_rope_head_dim") or 64,
+        "qk_nope_head_dim": f.integer("qk_nope_head_dim") or 128,
+        "v_head_dim": f.integer("v_head_dim") or 128,
+        "q_lora_rank": f.integer("q_lora_rank") or 0,
+    }
+
+
+def _indexer(f: Fields, layers: int, mla: dict[str, int] | None) -> tuple[dict[str, int], tuple[bool, ...]]:
+    """DeepSeek V3.2's lightning indexer: built where the config has `index_topk`, on every layer unless
+    `index_topk_freq` (from `index_skip_topk_offset`, default 2) or an `index_topk_pattern` of "S" skips it
+    (vllm/model_executor/models/deepseek_v2.py@v0.32.0:1138-1190)."""
+    if mla is None or "index_topk" not in f.cfg or not mla["q_lora_rank"]:
+        return {}, ()
+    heads = f.integer("index_n_heads", lo=1, hi=MAX_HEADS) or 64
+    head_dim = f.integer("index_head_dim", lo=1, hi=MAX_DIM) or 128
+    freq = f.integer("index_topk_freq", lo=1, hi=MAX_LAYERS) or 1
+    offset = f.integer("index_skip_topk_offset", hi=MAX_LAYERS)
+    pattern = f.str_list("index_topk_pattern")
+    skip_offset = 2 if offset is None else offset
+    built = tuple((pattern[i] != "S") if pattern is not None and i < len(pattern)
+                  else max(i - skip_offset + 1, 0) % freq == 0 for i in range(layers))
+    return {"heads": heads, "head_dim": head_dim}, built
+
+
+def _intermediate(f: Fields, layers: int, hidden: int) -> tuple[int | None, tuple[int, ...]]:
+    """The dense MLP width, and its per-layer widths where `intermediate_size` is a list that varies (Gemma 3n-style
+    configs: modelled layer by layer); GPT-style configs' null `n_inner` means 4 x `n_embd`. An MoE config that
+    names its dense layers' width apart (`dense_intermediate_size`, MiniMax M3 and Cohere2 MoE, whose
+    `intermediate_size` is the experts') is read first: vLLM builds the dense MLPs from it
+    (vllm/models/minimax_m3/nvidia/model.py@v0.32.0:750, experts :255)."""
+    cfg = f.cfg
+    keys = ("dense_intermediate_size", "intermediate_size", "ffn_hidden_size", "n_inner", "intermediate_size_mlp")
+    inter_key = f.present(*keys)
+    per_layer_inter: tuple[int, ...] = ()
+    intermediate: int | None
+    if inter_key is not None and isinstance(cfg[inter_key], list):
+        widths = f.int_list(inter_key, layers, lo=0)
+        intermediate = max(widths) or None
+        per_layer_inter = tuple(widths) if len(set(widths)) > 1 else ()
+    else:
+        intermediate = f.integer(*keys)
+    if intermediate is None and "n_inner" in cfg and hidden:
+        intermediate = 4 * hidden
+    return intermediate, per_layer_inter
+
+
+def _moe(f: Fields, mt: str, layers: int, hidden: int) -> tuple[_Moe, int | None, tuple[int, ...]]:
+    """The MoE terms, with the dense MLP width read between them (the order config errors are reported in)."""
+    num_experts = f.integer("num_experts", "n_routed_experts", "num_local_experts", hi=1_000_000) or 0
+    topk = f.integer("num_experts_per_tok", "experts_per_token", "moe_topk", hi=1_000_000) or 0
+    moe_inter = f.integer("moe_intermediate_size", "intermediate_size_moe", per_layer=layers)
+    intermediate, per_layer_inter = _intermediate(f, layers, hidden)
+    if num_experts and moe_inter is None:  # the experts' width is intermediate_size, the dense one's may differ
+        separate = f.present("dense_intermediate_size") and not isinstance(f.cfg.get("intermediate_size"), list)
+        moe_inter = f.integer("intermediate_size") if separate else intermediate
+    shared = f.integer("shared_expert_intermediate_size") or 0
+    n_shared = f.integer("n_shared_experts", hi=100_000)
+    if not shared and n_shared and moe_inter:
+        shared = n_shared * moe_inter
+    if not shared and num_experts and mt.startswith("llama4"):
+        shared = moe_inter or 0  # every Llama 4 MoE layer adds one shared expert of the routed size
+    moe_layers = _moe_layers(f, layers) if num_experts else [False] * layers
+    return _Moe(num_experts, topk, moe_inter, shared, tuple(moe_layers)), intermediate, per_layer_inter
+
+
+def _rotary_dim(f: Fields, head_dim: int, mla: dict[str, int] | None) -> int:
+    """Rotary width: the head size, scaled by `partial_rotary_factor`, or `rotary_dim`; MLA's rope part."""
+    rotary_dim = head_dim
+    partial = f.number("partial_rotary_factor", hi=1.0)
+    if partial:
+        rotary_dim = int(head_dim * partial)
+    explicit_rotary = f.integer("rotary_dim", hi=MAX_DIM)
+    if explicit_rotary:
+        rotary_dim = explicit_rotary
+    if mla:
+        rotary_dim = mla["qk_rope_head_dim"]
+    return rotary_dim
+
+
+def _tied(f: Fields, mt: str) -> bool:
+    """Whether lm_head shares the embedding (Gemma by default; an explicit null means untied)."""
+    tie_default = mt in ("gemma", "gemma2", "gemma3", "gemma3_text")
+    cfg = f.cfg
+    return False if "tie_word_embeddings" in cfg and cfg["tie_word_embeddings"] is None else \
+        f.flag("tie_word_embeddings", tie_default)
+
+
+def _quant(cfg: dict[str, Any]) -> dict[str, Any] | None:
+    """The checkpoint's quantization_config, with the config's top-level `expert_dtype` folded in: experts stored
+    in a dtype of their own (DeepSeek V4's FP4 experts beside FP8 linears) are part of how the weights are
+    stored, and the quantization scheme prices them (`quant.py` `_expert_dtype`)."""
+    quant = cfg.get("quantization_config") if isinstance(cfg.get("quantization_config"), dict) else None
+    expert_dtype = cfg.get("expert_dtype")
+    if isinstance(expert_dtype, str) and expert_dtype:
+        return {**(quant or {}), "expert_dtype": expert_dtype}
+    return quant
 
 
 def parse_arch(config: dict[str, Any], full_config: dict[str, Any] | None = None) -> Arch:
@@ -225,113 +328,34 @@ def parse_arch(config: dict[str, Any], full_config: dict[str, Any] | None = None
     f = Fields(cfg, str(cfg.get("_where") or ""))
     mt = f.text("model_type") or ""
     _unmodelled(f, mt)
-    missing: list[str] = []
-
-    def need(*keys: str, hi: int, per_layer: int | None = None) -> int:
-        val = f.integer(*keys, lo=1, hi=hi, per_layer=per_layer)
-        if val is None:
-            missing.append(f.name(keys[0]))
-            return 0
-        return val
-
-    layers = need("num_hidden_layers", "n_layer", "num_layers", hi=MAX_LAYERS)
-    hidden = need("hidden_size", "n_embd", "d_model", hi=MAX_DIM)
-    # Query heads may vary by layer (Laguna: num_attention_heads_per_layer; or num_attention_heads as a list).
-    heads_list_key = next((k for k in ("num_attention_heads_per_layer", "num_attention_heads")
-                           if isinstance(cfg.get(k), list)), None)
-    layer_heads: tuple[int, ...] = ()
-    if heads_list_key is not None and layers:
-        per_layer_heads = f.int_list(heads_list_key, layers, lo=1, hi=MAX_HEADS)
-        heads = max(per_layer_heads)
-        layer_heads = tuple(per_layer_heads) if len(set(per_layer_heads)) > 1 else ()
-    else:
-        heads = need("num_attention_heads", "n_head", "num_heads", hi=MAX_HEADS)
-    if missing:
-        raise SizingError("config.json lacks " + ", ".join(missing))
-    if layer_heads and f.present("head_dim") is None:
-        raise ConfigFieldError(f"config.json field {f.name(heads_list_key or '')} varies by layer but head_dim is not "
-                               "given, so each layer's head size (and KV cache) would differ; add head_dim to the "
-                               "lock entry's config")
-    kv_heads = f.integer(*_KV_HEAD_KEYS, lo=1, hi=MAX_HEADS, per_layer=layers)
-    if kv_heads is None:
-        kv_heads = 1 if f.flag("multi_query") else heads
-    head_dim = f.integer("head_dim", "hidden_size_per_head", hi=MAX_DIM, per_layer=layers) or hidden // heads
-    if head_dim < 1:
-        raise ConfigFieldError(f"config.json gives no head_dim and {f.name('hidden_size')} {hidden} is smaller than "
-                               f"the {heads} attention heads; add head_dim to the lock entry's config")
-
-    mla: dict[str, int] | None = None
-    kv_lora = f.integer("kv_lora_rank")
-    if kv_lora and (mt in _MLA_MODEL_TYPES or "qk_rope_head_dim" in cfg):
-        mla = {
-            "kv_lora_rank": kv_lora,
-            "qk_rope_head_dim": f.integer("qk_rope_head_dim") or 64,
-            "qk_nope_head_dim": f.integer("qk_nope_head_dim") or 128,
-            "v_head_dim": f.integer("v_head_dim") or 128,
-            "q_lora_rank": f.integer("q_lora_rank") or 0,
-        }
-    recurrent = _recurrent(f, hidden)
+    layers, hidden, heads, layer_heads, heads_list_key = _shape(f)
+    att = _attention(f, layers, hidden, heads, layer_heads, heads_list_key)
+    mla = _mla(f, mt)
+    indexer, indexer_layers = _indexer(f, layers, mla)
+    recurrent = recurrent_shape(f, hidden)
     kinds = _layer_kinds(f, mt, layers, mla is not None, recurrent)
-
-    # MoE.
-    num_experts = f.integer("num_experts", "n_routed_experts", "num_local_experts", hi=1_000_000) or 0
-    topk = f.integer("num_experts_per_tok", "experts_per_token", "moe_topk", hi=1_000_000) or 0
-    moe_inter = f.integer("moe_intermediate_size", "intermediate_size_moe", per_layer=layers)
-    # intermediate_size may be one width per layer (Gemma 3n-style configs): modelled layer by layer.
-    inter_key = f.present("intermediate_size", "ffn_hidden_size", "n_inner", "intermediate_size_mlp")
-    per_layer_inter: tuple[int, ...] = ()
-    intermediate: int | None
-    if inter_key is not None and isinstance(cfg[inter_key], list):
-        widths = f.int_list(inter_key, layers, lo=0)
-        intermediate = max(widths) or None
-        per_layer_inter = tuple(widths) if len(set(widths)) > 1 else ()
-    else:
-        intermediate = f.integer("intermediate_size", "ffn_hidden_size", "n_inner", "intermediate_size_mlp")
-    if intermediate is None and "n_inner" in cfg and hidden:
-        intermediate = 4 * hidden  # GPT-style configs: n_inner null means 4 x n_embd
-    if num_experts and moe_inter is None:
-        moe_inter = intermediate
-    shared = f.integer("shared_expert_intermediate_size") or 0
-    n_shared = f.integer("n_shared_experts", hi=100_000)
-    if not shared and n_shared and moe_inter:
-        shared = n_shared * moe_inter
-    if not shared and num_experts and mt.startswith("llama4"):
-        shared = moe_inter or 0  # every Llama 4 MoE layer adds one shared expert of the routed size
-    moe_layers = [False] * layers
-    if num_experts:
-        moe_layers = _moe_layers(f, layers)
-
-    rotary_dim = head_dim
-    partial = f.number("partial_rotary_factor", hi=1.0)
-    if partial:
-        rotary_dim = int(head_dim * partial)
-    explicit_rotary = f.integer("rotary_dim", hi=MAX_DIM)
-    if explicit_rotary:
-        rotary_dim = explicit_rotary
-    if mla:
-        rotary_dim = mla["qk_rope_head_dim"]
-
+    moe, intermediate, per_layer_inter = _moe(f, mt, layers, hidden)
+    rotary_dim = _rotary_dim(f, att.head_dim, mla)
     vocab = f.integer("vocab_size", "padded_vocab_size", hi=MAX_VOCAB)
-    tie_default = mt in ("gemma", "gemma2", "gemma3", "gemma3_text")
-    tied = False if "tie_word_embeddings" in cfg and cfg["tie_word_embeddings"] is None else \
-        f.flag("tie_word_embeddings", tie_default)
-    quant = cfg.get("quantization_config") if isinstance(cfg.get("quantization_config"), dict) else None
+    tied = _tied(f, mt)
+    quant = _quant(cfg)
     mtp = f.integer("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers", hi=MAX_LAYERS) or 0
     dtype = cfg.get("torch_dtype") if cfg.get("torch_dtype") is not None else cfg.get("dtype")
     return Arch(
-        model_type=mt, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+        model_type=mt, layers=layers, hidden=hidden, heads=att.heads, kv_heads=att.kv_heads, head_dim=att.head_dim,
         intermediate=intermediate or None, vocab=vocab or None, tied=tied,
         layer_kinds=tuple(kinds), gated_mlp=mt not in _NON_GATED,
         qkv_bias=f.flag("attention_bias") or mt in ("qwen2", "qwen2_moe", "gpt_oss"),
         all_bias=mt in _NON_GATED,
         norms_per_layer=4 if mt.startswith("gemma2") or mt.startswith("gemma3") else 2,
-        qk_norm=mt.startswith(("qwen3", "gemma3")), num_experts=num_experts, experts_per_tok=topk,
-        moe_intermediate=moe_inter or None, shared_intermediate=shared,
-        moe_layers=tuple(moe_layers), mla=mla, max_len=derive_max_len(cfg), rotary_dim=rotary_dim,
+        qk_norm=mt.startswith(("qwen3", "gemma3")), num_experts=moe.num_experts, experts_per_tok=moe.topk,
+        moe_intermediate=moe.moe_inter or None, shared_intermediate=moe.shared,
+        moe_layers=moe.moe_layers, mla=mla, max_len=derive_max_len(cfg), rotary_dim=rotary_dim,
         rope_positions=rope_positions(cfg, mt),
         torch_dtype=dtype if isinstance(dtype, str) else None, quant=quant, multimodal=bool(cfg.get("_multimodal")),
         recurrent=recurrent, mtp_layers=mtp, q_gate=f.flag("attn_output_gate"),
-        vision=_vision(full_config or {}), layer_heads=layer_heads, layer_intermediate=per_layer_inter,
+        vision=vision_shape(full_config or {}), layer_heads=att.layer_heads, layer_intermediate=per_layer_inter,
+        indexer=indexer, indexer_layers=indexer_layers,
     )
 
 

@@ -13,9 +13,9 @@ from tkf_infra.sizing.arch import Arch
 from tkf_infra.sizing.facts import ModelFacts
 from tkf_infra.sizing.kv import kv_elem_bytes, kv_layout, largest_fitting_len
 from tkf_infra.sizing.params import DEFAULT_BLOCK_SIZE, GIB, SizingError, SizingParams, activation_bytes
-from tkf_infra.sizing.quant import quant_scheme
+from tkf_infra.sizing.rank_weights import deployment_weights
 from tkf_infra.sizing.versions import VersionChoice
-from tkf_infra.sizing.weights import Sharding, checkpoint_bytes, weights_bytes_per_rank
+from tkf_infra.sizing.weights import checkpoint_bytes
 
 if TYPE_CHECKING:
     from tkf_infra.sizing.estimate import Estimate
@@ -28,8 +28,7 @@ def estimate_cpu(arch: Arch, facts: ModelFacts | dict[str, Any], name: str, para
 
     act_bytes = activation_bytes(params)
     try:
-        scheme = quant_scheme(arch.quant, params.quantization, act_bytes, arch.layers)
-        weights = sum(weights_bytes_per_rank(arch, Sharding(), scheme, act_bytes))
+        weights = sum(deployment_weights(facts, arch, params).stages)
     except SizingError:
         weights = checkpoint_bytes(facts, act_bytes) if isinstance(facts, ModelFacts) else 0.0
     block = params.block_size or DEFAULT_BLOCK_SIZE

@@ -1,4 +1,5 @@
-"""The share of each tensor class a compressed-tensors checkpoint leaves unquantized (its `ignore` list).
+"""The share of each tensor class a quantized checkpoint leaves unquantized (compressed-tensors' `ignore` list,
+ModelOpt's `exclude_modules`).
 
 Why it matters: vLLM loads every linear layer whose name matches an `ignore` entry with the
 unquantized method, in the activation dtype (`should_ignore_layer`,
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from fnmatch import fnmatch
 
 # Decoder-layer prefixes of the models vLLM serves (plain, multimodal wrappers, GPT-style).
 _PREFIXES = ("model.layers.{i}.", "model.language_model.layers.{i}.", "language_model.model.layers.{i}.",
@@ -67,11 +69,32 @@ class _Patterns:
         return name in self.exact or any(r.match(name) for r in self.regexes)
 
 
+class _Wildcards:
+    """ModelOpt's `exclude_modules` as vLLM matches them (`is_layer_excluded`,
+    vllm/model_executor/layers/quantization/modelopt.py@v0.32.0:187-221): the exact name, a name the entry is
+    a substring of, or an `fnmatch` wildcard (`model.layers.*.self_attn*`)."""
+
+    def __init__(self, exclude: list[str]) -> None:
+        self.entries = [p for p in exclude if isinstance(p, str) and p]
+        self.any = bool(self.entries)
+
+    def match(self, name: str) -> bool:
+        return any(p == name or p in name or fnmatch(name, p) for p in self.entries)
+
+
 def ignored_share(ignore: list[str], layers: int) -> Ignored:
     """Which share of `layers` decoder layers each class of the `ignore` list leaves unquantized.
 
     `layers` of 0 (unknown) counts any matching class as wholly unquantized, the safe side."""
-    patterns = _Patterns(ignore)
+    return _share(_Patterns(ignore), layers)
+
+
+def excluded_share(exclude: list[str], layers: int) -> Ignored:
+    """The same for a ModelOpt `exclude_modules` list (wildcards)."""
+    return _share(_Wildcards(exclude), layers)
+
+
+def _share(patterns: _Patterns | _Wildcards, layers: int) -> Ignored:
     if not patterns.any:
         return Ignored()
     n = max(layers, 1)

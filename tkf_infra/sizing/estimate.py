@@ -33,10 +33,10 @@ from tkf_infra.sizing.lora import architecture_of, lora_problems, lora_reserve
 from tkf_infra.sizing.parallelism import parallelism_problems
 from tkf_infra.sizing.params import GIB, SizingError, SizingParams, activation_bytes
 from tkf_infra.sizing.quant import quant_problems, quant_scheme
+from tkf_infra.sizing.rank_weights import deployment_weights
 from tkf_infra.sizing.row_run import run_row, speculation
 from tkf_infra.sizing.startup import Doubt, budget_problems, pinned_kv_problems, pp_whole_model_problems
 from tkf_infra.sizing.versions import VersionChoice, choose_version, engine_rows
-from tkf_infra.sizing.weights import Sharding, checkpoint_bytes, vision_bytes, weights_bytes_per_rank
 
 
 class Estimate(BaseModel):
@@ -82,47 +82,6 @@ class Estimate(BaseModel):
     @property
     def bound_gap_gib(self) -> float:
         return max(self.available_kv_gib - self.available_kv_gib_bound, 0.0)
-
-
-def _weights(facts: ModelFacts | dict[str, Any], arch: Arch, params: SizingParams
-             ) -> tuple[list[float], float, list[Doubt], list[str]]:
-    """Per-stage decoder weights, extra weights outside the decoder (vision tower), doubts, warnings."""
-    doubts: list[Doubt] = []
-    warnings: list[str] = []
-    act_bytes = activation_bytes(params)
-    tp, pp = params.tensor_parallel_size, params.pipeline_parallel_size
-    sh = Sharding(tp, pp, params.data_parallel_size, params.enable_expert_parallel)
-    q = quant_scheme(arch.quant, params.quantization, act_bytes, arch.layers)
-    if arch.vocab is None:
-        raise SizingError("config.json lacks vocab_size (needed for the embedding, lm_head and the sampler)")
-    try:
-        weights = weights_bytes_per_rank(arch, sh, q, act_bytes)
-    except SizingError:
-        if not isinstance(facts, ModelFacts) or not (facts.weight_bytes or facts.param_counts):
-            raise
-        # Config too thin for a tensor-by-tensor count: the checkpoint's own size, split evenly.
-        each = checkpoint_bytes(facts, act_bytes, params.quantization) / (tp * pp)
-        weights = [each] * pp
-        warnings.append("weights estimated from the checkpoint size split evenly (config.json incomplete)")
-        doubts.append(Doubt(term="weights from the checkpoint size (config.json incomplete)", gib=0.05 * each / GIB,
-                            pin="a lock entry with the full config.json"))
-    extra = 0.0
-    if arch.vision:
-        vb = vision_bytes(arch, act_bytes) / GIB
-        extra += vb / tp
-        doubts.append(Doubt(term="vision tower weights (approximate shape)", gib=0.3 * vb,
-                            pin="a start-up log (\"Model loading took\") pins the weights"))
-        if tp > 1:
-            doubts.append(Doubt(term="vision tower sharding across TP", gib=vb * (1 - 1 / tp),
-                                pin="a start-up log pins it"))
-    elif arch.multimodal:
-        warnings.append("multimodal model without a vision_config shape: the vision tower is not counted")
-        doubts.append(Doubt(term="vision tower weights (no vision_config)", gib=1.0,
-                            pin="a config.json with vision_config"))
-    if q.upper:
-        doubts.append(Doubt(term=f"quantized weight size ({q.note or q.name})", gib=max(weights) / GIB * q.upper,
-                            pin="a checkpoint whose quantization_config states its format exactly"))
-    return weights, extra, doubts, warnings
 
 
 _Memo = dict[tuple[int, str, str, bool | None], tuple[ModelFacts, "Estimate"]]
@@ -218,8 +177,9 @@ def _estimate(facts: ModelFacts | dict[str, Any], gpu: GpuSpec | None, params: S
 def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, params: SizingParams, name: str,
                   max_len: int, problems: list[str], warnings: list[str], choice: VersionChoice,
                   prefix_caching: bool | None) -> Estimate:
-    weights, extra, w_doubts, w_warnings = _weights(facts, arch, params)
-    warnings += w_warnings
+    w = deployment_weights(facts, arch, params)
+    weights, extra, w_doubts = w.stages, w.extra_gib, w.doubts
+    warnings += w.warnings
     spec = speculation(params)
     rows = engine_rows(choice, cc=gpu.cc, quantization=params.quantization, dtype=params.dtype,
                        kv_cache_dtype=params.kv_cache_dtype)

@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from tkf_infra.sizing.tensor_kinds import TENSOR_KINDS
 
 #: Bytes per element of each safetensors storage dtype. Packed int4 weights are stored as I32/U8,
 #: so bytes must be computed per storage element, never as "parameters x bits".
@@ -38,8 +40,10 @@ class ModelFacts(BaseModel):
 
     ``config`` is the raw ``config.json``. ``param_counts`` maps safetensors storage dtype to element
     count (as ``huggingface_hub`` reports it); ``weight_bytes`` is the sum of tensor bytes (headers
-    excluded). Either may be empty/None when the Hub could not be read; the engine then works from
-    the config alone. Older lock files without the optional keys still load (defaults).
+    excluded); ``tensor_bytes`` the same bytes by layer kind, then dtype (`tensor_kinds.py`), which
+    sizing weighs each GPU rank's weights from. Any may be empty/None when the Hub could not be read
+    (or, for ``tensor_bytes``, the entry was locked before the lock recorded it); the engine then works
+    from the config alone. Older lock files without the optional keys still load (defaults).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -49,10 +53,29 @@ class ModelFacts(BaseModel):
     config: dict[str, Any] = Field(default_factory=dict)
     param_counts: dict[str, int] = Field(default_factory=dict)
     weight_bytes: int | None = None
+    tensor_bytes: dict[str, dict[str, int]] | None = None
+    """Bytes of the checkpoint's tensors per layer kind, then per safetensors dtype, from the headers'
+    data offsets (`python -m tkf_infra lock`); None: not read yet."""
     parameter_count: int | None = None
     gated: bool | None = None
     source: str = ""
     unknown_fields: tuple[str, ...] = ()
+
+    @field_validator("tensor_bytes")
+    @classmethod
+    def _known_kinds(cls, value: dict[str, dict[str, int]] | None) -> dict[str, dict[str, int]] | None:
+        """A kind this code does not know would be weighed nowhere (a rank's weights undercounted): refused."""
+        if value is None:
+            return None
+        unknown = sorted(set(value) - set(TENSOR_KINDS))
+        if unknown:
+            raise ValueError(f"tensor_bytes has layer kinds {unknown} this tkf-infra does not know (it knows "
+                             f"{', '.join(TENSOR_KINDS)}); re-lock the entry with this version's "
+                             "`python -m tkf_infra lock`")
+        bad = sorted(f"{k}.{d}" for k, per in value.items() for d, n in per.items() if n < 0)
+        if bad:
+            raise ValueError(f"tensor_bytes has negative byte counts at {', '.join(bad)}; re-lock the entry")
+        return value
 
     @property
     def key(self) -> str:

@@ -15,11 +15,11 @@ read from vLLM's source (`vllm/model_executor/layers/quantization/__init__.py` a
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from tkf_infra.sizing.config_fields import ConfigFieldError, Fields
-from tkf_infra.sizing.ct_ignore import Ignored, ignored_share
+from tkf_infra.sizing.config_fields import Fields
+from tkf_infra.sizing.ct_ignore import Ignored, excluded_share, ignored_share
 from tkf_infra.sizing.params import SizingError
 
 # Releases whose QuantizationMethods list names each method (read at every tag from 0.7.1 to 0.32.0;
@@ -36,9 +36,11 @@ ACCEPTED_BY: dict[str, tuple[tuple[int, int], tuple[int, int], str]] = {
     "auto_gptq": ((0, 22), (0, 99), ""),
     "auto_awq": ((0, 24), (0, 99), ""),
 }
-# get_min_capability at v0.32.0 (mxfp4.py:71-72 80, fp8.py 75, modelopt.py 80, fbgemm_fp8.py 80).
+# get_min_capability at v0.32.0 (mxfp4.py:71-72 80, fp8.py 75, modelopt.py 80 (MXFP8 through Marlin: 1198-1201),
+# fbgemm_fp8.py 80).
 MIN_CAPABILITY: dict[str, tuple[int, int]] = {
-    "mxfp4": (8, 0), "fp8": (7, 5), "modelopt": (8, 0), "modelopt_fp4": (8, 0), "nvfp4": (8, 0),
+    "mxfp4": (8, 0), "fp8": (7, 5), "modelopt": (8, 0), "modelopt_fp4": (8, 0), "nvfp4": (8, 0), "mxfp8": (8, 0),
+    "modelopt_mxfp8": (8, 0),
     "fbgemm_fp8": (8, 0), "compressed-tensors-fp8": (7, 5), "awq": (7, 5), "gptq": (6, 0),
 }
 
@@ -70,6 +72,13 @@ class QuantScheme:
     upper: float = 0.0
     """Relative extra a conservative reading allows (mixed GGUF files, assumed bit widths)."""
     note: str = ""
+    loaded_upper: float = 0.0
+    """The part of `upper` that remains when the checkpoint's bytes are read from its headers: what the
+    loaded layout adds beyond the stored bytes (MXFP4 MoE backends)."""
+    headers_needed: str = ""
+    """Why config.json alone cannot price the weights (the bytes are then priced at the activation dtype, the
+    most they can be, for the terms that only need an upper figure); the weights themselves need the
+    checkpoint's safetensors headers from the lock (`checkpoint_weights.py`), else this refusal."""
 
 
 _QC = "quantization_config."
@@ -95,6 +104,8 @@ def _ct_weights(w: Fields, act_bytes: float) -> float:
     group = w.integer("group_size", lo=-1, hi=1 << 20) or 0
     if kind == "float" and nbits == 4:
         return 0.5 + 1 / (group or 16)  # NVFP4: fp4 values + one fp8 scale per 16 (+ a global scale)
+    if kind == "float" and nbits == 8 and group == 32:
+        return MXFP8_BYTES  # MXFP8: fp8 values + one E8M0 scale per 32
     if kind == "float":
         return 1.0  # FP8 (per-tensor/channel scales are negligible)
     if nbits >= 16:
@@ -117,11 +128,12 @@ def _compressed_tensors(qc: dict[str, Any], act_bytes: float, layers: int) -> Qu
             groups.append((group, weights))
     if not groups:
         fmt = root.text("format")
-        raise ConfigFieldError(
+        return QuantScheme("compressed-tensors", act_bytes, act_bytes, act_bytes, headers_needed=(
             "compressed-tensors checkpoint without config_groups[].weights in quantization_config"
-            + (f" (format {fmt!r})" if fmt else "") + ": the weight bit width and grouping (w4a16, w8a8, fp8) "
-            "cannot be read, so the weights cannot be sized; use a checkpoint whose quantization_config lists "
-            "config_groups with their weights, or correct the lock entry's config")
+            + (f" (format {fmt!r})" if fmt else "") + ": config.json does not say the weights' bit width and "
+            "grouping, and the lock entry has no safetensors headers to weigh them from; run `python -m tkf_infra "
+            "lock REPO@REVISION` on a machine with Hub access (it records each tensor's bytes without downloading "
+            "the weights) and commit models.lock.json"))
     attn, mlp = None, None
     for g, w in groups:
         per = _ct_weights(w, act_bytes)
@@ -159,20 +171,66 @@ def _gguf(qc: dict[str, Any], act_bytes: float) -> QuantScheme:
                             f"{GGML_MIX_UPPER[ftype]} in the bound" if upper else "")
 
 
-def _modelopt(qc: dict[str, Any], act_bytes: float) -> QuantScheme:
+#: NVFP4: 4-bit values + one FP8 E4M3 scale per 16 (+ a per-tensor float32 global scale, negligible);
+#: vllm/model_executor/layers/quantization/modelopt.py@v0.32.0:725-760 (group_size 16).
+NVFP4_BYTES = 0.5 + 1 / 16
+#: MXFP4: 4-bit values + one E8M0 scale per 32 (OCP microscaling).
+MXFP4_BYTES = 0.5 + 1 / 32
+#: MXFP8: FP8 E4M3 values + one E8M0 scale per 32 (`MXFP8_BLOCK_SIZE`,
+#: quantization/utils/mxfp8_utils.py@v0.32.0:11; modelopt.py@v0.32.0:1300-1350 allocates both per expert).
+MXFP8_BYTES = 1 + 1 / 32
+
+
+def _modelopt(qc: dict[str, Any], act_bytes: float, layers: int) -> QuantScheme:
+    """ModelOpt FP8 / NVFP4 / MXFP8 / mixed, less the layers its `exclude_modules` keep unquantized (wildcards,
+    as vLLM matches them: modelopt.py@v0.32.0:187-221). MiniMax-style checkpoints tag `quant_method: mxfp8`
+    with `ignored_layers` and vLLM reads them as ModelOpt MXFP8 (modelopt.py@v0.32.0:1214-1228)."""
     f = Fields(qc, _QC)
     inner = f.sub("quantization")
     algo = (f.text("quant_algo") or (inner.text("quant_algo") if inner else None) or "").upper()
-    if "FP4" in algo or "NVFP4" in algo:
-        return QuantScheme("modelopt nvfp4", 0.5625, 0.5625, act_bytes)
-    if "MIXED" in algo:
+    if not algo and (f.text("quant_method") or "").lower() == "mxfp8":
+        algo = "MXFP8"
+    excluded = (inner.str_list("exclude_modules") if inner else None) or f.str_list("exclude_modules") or \
+        f.str_list("ignore") or f.str_list("ignored_layers") or []
+    if "MXFP8" in algo:
+        scheme = QuantScheme("modelopt mxfp8", MXFP8_BYTES, MXFP8_BYTES, act_bytes)
+    elif "FP4" in algo or "NVFP4" in algo:
+        scheme = QuantScheme("modelopt nvfp4", NVFP4_BYTES, NVFP4_BYTES, act_bytes)
+    elif "MIXED" in algo:
         # Per-layer algorithms: attention FP8 and MLP NVFP4 is the common split (Qwen3.6 NVFP4).
-        layers = f.sub("quantized_layers")
-        algos = {str(v.get("quant_algo", "")).upper() for v in (layers.cfg if layers else {}).values()
+        quantized = f.sub("quantized_layers")
+        algos = {str(v.get("quant_algo", "")).upper() for v in (quantized.cfg if quantized else {}).values()
                  if isinstance(v, dict)}
-        mlp = 0.5625 if any("FP4" in a for a in algos) else 1.0
-        return QuantScheme("modelopt mixed", 1.0, mlp, act_bytes, mlp=mlp)
-    return QuantScheme("modelopt fp8", 1.0, 1.0, act_bytes)
+        mlp = NVFP4_BYTES if any("FP4" in a for a in algos) else 1.0
+        scheme = QuantScheme("modelopt mixed", 1.0, mlp, act_bytes, mlp=mlp)
+    else:
+        scheme = QuantScheme("modelopt fp8", 1.0, 1.0, act_bytes)
+    return _less_excluded(scheme, excluded_share(excluded, layers), act_bytes)
+
+
+def _less_excluded(scheme: QuantScheme, kept: Ignored, act_bytes: float) -> QuantScheme:
+    """The scheme with the layers an exclusion list keeps unquantized priced at the activation dtype."""
+    if kept == Ignored():
+        return scheme
+    mlp = scheme.mlp if scheme.mlp is not None else scheme.linear
+    return replace(scheme, linear=kept.blend(scheme.linear, act_bytes, "attention"),
+                   expert=kept.blend(scheme.expert, act_bytes, "experts"), mlp=kept.blend(mlp, act_bytes, "mlp"),
+                   note=f"exclusion list keeps {kept.attention:.0%} of attention, {kept.mlp:.0%} of MLP and "
+                        f"{kept.experts:.0%} of expert layers unquantized")
+
+
+def _expert_dtype(scheme: QuantScheme, qc: dict[str, Any]) -> QuantScheme:
+    """Experts stored in their own dtype, declared by the config (`expert_dtype`, DeepSeek V4): vLLM's FP8 config
+    loads them as MXFP4 ("fp4"; NVFP4 when `moe_quant_algo` says so) or FP8 block ("fp8") while every linear
+    stays FP8 (vllm/models/deepseek_v4/quant_config.py@v0.32.0:29-100)."""
+    declared = str(qc.get("expert_dtype") or "").lower()
+    if declared == "fp4":
+        nvfp4 = str(qc.get("moe_quant_algo") or "").upper() == "NVFP4"
+        return replace(scheme, expert=NVFP4_BYTES if nvfp4 else MXFP4_BYTES, expert_pad=1,
+                       name=f"{scheme.name} + {'nvfp4' if nvfp4 else 'mxfp4'} experts")
+    if declared == "fp8":
+        return replace(scheme, expert=1.0, name=f"{scheme.name} + fp8 experts")
+    return scheme
 
 
 def quant_scheme(quant: dict[str, Any] | None, quantization: str | None, act_bytes: float,
@@ -190,10 +248,14 @@ def quant_scheme(quant: dict[str, Any] | None, quantization: str | None, act_byt
         return _compressed_tensors(qc, act_bytes, layers)
     if method == "gguf":
         return _gguf(qc, act_bytes)
-    if method in ("modelopt", "modelopt_fp4", "nvfp4", "modelopt_mixed"):
-        return _modelopt(qc, act_bytes) if declared == "modelopt" else QuantScheme(method, 0.5625, 0.5625, act_bytes)
-    if method in ("fp8", "fbgemm_fp8", "ptpc_fp8", "fp8_per_tensor", "fp8_per_block", "fp8_per_channel"):
-        return QuantScheme(method, 1.0, 1.0, act_bytes)
+    if method in ("modelopt", "modelopt_fp4", "nvfp4", "modelopt_mixed", "modelopt_mxfp8", "mxfp8"):
+        if declared in ("modelopt", "mxfp8"):
+            return _modelopt(qc, act_bytes, layers)
+        per = MXFP8_BYTES if "mxfp8" in method else NVFP4_BYTES  # online (`--quantization mxfp8`) or by name
+        return QuantScheme(method, per, per, act_bytes)
+    if method in ("fp8", "fbgemm_fp8", "ptpc_fp8", "fp8_per_tensor", "fp8_per_block", "fp8_per_channel",
+                  "deepseek_v4_fp8"):
+        return _expert_dtype(QuantScheme(method, 1.0, 1.0, act_bytes), qc)
     if method in ("awq", "gptq", "gptq_bitblas", "auto_gptq", "auto_awq", "auto-round", "moe_wna16"):
         if declared in ("compressed-tensors",):
             return _compressed_tensors(qc, act_bytes, layers)
@@ -210,7 +272,7 @@ def quant_scheme(quant: dict[str, Any] | None, quantization: str | None, act_byt
         # adds to that, by rank: printed against counted here, gpt-oss-120b 65.97 / 64.65 GiB through Marlin on
         # an H100 (0.10.x, vllm-project/vllm#23278), 17.22 / 16.23 at TP 4 on A100s (0.10, V1), gpt-oss-20b 7.01 /
         # 6.75 at TP 2 on H100s (0.19). The largest measured excess, 6.1 %, rounded up, is the bound's doubt.
-        return QuantScheme("mxfp4", act_bytes, 0.5 + 1 / 32, act_bytes, expert_pad=256, upper=0.07,
+        return QuantScheme("mxfp4", act_bytes, MXFP4_BYTES, act_bytes, expert_pad=256, upper=0.07, loaded_upper=0.07,
                            note="MXFP4 as the release's MoE backend lays it out")
     if method in ("bitsandbytes", "bnb"):
         bits = 8 if qc.get("load_in_8bit") else 4
@@ -220,7 +282,7 @@ def quant_scheme(quant: dict[str, Any] | None, quantization: str | None, act_byt
         return QuantScheme(method, act_bytes, 1.0, act_bytes)
     raise SizingError(
         f"quantization {method!r} is not modelled: use one of awq, gptq, fp8, compressed-tensors, gguf, auto-round, "
-        "inc, modelopt, mxfp4, bitsandbytes (or none)"
+        "inc, modelopt, mxfp4, mxfp8, bitsandbytes (or none)"
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tkf_infra.sizing.arch import Arch, parse_arch
-from tkf_infra.sizing.config_fields import reading_config
+from tkf_infra.sizing.config_fields import ConfigFieldError, reading_config
 from tkf_infra.sizing.facts import ModelFacts, bytes_of_counts
 from tkf_infra.sizing.parallelism import VOCAB_PADDING, pp_layer_ranges, round_up
 from tkf_infra.sizing.params import SizingError
@@ -34,7 +34,7 @@ class Sharding:
         return self.tp * self.dp
 
 
-def _attention_bytes(arch: Arch, tp: int, q: QuantScheme, heads: int | None = None) -> tuple[float, float]:
+def _attention_elements(arch: Arch, tp: int, heads: int | None = None) -> tuple[float, float]:
     """(quantizable linear elements, other elements) of one attention block on one rank (`heads`: this
     layer's query heads where they vary by layer)."""
     h, hd = arch.hidden, arch.head_dim
@@ -83,7 +83,7 @@ def mla_absorbed_bytes(arch: Arch, tp: int, act_bytes: float) -> float:
     return per_layer * act_bytes
 
 
-def _recurrent_bytes(arch: Arch, tp: int) -> tuple[float, float]:
+def _recurrent_elements(arch: Arch, tp: int) -> tuple[float, float]:
     """(linear, other) elements of one gated-delta-net / Mamba2 mixer on one rank."""
     r = arch.recurrent
     assert r is not None
@@ -99,9 +99,34 @@ def _recurrent_bytes(arch: Arch, tp: int) -> tuple[float, float]:
     return lin, other
 
 
-def _mlp_bytes(arch: Arch, idx: int, sh: Sharding, q: QuantScheme) -> float:
+@dataclass(frozen=True)
+class Elements:
+    """Weight elements one rank holds, by the tensor class a quantization scheme prices separately.
+
+    Why by class: bytes are elements x each class's bytes per element (`QuantScheme`), and the checkpoint's
+    own bytes per class (the lock's safetensors facts, `checkpoint_weights.py`) replace the scheme's price
+    class by class while vLLM's sharding rules, counted here, still decide which rank holds what."""
+
+    linear: float = 0.0  # attention projections
+    mlp: float = 0.0  # dense MLP and shared experts
+    expert: float = 0.0  # routed experts
+    other: float = 0.0  # norms, routers, biases (kept in the activation dtype)
+    embed: float = 0.0  # embeddings and lm_head
+
+    def __add__(self, o: Elements) -> Elements:
+        return Elements(self.linear + o.linear, self.mlp + o.mlp, self.expert + o.expert, self.other + o.other,
+                        self.embed + o.embed)
+
+    def bytes(self, q: QuantScheme) -> float:
+        mlp = q.mlp if q.mlp is not None else q.linear
+        embed = q.embed if q.embed is not None else q.other
+        return self.linear * q.linear + self.mlp * mlp + self.expert * q.expert + self.other * q.other + \
+            self.embed * embed
+
+
+def _mlp_elements(arch: Arch, idx: int, sh: Sharding, expert_pad: int) -> tuple[float, float, float]:
+    """(mlp, expert, other) elements of layer `idx`'s MLP on one rank."""
     h = arch.hidden
-    mlp_q = q.mlp if q.mlp is not None else q.linear
     if arch.is_moe and arch.moe_layers[idx]:
         inter = arch.moe_intermediate or 0
         mats = 3 if arch.gated_mlp else 2
@@ -110,57 +135,87 @@ def _mlp_bytes(arch: Arch, idx: int, sh: Sharding, q: QuantScheme) -> float:
             expert_elems = experts_rank * mats * h * inter
             inter_rank = inter
         else:
-            inter_rank = round_up(inter // sh.moe_ranks, q.expert_pad)
+            inter_rank = round_up(inter // sh.moe_ranks, expert_pad)
             expert_elems = arch.num_experts * mats * h * inter_rank
             experts_rank = arch.num_experts
         other = h * arch.num_experts  # router, replicated
         if arch.model_type == "gpt_oss":  # expert biases, kept in fp32
             other += experts_rank * (2 * inter_rank + h) * 2
-        shared = 3 * h * arch.shared_intermediate / sh.tp * mlp_q if arch.shared_intermediate else 0.0
+        shared = 3 * h * arch.shared_intermediate / sh.tp if arch.shared_intermediate else 0.0
         if arch.shared_intermediate and arch.model_type in ("qwen2_moe",):
             other += h
-        return expert_elems * q.expert + shared + other * q.other
+        return shared, expert_elems, other
     width = arch.mlp_width(idx)  # per layer where intermediate_size is a per-layer list
     if width:
         n_mats = 3 if arch.gated_mlp else 2
-        extra = (width / sh.tp + h) * q.other if arch.all_bias else 0.0
-        return n_mats * h * width / sh.tp * mlp_q + extra
-    return 0.0
+        extra = (width / sh.tp + h) if arch.all_bias else 0.0
+        return n_mats * h * width / sh.tp, 0.0, extra
+    return 0.0, 0.0, 0.0
+
+
+def layer_elements(arch: Arch, idx: int, sh: Sharding, expert_pad: int = 1) -> Elements:
+    """Weight elements of decoder layer `idx` on one rank (`expert_pad`: the scheme's expert padding)."""
+    kind = arch.layer_kinds[idx] if idx < len(arch.layer_kinds) else None
+    if kind is not None and kind.kind == "linear" and arch.recurrent is not None:
+        lin, other = _recurrent_elements(arch, sh.tp)
+    else:
+        lin, other = _attention_elements(arch, sh.tp, arch.heads_at(idx))
+    other += arch.norms_per_layer * arch.hidden
+    if arch.indexer and idx < len(arch.indexer_layers) and arch.indexer_layers[idx] and arch.mla:
+        # Replicated on every rank: `wq_b` (quantized like the attention) and `wk` + `weights_proj` in the model
+        # dtype (vLLM upcasts an FP8 `wk`), its LayerNorm (vllm/models/deepseek_v32/attention.py@v0.32.0:71-86).
+        heads, hd = arch.indexer["heads"], arch.indexer["head_dim"]
+        lin += arch.mla["q_lora_rank"] * heads * hd
+        other += arch.hidden * (hd + heads) + 2 * hd
+    mlp, expert, mlp_other = _mlp_elements(arch, idx, sh, expert_pad)
+    return Elements(linear=lin, mlp=mlp, expert=expert, other=other + mlp_other)
 
 
 def layer_bytes(arch: Arch, idx: int, sh: Sharding, q: QuantScheme) -> float:
     """Bytes of decoder layer `idx` on one rank."""
-    kind = arch.layer_kinds[idx] if idx < len(arch.layer_kinds) else None
-    if kind is not None and kind.kind == "linear" and arch.recurrent is not None:
-        lin, other = _recurrent_bytes(arch, sh.tp)
-    else:
-        lin, other = _attention_bytes(arch, sh.tp, q, arch.heads_at(idx))
-    other += arch.norms_per_layer * arch.hidden
-    return lin * q.linear + other * q.other + _mlp_bytes(arch, idx, sh, q)
+    return layer_elements(arch, idx, sh, q.expert_pad).bytes(q)
 
 
-def weights_bytes_per_rank(arch: Arch, sh: Sharding, q: QuantScheme, act_bytes: float) -> list[float]:
-    """Bytes each PP stage's rank holds after loading (one entry per PP rank)."""
+def rank_elements(arch: Arch, sh: Sharding, expert_pad: int = 1, vocab_pad: int = VOCAB_PADDING) -> list[Elements]:
+    """Weight elements each PP stage's rank holds after loading (one entry per PP rank); `expert_pad` and
+    `vocab_pad` are the padding vLLM allocates (1: the checkpoint's own shapes)."""
     if arch.vocab is None:
         raise SizingError("config.json lacks vocab_size (needed for the embedding and lm_head)")
     if not arch.is_moe and arch.intermediate is None:
         raise SizingError("config.json lacks intermediate_size")
-    vocab_rank = round_up(arch.vocab, VOCAB_PADDING) / sh.tp
-    emb = vocab_rank * arch.hidden * (q.embed if q.embed is not None else q.other)
-    rotary = (arch.rope_positions or arch.max_len or 0) * arch.rotary_dim * act_bytes  # cos/sin cache buffers
-    out: list[float] = []
+    emb = Elements(embed=round_up(arch.vocab, vocab_pad) / sh.tp * arch.hidden)
+    out: list[Elements] = []
     ranges = pp_layer_ranges(arch.layers, sh.pp)
     for stage, rng in enumerate(ranges):
-        total = sum(layer_bytes(arch, i, sh, q) for i in rng) + rotary
+        lin = mlp = expert = other = 0.0
+        for i in rng:
+            e = layer_elements(arch, i, sh, expert_pad)
+            lin, mlp, expert, other = lin + e.linear, mlp + e.mlp, expert + e.expert, other + e.other
+        total = Elements(lin, mlp, expert, other)
         first, last = stage == 0, stage == len(ranges) - 1
         if first:
             total += emb
         if last:
-            total += arch.hidden * q.other  # final norm
+            total += Elements(other=arch.hidden)  # final norm
             if not arch.tied or not first:
                 total += emb  # lm_head (a tied head is materialised on the last rank under PP)
         out.append(total)
     return out
+
+
+def rotary_bytes(arch: Arch, act_bytes: float) -> float:
+    """The rotary cos/sin cache buffers every rank builds (counted in vLLM's weights)."""
+    return (arch.rope_positions or arch.max_len or 0) * arch.rotary_dim * act_bytes
+
+
+def weights_bytes_per_rank(arch: Arch, sh: Sharding, q: QuantScheme, act_bytes: float) -> list[float]:
+    """Bytes each PP stage's rank holds after loading (one entry per PP rank), priced by `q`.
+
+    Raises `ConfigFieldError` when config.json cannot price the weights (`QuantScheme.headers_needed`)."""
+    if q.headers_needed:
+        raise ConfigFieldError(q.headers_needed)
+    rotary = rotary_bytes(arch, act_bytes)
+    return [e.bytes(q) + rotary for e in rank_elements(arch, sh, q.expert_pad)]
 
 
 def vision_bytes(arch: Arch, act_bytes: float) -> float:
@@ -172,7 +227,7 @@ def vision_bytes(arch: Arch, act_bytes: float) -> float:
     if not v:
         return 0.0
     h, inter, layers = v["hidden"], v["intermediate"], v["layers"]
-    mlp = (3 if v.get("gated") else 2) * h * inter  # gate+up+down, or fc1+fc2 (arch._GATED_VISION_ACTS)
+    mlp = (3 if v.get("gated") else 2) * h * inter  # gate+up+down, or fc1+fc2 (vision._GATED_VISION_ACTS)
     per_layer = 4 * h * h + 4 * h + mlp + inter + h + 4 * h
     patch = v["channels"] * v["patch"] ** 2 * h * 2
     out = v["out"] or arch.hidden
@@ -203,13 +258,15 @@ def draft_bytes(arch: Arch, method: str, sh: Sharding, q: QuantScheme) -> tuple[
 def checkpoint_bytes(facts: ModelFacts, act_bytes: float = 2.0, quantization: str | None = None) -> int:
     """Bytes of the checkpoint's tensors — the one definition (PVC size, memory requests, weights).
 
-    In order of trust: the lock's measured sum, the safetensors element counts, the sourced
-    parameter count at the activation dtype, and last a tensor-by-tensor count of one unsharded rank
-    from ``config.json`` (several lock entries lack the first three). Raises SizingError when the
-    config is too thin for that too.
+    In order of trust: the lock's measured sum, its bytes per layer kind, the safetensors element
+    counts, the sourced parameter count at the activation dtype, and last a tensor-by-tensor count of
+    one unsharded rank from ``config.json`` (several lock entries lack the first four). Raises
+    SizingError when the config is too thin for that too.
     """
     if facts.weight_bytes:
         return int(facts.weight_bytes)
+    if facts.tensor_bytes:
+        return sum(n for per in facts.tensor_bytes.values() for n in per.values())
     if facts.param_counts:
         return bytes_of_counts(facts.param_counts)
     if facts.parameter_count:
