@@ -390,6 +390,11 @@ _UNMODELLED: tuple[tuple[str, str], ...] = (
     ("vocab_size_per_layer_input", "adds per-layer input embeddings and KV sharing (Gemma 3n)"),
     ("num_transformer_layers", "scales heads and FFN width layer by layer (OpenELM)"),
     ("compress_ratios", "compresses each layer's KV cache by its own ratio (DeepSeek V4)"),
+    # DeepSeek V4's grouped low-rank output projection (vLLM model_executor/models/deepseek_v4.py: its MLA
+    # takes o_lora_rank beside compress_ratio): a config that carries it without compress_ratios is still V4's
+    # compressed attention, whose KV layout a V3-style MLA count overstates by a third on a printed start-up.
+    ("o_lora_rank", "projects attention outputs through grouped low-rank matrices (DeepSeek V4's compressed "
+                    "attention)"),
 )
 
 
