@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import Any
 
 from tkf_infra.sizing.params import FLOAT32_DTYPES
 from tkf_infra.sizing.release_row import Version, VersionRow
@@ -40,10 +41,10 @@ _XL_GIB = 160.0
 
 
 def _then(previous: VersionRow, name: str, first: Version, last: Version, *, sources: tuple[str, ...],
-          calibration: str, **changes: object) -> VersionRow:
+          calibration: str, **changes: Any) -> VersionRow:
     """`previous` with what the releases `first`..`last` changed: the row of a later range of the same engine."""
     return replace(previous, name=name, first=first, last=last, sources=sources, calibration=calibration,
-                   **changes)  # type: ignore[arg-type]
+                   **changes)
 
 
 #: The V0 engine (`vllm/worker/worker.py`) on 0.5-0.6: KV is the drop in free memory during the profile, torch's
