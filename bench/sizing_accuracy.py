@@ -47,7 +47,8 @@ from bench.calibration_cases import (  # noqa: E402
 )
 from bench.refit import refitted_rows  # noqa: E402
 from tkf_infra.sizing import versions  # noqa: E402
-from tkf_infra.sizing.estimate import Estimate, estimate  # noqa: E402
+from tkf_infra.sizing.estimate import estimate  # noqa: E402
+from tkf_infra.sizing.estimate_result import Estimate  # noqa: E402
 from tkf_infra.sizing.params import SizingError  # noqa: E402
 
 

@@ -16,7 +16,8 @@ import re
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from tkf_infra.sizing.estimate import Estimate, estimate
+from tkf_infra.sizing.estimate import estimate
+from tkf_infra.sizing.estimate_result import Estimate
 from tkf_infra.sizing.facts import ModelFacts
 from tkf_infra.sizing.gpus import GpuSpec
 from tkf_infra.sizing.params import SizingError, SizingParams

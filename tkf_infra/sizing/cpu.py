@@ -7,9 +7,10 @@ given, so the only fit question is whether one max-length request fits that spac
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tkf_infra.sizing.arch import Arch
+from tkf_infra.sizing.estimate_result import Estimate
 from tkf_infra.sizing.facts import ModelFacts
 from tkf_infra.sizing.kv import kv_elem_bytes, kv_layout, largest_fitting_len
 from tkf_infra.sizing.params import DEFAULT_BLOCK_SIZE, GIB, SizingError, SizingParams, activation_bytes
@@ -17,15 +18,10 @@ from tkf_infra.sizing.quant import quant_scheme
 from tkf_infra.sizing.versions import VersionChoice
 from tkf_infra.sizing.weights import Sharding, checkpoint_bytes, weights_bytes_per_rank
 
-if TYPE_CHECKING:
-    from tkf_infra.sizing.estimate import Estimate
-
 
 def estimate_cpu(arch: Arch, facts: ModelFacts | dict[str, Any], name: str, params: SizingParams, max_len: int,
                  problems: list[str], warnings: list[str], choice: VersionChoice) -> Estimate:
     """The KV space must hold one max-length request; the weights are reported (they live in RAM)."""
-    from tkf_infra.sizing.estimate import Estimate
-
     act_bytes = activation_bytes(params)
     try:
         scheme = quant_scheme(arch.quant, params.quantization, act_bytes, arch.layers)

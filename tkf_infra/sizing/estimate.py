@@ -20,12 +20,11 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from pydantic import BaseModel, Field
-
 from tkf_infra.sizing.arch import Arch, parse_arch
 from tkf_infra.sizing.bnb import bnb_problems
 from tkf_infra.sizing.config_fields import reading_config
 from tkf_infra.sizing.cpu import estimate_cpu
+from tkf_infra.sizing.estimate_result import Estimate
 from tkf_infra.sizing.facts import ModelFacts, resolve_text_config
 from tkf_infra.sizing.gpus import GpuSpec
 from tkf_infra.sizing.kv import KvLayout, largest_fitting_len
@@ -37,51 +36,6 @@ from tkf_infra.sizing.row_run import run_row, speculation
 from tkf_infra.sizing.startup import Doubt, budget_problems, pinned_kv_problems, pp_whole_model_problems
 from tkf_infra.sizing.versions import VersionChoice, choose_version, engine_rows
 from tkf_infra.sizing.weights import Sharding, checkpoint_bytes, vision_bytes, weights_bytes_per_rank
-
-
-class Estimate(BaseModel):
-    """Per-rank prediction in the units vLLM prints (GiB), plus the bound, the verdict and the way out."""
-
-    model: str
-    gpu: str
-    vllm_profile: str
-    tensor_parallel_size: int
-    pipeline_parallel_size: int
-    max_model_len: int
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    block_size: int
-    total_gib: float
-    requested_gib: float
-    weights_gib: float
-    activation_gib: float
-    non_torch_gib: float
-    cuda_graph_gib: float
-    cuda_graph_reserved: bool
-    available_kv_gib: float
-    kv_bytes_per_token: float
-    num_blocks: int
-    kv_cache_tokens: int
-    need_per_request_gib: float
-    max_concurrency: float
-    available_kv_gib_bound: float = 0.0
-    kv_cache_tokens_bound: int = 0
-    max_concurrency_bound: float = 0.0
-    doubts: list[Doubt] = Field(default_factory=list)
-    fits: bool
-    problems: list[str] = Field(default_factory=list)
-    warnings: list[str] = Field(default_factory=list)
-    max_fitting_model_len: int | None = None
-    cpu: bool = False
-    lora_gib: float = 0.0
-    """What LoRA reserves on the limiting rank: adapter slots, Punica metadata and its workspace
-    (tkf_infra/sizing/lora.py); 0 without `lora`. On the CPU profile: the slots in host memory."""
-    lora_host_gib: float = 0.0
-    """Host memory of the adapters vLLM keeps loaded on the CPU (`max_cpu_loras`, at most their full size)."""
-
-    @property
-    def bound_gap_gib(self) -> float:
-        return max(self.available_kv_gib - self.available_kv_gib_bound, 0.0)
 
 
 def _weights(facts: ModelFacts | dict[str, Any], arch: Arch, params: SizingParams

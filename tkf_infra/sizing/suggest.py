@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tkf_infra.sizing.estimate import Estimate
 from tkf_infra.sizing.estimate import estimate as _estimate
+from tkf_infra.sizing.estimate_result import Estimate
 from tkf_infra.sizing.facts import ModelFacts
 from tkf_infra.sizing.gpus import GpuSpec
 from tkf_infra.sizing.params import SizingError, SizingParams
