@@ -54,6 +54,6 @@ def estimate_cpu(arch: Arch, facts: ModelFacts | dict[str, Any], name: str, para
         non_torch_gib=0.0, cuda_graph_gib=0.0, cuda_graph_reserved=False, available_kv_gib=space / GIB,
         kv_bytes_per_token=per_token, num_blocks=blocks, kv_cache_tokens=tokens, need_per_request_gib=need / GIB,
         max_concurrency=conc, available_kv_gib_bound=space / GIB, kv_cache_tokens_bound=tokens,
-        max_concurrency_bound=conc, fits=not problems, problems=problems, warnings=warnings,
+        max_concurrency_bound=conc, problems=problems, warnings=warnings,
         max_fitting_model_len=largest_fitting_len(layout, space, mnbt, block, max_len), cpu=True,
     )

@@ -33,7 +33,15 @@ from tkf_infra.sizing.parallelism import parallelism_problems
 from tkf_infra.sizing.params import GIB, SizingError, SizingParams, activation_bytes
 from tkf_infra.sizing.quant import quant_problems, quant_scheme
 from tkf_infra.sizing.row_run import run_row, speculation
-from tkf_infra.sizing.startup import Doubt, budget_problems, pinned_kv_problems, pp_whole_model_problems
+from tkf_infra.sizing.startup import (
+    TIGHT_PREFIX,
+    Doubt,
+    Findings,
+    RowRun,
+    budget_problems,
+    pinned_kv_problems,
+    pp_whole_model_problems,
+)
 from tkf_infra.sizing.versions import VersionChoice, choose_version, engine_rows
 from tkf_infra.sizing.weights import Sharding, checkpoint_bytes, vision_bytes, weights_bytes_per_rank
 
@@ -169,6 +177,40 @@ def _estimate(facts: ModelFacts | dict[str, Any], gpu: GpuSpec | None, params: S
     return _estimate_gpu(facts, arch, gpu, params, name, max_len, problems, warnings, choice, prefix_caching)
 
 
+#: How a co-tenant's charge is named among the doubts (`_setting_doubts`); the estimate's checks subtract it.
+COTENANT_TERM = "GPU shared"
+#: A unified-memory GPU's verdict until a rule for what vLLM sees as free there is proven on printed start-ups.
+UNIFIED_TIGHT = (TIGHT_PREFIX + "{gpu} is a unified-memory GPU (CPU and GPU share one memory): what vLLM finds free "
+                 "at start-up depends on what the operating system and other processes hold, and no rule for it is "
+                 "proven on printed start-ups yet, so the verdict is tight at best (docs/sizing.md, 'Unified "
+                 "memory'); it deploys, a strict stack or the policy pack refuses it")
+
+
+def _setting_doubts(runs: list[RowRun], run: RowRun, gpu: GpuSpec, requested: float, unpinned: bool) -> list[Doubt]:
+    """The doubts the deployment's setting leaves besides the row's terms: an unknown release, a derived GPU total,
+    unified memory, a GPU shared with other engines."""
+    doubts = []
+    if len(runs) > 1:
+        spread = max(r.available for r in runs) - run.available
+        doubts.append(Doubt(term=f"unknown vLLM release (the most conservative of {len(runs)} profiles is used; "
+                                 f"they differ by {spread:.2f} GiB)", gib=0.0,
+                            pin="pin serving.vllmImage to a release tag"))
+    if not gpu.memory_measured:
+        doubts.append(Doubt(term=f"{gpu.name} total memory ({gpu.memory_source}; taken at its conservative value)",
+                            gib=0.0, pin=f"set nodePools[].gpuMemoryGiB to the total vLLM prints on a {gpu.name}"))
+    total = gpu.memory_gib
+    if gpu.unified_memory:
+        doubts.append(Doubt(term="unified memory: the operating system's use of the same memory changes what vLLM "
+                                 "finds free at start-up", gib=0.05 * total,
+                            pin="measure free memory on the node and set gpuMemoryUtilization below it"))
+    if gpu.shared and unpinned:  # a pinned KV cache does not depend on what co-tenants allocate
+        doubts.append(Doubt(term=f"{COTENANT_TERM} by time-slicing: other engines may allocate while this one "
+                                 "profiles, and vLLM counts the drop in free memory against this model",
+                            gib=max(total - requested - run.context, 0.0),
+                            pin="give the model whole GPUs (time-slicing off)"))
+    return doubts
+
+
 def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, params: SizingParams, name: str,
                   max_len: int, problems: list[str], warnings: list[str], choice: VersionChoice,
                   prefix_caching: bool | None) -> Estimate:
@@ -191,28 +233,14 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
     problems += bnb_problems(arch.quant, params.tensor_parallel_size, arch.is_moe, choice.version)
     problems += run.problems + quant_problems(scheme,
                                               params.quantization, choice.version, None, gpu.name)
-    doubts = list(run.doubts)
-    if len(runs) > 1:
-        spread = max(r.available for r in runs) - run.available
-        doubts.append(Doubt(term=f"unknown vLLM release (the most conservative of {len(runs)} profiles is used; "
-                                 f"they differ by {spread:.2f} GiB)", gib=0.0,
-                            pin="pin serving.vllmImage to a release tag"))
-    if not gpu.memory_measured:
-        doubts.append(Doubt(term=f"{gpu.name} total memory ({gpu.memory_source}; taken at its conservative value)",
-                            gib=0.0, pin=f"set nodePools[].gpuMemoryGiB to the total vLLM prints on a {gpu.name}"))
     total, u = gpu.memory_gib, params.gpu_memory_utilization
     requested = total * u
-    if gpu.unified_memory:
-        doubts.append(Doubt(term="unified memory: the operating system's use of the same memory changes what vLLM "
-                                 "finds free at start-up", gib=0.05 * total,
-                            pin="measure free memory on the node and set gpuMemoryUtilization below it"))
     pinned = params.kv_cache_memory_bytes
-    if gpu.shared and pinned is None:  # a pinned KV cache does not depend on what co-tenants allocate
-        doubts.append(Doubt(term="GPU shared by time-slicing: other engines may allocate while this one profiles, "
-                                 "and vLLM counts the drop in free memory against this model",
-                            gib=max(total - requested - run.context, 0.0),
-                            pin="give the model whole GPUs (time-slicing off)"))
+    doubts = list(run.doubts) + _setting_doubts(runs, run, gpu, requested, pinned is None)
     gap = sum(d.gib for d in doubts)
+    # What other tenants of the GPU may take from this engine's budget: not a doubt about the model's figures but a
+    # term of the deployment, so the estimate's checks are made with it (docs/sizing.md "Co-tenants").
+    cotenant = sum(d.gib for d in doubts if d.term.startswith(COTENANT_TERM))
     layout: KvLayout = run.layout
     low: KvLayout = run.layout_low
     if low.recurrent_blocks != layout.recurrent_blocks:
@@ -221,20 +249,27 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
                             pin="state --enable-prefix-caching or --no-enable-prefix-caching"))
     avail, avail_low = run.available, run.available - gap
     spare: float | None = None
+    found = Findings()
     if pinned is not None:  # --kv-cache-memory-bytes: the cache is exactly this, if the budget holds it
-        left = avail_low - (shared_graphs := run.graphs if gpu.shared and not run.reserved else 0.0)
+        shared_graphs = run.graphs if gpu.shared and not run.reserved else 0.0
+        left, left_low = avail - shared_graphs, avail_low - shared_graphs
         # On a time-sliced GPU nothing outside the budget is ours: graphs vLLM captures after allocating
         # must come out of the budget too, and the warm-up has only what the budget leaves.
-        problems += pinned_kv_problems(pinned, left, choice.version, run.row)
-        spare = shared_graphs + max(left - pinned / GIB, 0.0) if gpu.shared else None
+        found.add(pinned_kv_problems(pinned, left, left_low, choice.version, run.row, doubts))
+        spare = shared_graphs + max(left_low - pinned / GIB, 0.0) if gpu.shared else None
         avail = avail_low = pinned / GIB
     blocks, blocks_low = layout.num_blocks(avail * GIB), low.num_blocks(avail_low * GIB)
     mnbt = run.mnbt
     tokens_rule = row.tokens_from_concurrency
-    problems += budget_problems(run, gpu, params, avail, avail_low, max_len, requested, spare_gib=spare,
-                                version=choice.version)
+    found.add(budget_problems(run, gpu, params, avail - cotenant, avail_low, max_len, requested, doubts,
+                              spare_gib=spare, version=choice.version))
     if pinned is None:
-        problems += pp_whole_model_problems(run, params, choice.version, gap, max_len)
+        found.add(pp_whole_model_problems(run, params, choice.version, gap, max_len, doubts))
+    problems += found.refusals
+    tight = found.tight
+    if gpu.unified_memory and not problems and not tight:
+        tight.append(UNIFIED_TIGHT.format(gpu=gpu.name))
+    warnings += tight
     fit_len = (largest_fitting_len(low, avail_low * GIB, mnbt, run.block, arch.max_len or max_len)
                if avail_low > 0 else 0)
     return Estimate(
@@ -248,7 +283,7 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
         max_concurrency=layout.concurrency(blocks, max_len, mnbt), available_kv_gib_bound=avail_low,
         kv_cache_tokens_bound=low.tokens(blocks_low, max_len, mnbt, tokens_rule),
         max_concurrency_bound=low.concurrency(blocks_low, max_len, mnbt),
-        doubts=[d for d in doubts if d.gib > 0.005 or d.gib == 0.0], fits=not problems, problems=problems,
+        doubts=[d for d in doubts if d.gib > 0.005 or d.gib == 0.0], problems=problems, tight=tight,
         warnings=warnings, max_fitting_model_len=fit_len, lora_gib=run.lora, lora_host_gib=run.lora_host,
     )
 

@@ -6,9 +6,19 @@ which `estimate.py` calls) build one: a type one floor below both, so neither im
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from typing import Literal
+
+from pydantic import BaseModel, Field, computed_field
 
 from tkf_infra.sizing.startup import Doubt
+
+#: The fit check's three answers. *fits*: every start-up check passes on the conservative bound. *tight*: they pass
+#: on the estimate (what vLLM should print) but not on the bound, so the model deploys with a warning naming the
+#: margin, the doubt and what would remove it (a `strict` stack or the policy pack may refuse it). *refuses*: a
+#: check fails on the estimate itself, or a rule vLLM enforces whatever the memory (docs/sizing.md).
+Verdict = Literal["fits", "tight", "refuses"]
+VERDICTS: tuple[Verdict, ...] = ("fits", "tight", "refuses")
+
 
 
 class Estimate(BaseModel):
@@ -40,8 +50,10 @@ class Estimate(BaseModel):
     kv_cache_tokens_bound: int = 0
     max_concurrency_bound: float = 0.0
     doubts: list[Doubt] = Field(default_factory=list)
-    fits: bool
     problems: list[str] = Field(default_factory=list)
+    """Why it is refused: a check failed on the estimate, or a rule vLLM enforces whatever the memory."""
+    tight: list[str] = Field(default_factory=list)
+    """Why it is tight: each check the estimate passes and the bound does not, with its margin and the doubt."""
     warnings: list[str] = Field(default_factory=list)
     max_fitting_model_len: int | None = None
     cpu: bool = False
@@ -54,3 +66,14 @@ class Estimate(BaseModel):
     @property
     def bound_gap_gib(self) -> float:
         return max(self.available_kv_gib - self.available_kv_gib_bound, 0.0)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def verdict(self) -> Verdict:
+        return "refuses" if self.problems else "tight" if self.tight else "fits"
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def fits(self) -> bool:
+        """Whether it deploys by default: it fits, or it is tight (the estimate fits, the bound does not)."""
+        return not self.problems
