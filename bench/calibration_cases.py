@@ -238,9 +238,16 @@ def case_params(case: dict[str, Any], config: dict[str, Any]) -> tuple[SizingPar
         enforce_eager=bool(case.get("enforce_eager")),
         block_size=case.get("block_size") if not _hybrid_block(case) else None,
         speculative_config=spec if isinstance(spec, dict) else None,
+        enable_expert_parallel=_printed_flag(case, "enable_expert_parallel"),
         vllm_version=_version(case),
     )
     return params, config
+
+
+def _printed_flag(case: dict[str, Any], key: str) -> bool:
+    """A boolean serving flag the case gives as a field or among what its log printed (`--enable-expert-parallel`)."""
+    printed = case.get("other_printed") or {}
+    return any(isinstance(where.get(key), bool) and where[key] for where in (case, printed))
 
 
 def _hybrid_block(case: dict[str, Any]) -> bool:

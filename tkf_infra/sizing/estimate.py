@@ -32,6 +32,7 @@ from tkf_infra.sizing.lora import architecture_of, lora_problems, lora_reserve
 from tkf_infra.sizing.parallelism import parallelism_problems
 from tkf_infra.sizing.params import GIB, SizingError, SizingParams, activation_bytes
 from tkf_infra.sizing.quant import quant_problems, quant_scheme
+from tkf_infra.sizing.release_row import VersionRow
 from tkf_infra.sizing.row_run import run_row, speculation
 from tkf_infra.sizing.startup import (
     TIGHT_PREFIX,
@@ -42,7 +43,7 @@ from tkf_infra.sizing.startup import (
     pinned_kv_problems,
     pp_whole_model_problems,
 )
-from tkf_infra.sizing.versions import VersionChoice, choose_version, engine_rows
+from tkf_infra.sizing.versions import DEFAULT_GPU_MEMORY_UTILIZATION, VersionChoice, choose_version, engine_rows
 from tkf_infra.sizing.weights import Sharding, checkpoint_bytes, vision_bytes, weights_bytes_per_rank
 
 
@@ -186,9 +187,11 @@ UNIFIED_TIGHT = (TIGHT_PREFIX + "{gpu} is a unified-memory GPU (CPU and GPU shar
                  "memory'); it deploys, a strict stack or the policy pack refuses it")
 
 
-def _setting_doubts(runs: list[RowRun], run: RowRun, gpu: GpuSpec, requested: float, unpinned: bool) -> list[Doubt]:
+def _setting_doubts(runs: list[RowRun], run: RowRun, row: VersionRow, gpu: GpuSpec, requested: float,
+                    unpinned: bool) -> list[Doubt]:
     """The doubts the deployment's setting leaves besides the row's terms: an unknown release, a derived GPU total,
-    unified memory, a GPU shared with other engines."""
+    unified memory, a GPU shared with other engines (time-sliced, or, where the release charges other processes'
+    memory to this budget, given room by a low utilization)."""
     doubts = []
     if len(runs) > 1:
         spread = max(r.available for r in runs) - run.available
@@ -203,6 +206,17 @@ def _setting_doubts(runs: list[RowRun], run: RowRun, gpu: GpuSpec, requested: fl
         doubts.append(Doubt(term="unified memory: the operating system's use of the same memory changes what vLLM "
                                  "finds free at start-up", gib=0.05 * total,
                             pin="measure free memory on the node and set gpuMemoryUtilization below it"))
+    leaves = total * (DEFAULT_GPU_MEMORY_UTILIZATION - requested / total)
+    if row.budget_counts_device and unpinned and leaves > 0.005 and not gpu.shared:
+        # 0.8.0-0.9.0 V1 charges this budget with everything in use on the GPU (`VersionRow.budget_counts_device`):
+        # leaving more outside it than vLLM's default does is how a GPU is shared, and what the sharer holds there
+        # comes out of this engine's KV cache (a 0.8.5 start-up at utilization 0.4 found none left).
+        doubts.append(Doubt(term=f"{COTENANT_TERM} by a utilization below vLLM's default: gpuMemoryUtilization "
+                                 f"{requested / total:.2f} leaves {leaves:.2f} GiB more outside the budget than "
+                                 f"{DEFAULT_GPU_MEMORY_UTILIZATION} does, and {row.name} counts what other processes "
+                                 "hold there against this budget", gib=leaves,
+                            pin=f"gpuMemoryUtilization {DEFAULT_GPU_MEMORY_UTILIZATION} on a GPU of its own, or a "
+                                "release from 0.9.1 (its budget counts only this engine's memory)"))
     if gpu.shared and unpinned:  # a pinned KV cache does not depend on what co-tenants allocate
         doubts.append(Doubt(term=f"{COTENANT_TERM} by time-slicing: other engines may allocate while this one "
                                  "profiles, and vLLM counts the drop in free memory against this model",
@@ -236,7 +250,7 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
     total, u = gpu.memory_gib, params.gpu_memory_utilization
     requested = total * u
     pinned = params.kv_cache_memory_bytes
-    doubts = list(run.doubts) + _setting_doubts(runs, run, gpu, requested, pinned is None)
+    doubts = list(run.doubts) + _setting_doubts(runs, run, row, gpu, requested, pinned is None)
     gap = sum(d.gib for d in doubts)
     # What other tenants of the GPU may take from this engine's budget: not a doubt about the model's figures but a
     # term of the deployment, so the estimate's checks are made with it (docs/sizing.md "Co-tenants").
@@ -262,7 +276,7 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
     mnbt = run.mnbt
     tokens_rule = row.tokens_from_concurrency
     found.add(budget_problems(run, gpu, params, avail - cotenant, avail_low, max_len, requested, doubts,
-                              spare_gib=spare, version=choice.version))
+                              spare_gib=spare, version=choice.version, cotenant=cotenant))
     if pinned is None:
         found.add(pp_whole_model_problems(run, params, choice.version, gap, max_len, doubts))
     problems += found.refusals

@@ -17,6 +17,7 @@ from tkf_infra.sizing.facts import resolve_text_config
 from tkf_infra.sizing.gpus import GpuSpec
 from tkf_infra.sizing.kv import KvLayout, hybrid_block_size, kv_elem_bytes, kv_layout, recurrent_blocks
 from tkf_infra.sizing.lora import lora_reserve
+from tkf_infra.sizing.measured import activation_note, family, measured, note
 from tkf_infra.sizing.overheads import (
     Activation,
     Batch,
@@ -177,6 +178,8 @@ def _non_kv(d: _Deployment, architecture: str) -> _NonKv:
     act = activation(d.arch, row, d.batch, d.sh, d.act_bytes, d.q, plain_sampler=plain)
     full_profile = activation(d.arch, row, d.batch, d.sh, d.act_bytes, d.q).total if plain else act.total
     non_torch, non_torch_doubt = non_torch_gib(row, d.gpu, d.sh)
+    if row.budget_counts_device:  # 0.8.0-0.9.0 V1: no snapshot, so the memory in use before start-up counts too
+        non_torch += _context(row, d.gpu, d.sh)
     reserved = row.graphs_reserved and (row.v2_graph_estimate or not d.v2)
     # V2's penalty bins and pipeline receive buffers are allocated before the profile: non-KV only where vLLM
     # counts the drop in free memory (0.27+); the V1 runner allocates its receive buffers inside the profile.
@@ -230,7 +233,8 @@ def _row_doubts(d: _Deployment, n: _NonKv, graphs: float, weights_doubts: list[D
     """The doubts this row's terms leave, each with what would pin it."""
     row, act = d.row, n.act
     doubts = list(weights_doubts)
-    doubts.append(Doubt(term=f"activation peak ({row.name} profile)", gib=activation_doubt(act, row),
+    doubts.append(Doubt(term=f"activation peak ({row.name} profile; {activation_note(d.gpu, row.name)})",
+                        gib=activation_doubt(act, row),
                         pin="a start-up log of this model on this release (its 'Available KV cache memory' "
                             "line) pins the activation term"))
     if d.act_bytes == 4.0:  # one float32 start-up (0.19, H100): the sampler warm-up took 17.0 B per element, not 14.45
@@ -239,26 +243,51 @@ def _row_doubts(d: _Deployment, n: _NonKv, graphs: float, weights_doubts: list[D
     for term, gib in act.approximate.items():
         doubts.append(Doubt(term=f"{term} (approximate)", gib=gib,
                             pin="a start-up log of this model pins it"))
-    sh, gpu = d.sh, d.gpu
+    gpu = d.gpu
     if n.non_torch_doubt:
-        pin = ("set nodePools[].interconnect if the GPUs talk over NVLink, or read a start-up log on this box"
-               if gpu.interconnect == "pcie" and sh.tp * sh.dp > 1 else "a start-up log on this release pins it")
-        where = f" at TP {sh.tp} over {gpu.interconnect}" if sh.tp * sh.dp > 1 else ""
-        doubts.append(Doubt(term=f"non-torch memory{where} ({row.name} profile)", gib=n.non_torch_doubt, pin=pin))
+        doubts.append(_non_torch_doubt(d, n))
     if n.reserved and graphs:
-        doubts.append(Doubt(term="CUDA-graph memory estimate (extrapolated by vLLM from two captures)", gib=graphs,
-                            pin="enforceEager: true removes the CUDA-graph term"))
+        m = measured("graphs", gpu, row.name)
+        doubts.append(Doubt(term="CUDA-graph memory estimate (extrapolated by vLLM from two captures; " + (
+            f"{m.width:.0%} of it, as measured on {family(gpu)}" if m else
+            note(gpu, row.name, "taken whole")) + ")", gib=graphs * (m.width if m else 1.0),
+            pin="enforceEager: true removes the CUDA-graph term"))
     v2_gap = (graphs if d.v2 and row.graphs_reserved and not n.reserved else 0.0) + (n.full_profile - act.total)
     if d.v2 and v2_gap > 0:
         # V2's 0.27.1 start-ups at TP 1 and PP 2 printed 1.3-1.6 GiB more non-KV than every term the source shows
-        # (at TP 2: none): the bound keeps what the V1 runner would have reserved, the full sampler warm-up its
-        # profile leaves out and, on 0.26-0.28, the CUDA graphs it does not reserve, so the estimate gains the
-        # accuracy and the bound loses none of its margin.
+        # (at TP 2: none). Where no start-up of the family and release measured the gap, the bound keeps what the
+        # V1 runner would have reserved, the full sampler warm-up its profile leaves out and, on 0.26-0.28, the
+        # CUDA graphs it does not reserve (the widest reading); where one did, what it measured, if smaller.
+        m = measured("v2-gap", gpu, row.name)
         unreserved = " and the CUDA graphs it does not reserve" if not n.reserved and graphs else ""
-        doubts.append(Doubt(term=f"model runner V2's non-KV use beyond the source's terms ({row.name}: 1.3-1.6 GiB "
-                                 "seen on 0.27.1 at TP 1 and PP 2), sized as the sampler warm-up its profile leaves "
-                                 f"out{unreserved}", gib=v2_gap, pin="a start-up log on this release pins it"))
+        how = (f"at most {m.width:.2f} GiB as measured on {family(gpu)}" if m else
+               note(gpu, row.name, f"sized as the sampler warm-up its profile leaves out{unreserved}"))
+        doubts.append(Doubt(term=f"model runner V2's non-KV use beyond the source's terms ({row.name}; {how})",
+                            gib=min(v2_gap, m.width) if m else v2_gap, pin="a start-up log on this release pins it"))
     return doubts
+
+
+def _non_torch_doubt(d: _Deployment, n: _NonKv) -> Doubt:
+    """Non-torch memory's doubt: the row's, at TP > 1 over PCIe up to the NVLink figure unless the family's
+    start-ups measured it (`measured.MEASURED`)."""
+    sh, gpu, row = d.sh, d.gpu, d.row
+    pcie = gpu.interconnect == "pcie" and sh.tp * sh.dp > 1
+    m = measured("non-torch-pcie", gpu, row.name) if pcie else None
+    where = f" at TP {sh.tp} over {gpu.interconnect}" if sh.tp * sh.dp > 1 else ""
+    how = (f"; {m.width:.2f} GiB as measured on {family(gpu)}" if m else
+           f"; {note(gpu, row.name, 'up to the NVLink figure')}" if pcie else "")
+    pin = ("set nodePools[].interconnect if the GPUs talk over NVLink, or read a start-up log on this box"
+           if pcie else "a start-up log on this release pins it")
+    return Doubt(term=f"non-torch memory{where} ({row.name} profile{how})",
+                 gib=min(n.non_torch_doubt, m.width) if m else n.non_torch_doubt, pin=pin)
+
+
+def _context(row: VersionRow, gpu: GpuSpec, sh: Sharding) -> float:
+    """Memory in use on each GPU before vLLM's start-up snapshot: the CUDA context, and with more than one GPU the
+    communicators (`VersionRow.context_multi_gib`, over PCIe `context_multi_pcie_gib`)."""
+    if sh.tp * sh.pp * sh.dp == 1:
+        return row.context_single_gib
+    return row.context_multi_gib if gpu.interconnect == "nvlink" else row.context_multi_pcie_gib
 
 
 def _warmup_gib(d: _Deployment, act: Activation) -> float:
@@ -285,14 +314,13 @@ def run_row(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max
     per_token = central[stage.index].page_bytes * sum(
         1 for kind in _rank_kinds(arch, d.ranges[-1], d.draft_layers, True)
         if kind.attention or kind.kind == "linear") / d.block
-    multi = d.sh.tp * d.sh.pp * d.sh.dp > 1
     return RowRun(row=row.name, seqs=d.batch.seqs, mnbt=d.batch.tokens, block=d.block, weights=stage.weights,
                   activation=n.act.total, non_torch=n.non_torch, graphs=stage.graphs, reserved=n.reserved,
                   available=stage.available, layout=central[stage.index], layout_low=bounding[stage.index],
                   need=max(lay.need_per_request(max_len, d.batch.tokens) for lay in bounding), per_token=per_token,
                   doubts=_row_doubts(d, n, stage.graphs, weights_doubts),
                   problems=quant_problems(d.q, params.quantization, None, gpu.cc, gpu.name),
-                  context=row.context_multi_gib if multi else row.context_single_gib, warmup=_warmup_gib(d, n.act),
+                  context=_context(row, gpu, d.sh), warmup=_warmup_gib(d, n.act),
                   warmup_reuse=n.act.total, need_whole=_whole_model_need(d, bounding),
                   least_available=stage.least_available, lora=n.lora[stage.index], lora_host=n.lora_host,
                   sampler_state=n.bins if last else 0.0, receive_buffers=n.receive if stage.index > 0 else 0.0)

@@ -114,13 +114,14 @@ def _tight(check: str, estimate: str, bound: str, doubts: list[Doubt]) -> str:
 
 def budget_problems(run: RowRun, gpu: GpuSpec, params: SizingParams, avail: float, avail_low: float,
                     max_len: int, requested: float, doubts: list[Doubt], *, spare_gib: float | None = None,
-                    version: tuple[int, int, int] | None = None) -> Findings:
+                    version: tuple[int, int, int] | None = None, cotenant: float = 0.0) -> Findings:
     """vLLM's start-up checks on the estimate (refusals) and on the bound (tight); each message gives both.
 
     `spare_gib`: memory besides the freed activation the post-allocation warm-up may use (default:
     all of the GPU outside the budget; on a time-sliced share only what its own budget leaves).
     `version`: the release (None: unknown, checked as the strictest); from `NULL_BLOCK_RESERVED_SINCE` one block
-    comes off the memory before the max-length check."""
+    comes off the memory before the max-length check. `cotenant`: what other processes on the GPU may take from
+    this budget (already out of `avail`), named in the message."""
     total, u = gpu.memory_gib, params.gpu_memory_utilization
     found = Findings()
     null_block = not run.layout.v0 and (version is None or version >= NULL_BLOCK_RESERVED_SINCE)
@@ -140,6 +141,7 @@ def budget_problems(run: RowRun, gpu: GpuSpec, params: SizingParams, avail: floa
             + (f" + {run.graphs:.2f} GiB CUDA graphs" if run.reserved else "")
             + (f" + {run.sampler_state:.2f} GiB sampler state (model runner V2)" if run.sampler_state else "")
             + (f" + {run.receive_buffers:.2f} GiB pipeline receive buffers" if run.receive_buffers else "")
+            + (f" + {cotenant:.2f} GiB other processes on the GPU may hold (see uncertainty)" if cotenant else "")
             + f" against the {requested:.1f} GiB budget ({u:.2f} x {total:.2f} GiB)"
         )
     elif need > avail * GIB:

@@ -33,6 +33,9 @@ _SORT_BYTES = 38.6
 #: The same on the Triton top-k/top-p path (topk_topp_sampler.py@v0.17.0:245-256, @v0.30.0:368-375): fitted on
 #: the 29 H100 start-ups of 0.19.0 (the 0.17-0.19 row's calibration); every later row keeps the figure.
 _FAST_BYTES = 14.45
+#: vLLM's default gpu_memory_utilization (vllm/config.py@v0.8.5:1308; CacheConfig, the same in every release read):
+#: what an engine alone on its GPU leaves outside its budget.
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 #: GPUs with at least this much memory get 16384 batched tokens by default (arg_utils.py@v0.28.0:2582-2590).
 _XL_GIB = 160.0
 
@@ -55,9 +58,11 @@ _V0_5 = VersionRow(
              "vllm/worker/model_runner.py@v0.6.3:1203 (profile_run: max_num_seqs prompts, mnbt tokens)",
              "vllm/engine/arg_utils.py@v0.6.3:115 (max_num_seqs 256)"),
     sampler_sort_bytes=40.0, activation_base_gib=0.05, sampler_all_ranks=False, non_torch_tp1_gib=0.05,
-    non_torch_multi_gib=2.1, reserve_includes_fragmentation=True, hybrid_group_ratio=1.0,
+    non_torch_multi_gib=2.1, non_torch_multi_nvswitch_gib=7.35, reserve_includes_fragmentation=True,
+    hybrid_group_ratio=1.0,
     defaults_exclude_a100=False, activation_uncertainty=0.4, non_torch_uncertainty_gib=0.5,
-    calibration="not calibrated (no 0.5/0.6 start-up in the case files): V0 sampler as measured for 0.7-0.10")
+    calibration="V0 sampler as measured for 0.7-0.10; at TP > 1 on Hopper NVSwitch boards one 0.5.3 start-up (8 x "
+                "H100, Llama-3.1-405B FP8: 57.75 GiB of weights, 4962 KV blocks) left 8.75 GiB for the rest")
 
 #: 0.7: `memory_profiling` (weights + torch peak + non-torch) replaces the free-memory drop; V0 MLA keeps absorbed
 #: copies of the attention matrices beside the weights.
@@ -89,9 +94,27 @@ _V0_8 = _then(
     calibration="V0 start-ups (0.8.x) on RTX 2060 12GB, RTX 4070 Laptop (GGUF), RTX 3090 (w4a16 MoE): activation "
                 "within 0.1 GiB, non-torch 0.02-0.06 GiB")
 
-#: The V1 engine (`vllm/v1/worker/gpu_worker.py`) on 0.8-0.10: snapshot before NCCL init, FlashInfer sampler.
+#: The V1 engine (`vllm/v1/worker/gpu_worker.py`) on 0.8.0-0.9.0: no start-up snapshot, so the budget counts every byte
+#: in use on the device, the CUDA context and other processes' memory included; FlashInfer sampler.
 _V1_8 = VersionRow(
-    "v0.8-0.10 (V1)", (0, 8, 0), (0, 10, 99), "v1",
+    "v0.8-0.9.0 (V1)", (0, 8, 0), (0, 9, 0), "v1",
+    sources=("vllm/v1/worker/gpu_worker.py@v0.8.5:165-212 (determine_available_memory: non-torch = total - free - "
+             "torch's allocation, after the profile)",
+             "vllm/v1/worker/gpu_worker.py@v0.9.0.1:167-212 (the same)",
+             "vllm/v1/worker/gpu_worker.py@v0.8.5:130-137 (free memory read before NCCL init, only for an assert)",
+             "vllm/v1/worker/gpu_model_runner.py@v0.8.5:1584-1659 (profile_run, _dummy_sampler_run)",
+             "vllm/config.py@v0.8.5:1308 (gpu_memory_utilization default 0.9)",
+             "vllm/engine/arg_utils.py@v0.8.5:1292-1400 (V0 fallback: cc < 8.0, gguf, fp32, fp8 KV)",
+             "vllm/engine/arg_utils.py@v0.9.0.1:1492-1501 (1024 seqs / 8192 tokens on >= 70 GiB, not A100)"),
+    sampler_sort_bytes=32.0, non_torch_tp1_gib=0.15, non_torch_multi_gib=2.1, hybrid_group_ratio=1.0,
+    budget_counts_device=True, v0_fallback=("cc<8.0", "gguf", "float32", "fp8-kv-pre-hopper"),
+    activation_uncertainty=0.3,
+    calibration="as 0.9.1 (one V1 start-up, 0.9.1 dev, H100, EAGLE: available KV within 1%) plus the CUDA context, "
+                "which this release's budget counts; one 0.8.5 failure (Qwen3-8B on an A800 at utilization 0.4)")
+
+#: 0.9.1: `memory_profiling`'s snapshot before NCCL init (growth since it is non-torch; other processes' memory is not).
+_V1_9 = _then(
+    _V1_8, "v0.9.1-0.10 (V1)", (0, 9, 1), (0, 10, 99),
     sources=("vllm/v1/worker/gpu_worker.py@v0.9.1:183-232 (determine_available_memory)",
              "vllm/utils.py@v0.9.1:2342-2415 (memory_profiling)",
              "vllm/v1/worker/gpu_worker.py@v0.9.1:135-153 (snapshot taken before NCCL init)",
@@ -99,14 +122,13 @@ _V1_8 = VersionRow(
              "vllm/v1/sample/ops/topk_topp_sampler.py@v0.9.1:20-60 (FlashInfer sampler by default)",
              "vllm/engine/arg_utils.py@v0.8.5:1292-1400 (V0 fallback: cc < 8.0, gguf, fp32, fp8 KV)",
              "vllm/engine/arg_utils.py@v0.9.1:1551-1566 (1024 seqs / 8192 tokens on >= 70 GiB, not A100)"),
-    sampler_sort_bytes=32.0, non_torch_tp1_gib=0.15, non_torch_multi_gib=2.1, hybrid_group_ratio=1.0,
-    v0_fallback=("cc<8.0", "gguf", "float32", "fp8-kv-pre-hopper"), activation_uncertainty=0.3,
+    budget_counts_device=False,
     calibration="one V1 start-up (0.9.1 dev, H100, EAGLE): available KV within 1%")
 
 #: 0.11: the snapshot after NCCL init, the sort-based top-k/top-p warm-up (llm-d's H100 figures), hybrid group
 #: ratio 1.25; no V0 engine to fall back to.
 _V1_11 = _then(
-    _V1_8, "v0.11-0.16", (0, 11, 0), (0, 16, 99),
+    _V1_9, "v0.11-0.16", (0, 11, 0), (0, 16, 99),
     sources=("vllm/v1/worker/gpu_worker.py@v0.11.0:222-303 (determine_available_memory)",
              "vllm/utils/__init__.py@v0.11.0:2783-2859 (memory_profiling)",
              "vllm/v1/worker/gpu_worker.py@v0.11.0:169-182 (snapshot after NCCL init)",
@@ -114,7 +136,7 @@ _V1_11 = _then(
              "vllm/v1/core/kv_cache_utils.py@v0.13.0:1015-1023 (group size: max when max < 1.25 x min)",
              "vllm/engine/arg_utils.py@v0.16.0:1874-1895 (batch defaults)"),
     sampler_sort_bytes=_SORT_BYTES, activation_base_gib=0.0, non_torch_tp1_gib=0.13,
-    non_torch_multi_gib=_MULTI_NO_FUSION, non_torch_multi_pcie_gib=_MULTI_NO_FUSION, hybrid_group_ratio=1.25,
+    non_torch_multi_gib=_MULTI_NO_FUSION, non_torch_multi_pcie_gib=0.13, hybrid_group_ratio=1.25,
     mamba2_all_mode=True, v0_fallback=(), activation_uncertainty=0.2, sampler_uncertainty=0.04,
     calibration="llm-d H100 runs on 0.11 (activation 38.4-38.9 B per logits element, non-torch 0.13/0.55 GiB) and an "
                 "L40S 0.11 start-up (KV tokens within 1%); sampler-dominated 0.11 peaks in cases-public-logs.json "
@@ -133,7 +155,7 @@ _V1_17 = _then(
              "vllm/v1/core/kv_cache_utils.py@v0.19.0:1040-1050 (group size: max when max < 1.5 x min)",
              "vllm/v1/core/kv_cache_utils.py@v0.19.0:1290-1310 (tokens = blocks // groups x block)"),
     sampler_fast_bytes=_FAST_BYTES, activation_base_gib=0.123, non_torch_tp1_gib=0.25, non_torch_multi_gib=2.15,
-    non_torch_multi_pcie_gib=0.6, pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION, hybrid_group_ratio=1.5,
+    non_torch_multi_pcie_gib=0.25, pcie_ceiling_no_fusion_gib=_MULTI_NO_FUSION, hybrid_group_ratio=1.5,
     activation_uncertainty=0.08, sampler_uncertainty=None, non_torch_uncertainty_gib=0.1,
     calibration="29 H100 start-ups of 0.19.0 (llm-d-planner PR 205): KV tokens median 0.02%")
 
@@ -267,8 +289,8 @@ _V1_33 = _then(
                 "constants as 0.32 (no 0.33 start-up in the files; the full sampling pipeline's bytes per logits "
                 "element in the profile are not measured)")
 
-ROWS: tuple[VersionRow, ...] = (_V0_5, _V0_7, _V0_8, _V1_8, _V1_11, _V1_17, _V1_20, _V1_21, _V1_26, _V1_27, _V1_28,
-                                _V1_29, _V1_30, _V1_32, _V1_33)
+ROWS: tuple[VersionRow, ...] = (_V0_5, _V0_7, _V0_8, _V1_8, _V1_9, _V1_11, _V1_17, _V1_20, _V1_21, _V1_26, _V1_27,
+                                _V1_28, _V1_29, _V1_30, _V1_32, _V1_33)
 
 
 @dataclass(frozen=True)
