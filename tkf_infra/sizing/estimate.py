@@ -180,6 +180,10 @@ def _estimate(facts: ModelFacts | dict[str, Any], gpu: GpuSpec | None, params: S
 
 #: How a co-tenant's charge is named among the doubts (`_setting_doubts`); the estimate's checks subtract it.
 COTENANT_TERM = "GPU shared"
+#: The unified-memory doubt, a share of the total: a TP 2 start-up over two GB10 (DGX Spark) nodes printed 96,000 and
+#: 76,560 KV tokens where the estimate is 115,152 (3.3 and 6.8 GiB of host-side use the estimate cannot see; 5.6 % of
+#: 121.69 GiB at most), rounded up.
+UNIFIED_DOUBT = 0.06
 #: A unified-memory GPU's verdict until a rule for what vLLM sees as free there is proven on printed start-ups.
 UNIFIED_TIGHT = (TIGHT_PREFIX + "{gpu} is a unified-memory GPU (CPU and GPU share one memory): what vLLM finds free "
                  "at start-up depends on what the operating system and other processes hold, and no rule for it is "
@@ -203,8 +207,12 @@ def _setting_doubts(runs: list[RowRun], run: RowRun, row: VersionRow, gpu: GpuSp
                             gib=0.0, pin=f"set nodePools[].gpuMemoryGiB to the total vLLM prints on a {gpu.name}"))
     total = gpu.memory_gib
     if gpu.unified_memory:
-        doubts.append(Doubt(term="unified memory: the operating system's use of the same memory changes what vLLM "
-                                 "finds free at start-up", gib=0.05 * total,
+        # On an integrated GPU vLLM takes free memory from the OS (`psutil.virtual_memory().available`: cudaMemGetInfo
+        # leaves out reclaimable page cache, vllm/utils/mem_utils.py@v0.28.0:148-155, @v0.32.0:144-151,
+        # @v0.33.0:144-151), so the host side of every process on the box, vLLM's own included, is in its budget.
+        doubts.append(Doubt(term=f"unified memory: what vLLM finds free is what the operating system has available, "
+                                 f"so host memory on the node counts against the budget (up to {UNIFIED_DOUBT:.0%} of "
+                                 "the total, as two GB10 nodes of one start-up showed)", gib=UNIFIED_DOUBT * total,
                             pin="measure free memory on the node and set gpuMemoryUtilization below it"))
     leaves = total * (DEFAULT_GPU_MEMORY_UTILIZATION - requested / total)
     if row.budget_counts_device and unpinned and leaves > 0.005 and not gpu.shared:
