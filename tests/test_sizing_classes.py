@@ -94,7 +94,7 @@ def _fbgemm(config: dict[str, Any], keep: list[str]) -> dict[str, Any]:
 
 
 def test_fbgemm_fp8_keeps_modules_to_not_convert_in_16_bits_and_cannot_be_sized_without_them() -> None:
-    """FBGEMMFp8Config loads every layer `modules_to_not_convert` names unquantized (fbgemm_fp8.py@v0.5.3:55-90) and
+    """FBGEMMFp8Config loads every layer `modules_to_not_convert` names unquantized (fbgemm_fp8.py@v0.5.3:60-97) and
     cannot be built without the list (weight_utils.py@v0.5.3:119-161)."""
     config = json.loads((CONFIGS / "meta-llama__Meta-Llama-3.1-405B.json").read_text())
     layers = config["num_hidden_layers"]

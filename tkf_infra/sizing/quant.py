@@ -177,7 +177,7 @@ def _modelopt(qc: dict[str, Any], act_bytes: float) -> QuantScheme:
 
 def _fbgemm_fp8(qc: dict[str, Any], act_bytes: float, layers: int) -> QuantScheme:
     """FBGEMM FP8 (Meta's FP8 checkpoints): every linear layer in FP8 except those `modules_to_not_convert` names,
-    which load unquantized (`_is_layer_skipped` -> UnquantizedLinearMethod, quantization/fbgemm_fp8.py@v0.5.3:55-90).
+    which load unquantized (`_is_layer_skipped` -> UnquantizedLinearMethod, quantization/fbgemm_fp8.py@v0.5.3:60-97).
     vLLM reads the list from the checkpoint's quantization_config and cannot build the method without it
     (`from_config` requires the key; without a quantization_config `quant_cls()` has no arguments,
     model_loader/weight_utils.py@v0.5.3:119-161), so neither can the fit check."""

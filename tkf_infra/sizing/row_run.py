@@ -178,8 +178,8 @@ def _non_kv(d: _Deployment, architecture: str) -> _NonKv:
     act = activation(d.arch, row, d.batch, d.sh, d.act_bytes, d.q, plain_sampler=plain)
     full_profile = activation(d.arch, row, d.batch, d.sh, d.act_bytes, d.q).total if plain else act.total
     non_torch, non_torch_doubt = non_torch_gib(row, d.gpu, d.sh)
-    if row.budget_counts_device:  # 0.8.0-0.9.0 V1: no snapshot, so the memory in use before start-up counts too
-        non_torch += _context(row, d.gpu, d.sh)
+    if row.budget_counts_device:  # 0.8.0-0.9.0 V1: no snapshot, so the CUDA context counts too (NCCL's set-up
+        non_torch += row.context_single_gib  # is already in the row's figure: 0.9.1's snapshot is before NCCL init)
     reserved = row.graphs_reserved and (row.v2_graph_estimate or not d.v2)
     # V2's penalty bins and pipeline receive buffers are allocated before the profile: non-KV only where vLLM
     # counts the drop in free memory (0.27+); the V1 runner allocates its receive buffers inside the profile.
