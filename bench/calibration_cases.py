@@ -27,13 +27,23 @@ from tkf_infra.sizing.params import SizingError, SizingParams
 ROOT = Path(__file__).resolve().parent.parent
 LIBRARY = ROOT / "tests" / "data" / "calibration" / "configs"
 
-_INLINE_KEYS = (
-    "model_type", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
-    "hidden_size", "intermediate_size", "moe_intermediate_size", "vocab_size", "sliding_window",
-    "max_position_embeddings", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
-    "q_lora_rank", "n_routed_experts", "num_experts", "num_local_experts", "num_experts_per_tok",
-    "n_shared_experts", "first_k_dense_replace", "tie_word_embeddings", "torch_dtype", "expert_dtype",
-)
+#: Inline `model_facts` keys that describe the case, not the checkpoint (the calibration README's metadata):
+#: every other key is a config.json field the source gave, passed through so the product reads what it reads
+#: from a config (a field it refuses to size, DeepSeek V4's `o_lora_rank`, must reach it as well).
+_FACTS_METADATA = frozenset({
+    "config_file", "config_source", "config_search", "facts_for_model", "facts_match", "facts_quality",
+    "facts_source", "note", "notes", "params_b_stated", "text_model_type",
+})
+_METADATA_SUFFIXES = ("_note", "_in_source", "_in_copy", "_derived", "_stated", "_printed_by_vllm")
+#: String-valued config.json fields; any other inline string is a person's description ("attention": "MHA (…)").
+_STRING_FIELDS = frozenset({"model_type", "torch_dtype", "dtype", "expert_dtype", "hidden_act"})
+
+
+def _config_field(key: str, value: Any) -> bool:
+    """Whether an inline fact is a config.json field of the checkpoint (not the case's metadata or prose)."""
+    if value is None or key in _FACTS_METADATA or key.endswith(_METADATA_SUFFIXES) or re.search(r"_\d{4}$", key):
+        return False
+    return not isinstance(value, str) or key in _STRING_FIELDS
 _GGUF_TYPE = re.compile(r"(?<![A-Za-z0-9])(I?Q\d_[A-Z0-9]+(?:_[SML])?|Q\d_\d|F16|BF16|F32)(?![A-Za-z0-9])",
                         re.IGNORECASE)
 
@@ -140,7 +150,7 @@ def case_config(case: dict[str, Any], folder: Path, lock: dict[str, dict[str, An
         return json.loads((folder / facts["config_file"]).read_text()), "config_file"
     if model in lock:
         return lock[model], "lock"
-    cfg = {k: facts[k] for k in _INLINE_KEYS if facts.get(k) is not None}
+    cfg = {k: v for k, v in facts.items() if _config_field(k, v)}
     if facts.get("text_model_type"):
         cfg["model_type"] = facts["text_model_type"]
     if "kv_lora_rank" in cfg and "model_type" not in cfg:
@@ -238,9 +248,16 @@ def case_params(case: dict[str, Any], config: dict[str, Any]) -> tuple[SizingPar
         enforce_eager=bool(case.get("enforce_eager")),
         block_size=case.get("block_size") if not _hybrid_block(case) else None,
         speculative_config=spec if isinstance(spec, dict) else None,
+        enable_expert_parallel=_printed_flag(case, "enable_expert_parallel"),
         vllm_version=_version(case),
     )
     return params, config
+
+
+def _printed_flag(case: dict[str, Any], key: str) -> bool:
+    """A boolean serving flag the case gives as a field or among what its log printed (`--enable-expert-parallel`)."""
+    printed = case.get("other_printed") or {}
+    return any(isinstance(where.get(key), bool) and where[key] for where in (case, printed))
 
 
 def _hybrid_block(case: dict[str, Any]) -> bool:

@@ -14,7 +14,11 @@ includes another engine's allocations on a shared GPU (`other_printed.co_residen
 their verdict but listed apart from the error statistics. The summary line the project tracks:
 
 ``cases=N scored=S/T kv_tokens_median_abs_err_pct=X kv_tokens_max_abs_err_pct=Y
-weights_median_abs_err_pct=Z false_accepts=A false_rejects=R``
+weights_median_abs_err_pct=Z fits=F tight=G refuses=H false_accepts=A false_rejects=R``
+
+The verdict is three-valued (docs/sizing.md): *fits* on the bound, *tight* (the estimate fits, the bound does not:
+it deploys), *refuses*. A false accept is a case that failed and was not refused (fits or tight, since tight
+deploys); a false reject is a case that started and was refused (tight is not a refusal).
 
 ``--by group`` adds a breakdown by GPU and by vLLM release profile; ``--holdout`` re-fits the
 calibrated constants without each model family in turn and predicts that family (leave-one-family-out),
@@ -47,7 +51,8 @@ from bench.calibration_cases import (  # noqa: E402
 )
 from bench.refit import refitted_rows  # noqa: E402
 from tkf_infra.sizing import versions  # noqa: E402
-from tkf_infra.sizing.estimate import Estimate, estimate  # noqa: E402
+from tkf_infra.sizing.estimate import estimate  # noqa: E402
+from tkf_infra.sizing.estimate_result import Estimate  # noqa: E402
 from tkf_infra.sizing.params import SizingError  # noqa: E402
 
 
@@ -55,7 +60,7 @@ from tkf_infra.sizing.params import SizingError  # noqa: E402
 class Scored:
     case_id: str
     ok: bool
-    fits: bool
+    verdict: str
     gpu: str
     profile: str
     family: str
@@ -66,6 +71,11 @@ class Scored:
     since: tuple[int, int, int] | None = None
     """The first release of the row the case was sized with, when its release is known (None: unknown)."""
 
+    @property
+    def fits(self) -> bool:
+        """It deploys: fits or tight."""
+        return self.verdict != "refuses"
+
 
 @dataclass
 class Report:
@@ -73,15 +83,21 @@ class Report:
     scored: list[Scored] = field(default_factory=list)
     skipped: int = 0
     total: int = 0
+    #: Cases that started but that the product itself could not size (a refusal by name at preview, not a gap in
+    #: the case's inputs): counted apart from the scored verdicts, so a "cannot size" never hides among the skips.
+    unsized_started: int = 0
 
 
 def _pct(pred: float, real: float) -> float:
     return abs(pred - real) / abs(real) * 100 if real else 0.0
 
 
+_SHOWN = {"fits": "fit", "tight": "tight", "refuses": "refuse"}
+
+
 def _fmt(est: Estimate, case: dict[str, Any], src: str, ok: bool) -> str:
     parts = [f"{case.get('case_id')} [{src}; {est.gpu}; {est.vllm_profile}] status={case.get('status')} "
-             f"predicted={'fit' if est.fits else 'refuse'}"]
+             f"predicted={_SHOWN[est.verdict]}"]
     pairs = (("weights", est.weights_gib, "weights_gib"), ("act", est.activation_gib, "activation_peak_gib"),
              ("non_torch", est.non_torch_gib, "non_torch_gib"),
              ("kv_gib", est.available_kv_gib, "available_kv_cache_gib"))
@@ -92,8 +108,8 @@ def _fmt(est: Estimate, case: dict[str, Any], src: str, ok: bool) -> str:
         parts.append(f"tokens {est.kv_cache_tokens}/{case['kv_cache_tokens']} (bound {est.kv_cache_tokens_bound})")
     if case.get("max_concurrency") is not None:
         parts.append(f"conc {est.max_concurrency:.2f}/{case['max_concurrency']:.2f}")
-    if est.problems:
-        parts.append("reasons: " + " | ".join(est.problems))
+    if est.problems or est.tight:
+        parts.append("reasons: " + " | ".join(est.problems or est.tight))
     return " ".join(parts)
 
 
@@ -116,7 +132,7 @@ def run(cases_path: Path, lock_path: Path | None = None, only: set[str] | None =
                            prefix_caching=inputs.prefix_caching)
         except CaseRefused as exc:
             ok = case.get("status") == "ok"
-            s = Scored(cid, ok, False, str(case.get("gpu")), "-", family(case), False)
+            s = Scored(cid, ok, "refuses", str(case.get("gpu")), "-", family(case), False)
             s.line = f"{cid} [{case.get('gpu')}] status={case.get('status')} predicted=refuse reasons: {exc}"
             report.scored.append(s)
             report.lines.append(s.line)
@@ -124,11 +140,13 @@ def run(cases_path: Path, lock_path: Path | None = None, only: set[str] | None =
         except (CaseSkipped, SizingError, KeyError, ValueError) as exc:
             report.lines.append(f"{cid}: skipped ({exc})")
             report.skipped += 1
+            if isinstance(exc, SizingError) and case.get("status") == "ok":
+                report.unsized_started += 1
             continue
         ok = case.get("status") == "ok"
         unknown = any("most conservative" in w for w in est.warnings)
         profile = est.vllm_profile + (" [release unknown: most conservative]" if unknown else "")
-        s = Scored(cid, ok, est.fits, est.gpu, profile, family(case), inputs.co_resident)
+        s = Scored(cid, ok, est.verdict, est.gpu, profile, family(case), inputs.co_resident)
         row = next((r for r in versions.ROWS if r.name == est.vllm_profile), None)
         s.since = row.first if row is not None and not unknown else None
         if (case.get("weights_gib") or 0) > 0:
@@ -139,6 +157,14 @@ def run(cases_path: Path, lock_path: Path | None = None, only: set[str] | None =
         report.scored.append(s)
         report.lines.append(s.line)
     return report
+
+
+def _verdicts(scored: list[Scored]) -> str:
+    """How many of each verdict, and how many started cases were tight (issue 40: at most a fifth)."""
+    count = {v: sum(1 for s in scored if s.verdict == v) for v in _SHOWN}
+    tight_ok = sum(1 for s in scored if s.ok and s.verdict == "tight")
+    return (f"fits={count['fits']} tight={count['tight']} refuses={count['refuses']} "
+            f"tight_started={tight_ok}/{sum(1 for s in scored if s.ok)}")
 
 
 def _med(xs: list[float]) -> float:
@@ -155,7 +181,8 @@ def summary(report: Report) -> str:
     share = n / report.total * 100 if report.total else 0.0
     line = (f"cases={n} scored={n}/{report.total} ({share:.0f}%) kv_tokens_median_abs_err_pct={_med(kv):.2f} "
             f"kv_tokens_max_abs_err_pct={max(kv, default=0.0):.2f} weights_median_abs_err_pct={_med(w):.2f} "
-            f"false_accepts={fa} false_rejects={fr}")
+            f"{_verdicts(report.scored)} false_accepts={fa} false_rejects={fr} "
+            f"unsized_started={report.unsized_started}")
     if co:
         line += f" co_resident_kv_err_pct={','.join(f'{x:.1f}' for x in co)}"
     return line
@@ -176,6 +203,7 @@ def recent(report: Report) -> str:
     w = [s.w_err for s in members if s.w_err is not None]
     weights = f"weights_median={_med(w):.2f}% (of {len(w)})" if w else "weights=not printed"
     return (f"  releases>=0.17 (known): cases={len(members)} kv_scored={len(kv)} {spread} {weights} "
+            f"{_verdicts(members)} "
             f"false_accepts={fa} false_rejects={fr}/{started} started")
 
 

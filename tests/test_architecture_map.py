@@ -70,8 +70,6 @@ def test_every_module_path_the_map_names_exists() -> None:
 #: test fails on any other circle, and on one of these once it is gone (then delete its line here).
 KNOWN_CIRCLES: dict[frozenset[str], str] = {
     frozenset({"tkf_infra.plan.fleet", "tkf_infra.plan.admit_fleet"}): "issue 39: ModelPlan into plan/model_plan.py",
-    frozenset({"tkf_infra.sizing.estimate", "tkf_infra.sizing.cpu"}): "issue 40: Estimate into a result module",
-    frozenset({"tkf_infra.sizing.gpus", "tkf_infra.sizing.mig"}): "issue 40: lookup_gpu's MIG branch",
 }
 CHECKED = ("tkf_infra", "components", "providers", "policy")
 _TOKEN = re.compile(r"`([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*)(?<!\.py)`")

@@ -61,14 +61,15 @@ def test_kv_shortfall_message_names_max_model_len() -> None:
 
 def test_a_fit_publishes_its_figures_under_documented_keys() -> None:
     result = evaluate(fit_inputs("meta-llama__Llama-3.1-8B-Instruct.json", "H100-80GB", max_model_len=8192))
-    assert result.fits and result.message is None
+    assert result.fits and result.verdict == "fits" and result.message is None
     figures = result.published()
-    assert set(figures) == {"fits", "weightsGiB", "kvCacheGiB", "kvCacheTokens", "maxConcurrency",
+    assert set(figures) == {"fits", "verdict", "weightsGiB", "kvCacheGiB", "kvCacheTokens", "maxConcurrency",
                             "maxFittingModelLen", "kvCacheGiBBound", "kvCacheTokensBound", "maxConcurrencyBound",
                             "vllmProfile", "loraGiB", "uncertainty", "warnings"}
     assert int(str(figures["kvCacheTokensBound"])) <= int(str(figures["kvCacheTokens"]))
     assert 14.9 < float(str(figures["weightsGiB"])) < 15.1
     assert result.annotations()["tkf.io/fit-kv-cache-tokens"] == str(result.kv_cache_tokens)
+    assert result.annotations()["tkf.io/fit-verdict"] == "fits"
 
 
 def test_inputs_summary_is_small_and_names_what_the_verdict_depends_on() -> None:

@@ -303,3 +303,29 @@ def test_fleet_budget_names_every_model_and_the_totals() -> None:
         in text
     assert "4 models are served; the stack's budget is 3" in text
     assert "the weight caches request" in text and "budget is 500 GiB" in text
+
+
+# --- fit verdict --------------------------------------------------------------------------------
+
+
+def _with_verdict(w: K8sObject, verdict: Any) -> K8sObject:
+    props = dict(w.props)
+    props["metadata"] = {**props["metadata"], "annotations": {**props["metadata"]["annotations"],
+                                                              "tkf.io/fit-verdict": verdict}}
+    return K8sObject(w.type, props, w.urn)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_tight_fit_is_refused_where_the_owner_forbids_it_and_allowed_elsewhere(backend: str) -> None:
+    """prod forbids a tight fit (allowTight: false): the rendered workload, its verdict annotation set to tight,
+    is one violation naming the model, the verdict and the two ways out; dev allows it; a fit or a verdict the
+    preview does not know yet is never a violation."""
+    w = workload(stack_objects("prod", backend), "qwen-2-5-72b")
+    assert w.annotations["tkf.io/fit-verdict"] in ("fits", "tight"), "the components write the plan's verdict"
+    msg = only("fit-verdict", _with_verdict(w, "tight"))
+    assert msg.startswith("model qwen-2-5-72b: ") and "its fit is tight" in msg
+    assert "tensorParallelSize" in msg and "policy/config/<stack>.json" in msg
+    assert not messages("fit-verdict", [_with_verdict(w, "tight")], pack_config("dev")["fit-verdict"])
+    assert not messages("fit-verdict", [_with_verdict(w, "fits")])
+    from policy.guardrails.objects import UNKNOWN
+    assert not messages("fit-verdict", [_with_verdict(w, UNKNOWN)])

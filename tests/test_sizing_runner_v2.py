@@ -49,13 +49,19 @@ def test_a_dense_model_at_tp2_on_pcie_on_0_27_is_estimated_closer_and_its_bound_
     assert not on_027.cuda_graph_reserved
     assert on_027.need_per_request_gib < on_027.available_kv_gib_bound < on_027.available_kv_gib <= 8.22
     assert on_027.available_kv_gib > 0.95 * 8.22, "within 5 % of what vLLM printed (8.22 GiB)"
-    assert on_027.fits, on_027.problems
+    assert on_027.verdict == "fits", on_027.problems + on_027.tight
     v2_doubt = next(d for d in on_027.doubts if "model runner V2's non-KV use beyond the source's terms" in d.term)
     sampler_full = 1024 * 151936 * 14.45 / GIB  # the V1 profile's sampler warm-up, which V2's profile leaves out
-    assert v2_doubt.gib == pytest.approx(on_027.cuda_graph_gib + 0.123 + sampler_full - on_027.activation_gib, abs=1e-3)
+    widest = on_027.cuda_graph_gib + 0.123 + sampler_full - on_027.activation_gib
+    # Measured on this family and release (RTX PRO 6000 on 0.27.1: 1.3-1.6 GiB at TP 1 and PP 2): that, not the widest.
+    assert v2_doubt.gib == pytest.approx(min(widest, 1.6)) and "as measured on Blackwell" in v2_doubt.term
+    on_rtx = estimate(QWEN3_32B, lookup_gpu("RTX-3090"), params("0.27.1"))
+    unmeasured = next(d for d in on_rtx.doubts if "model runner V2's non-KV use" in d.term)
+    assert "not measured on Ampere at v0.27" in unmeasured.term, "an unmeasured family says so and keeps the widest"
     # 0.29 profiles V2's graphs, so the same deployment reserves them in the estimate too.
     on_029 = estimate(QWEN3_32B, RTX_PRO, params("0.29.0"))
-    assert on_029.cuda_graph_reserved and on_029.available_kv_gib < on_027.available_kv_gib and not on_029.fits
+    assert on_029.cuda_graph_reserved and on_029.available_kv_gib < on_027.available_kv_gib
+    assert on_029.verdict == "tight", "the estimate holds one request, the bound (the V2 and graph doubts) does not"
 
 
 @pytest.mark.parametrize("version", ["0.26.0", "0.27.1", "0.28.0"])
@@ -87,6 +93,6 @@ def test_moe_models_stay_on_the_v1_runner_on_0_27() -> None:
 def test_a_refusal_on_0_27_names_the_v2_sampler_state() -> None:
     e = estimate(QWEN3_32B, RTX_PRO, params("0.27.1", tensor_parallel_size=1))
     # vLLM printed "Available KV cache memory: -24.42 GiB" and refused: 61.03 GiB of weights in 40.5 GiB.
-    assert not e.fits and e.available_kv_gib_bound <= -24.42 - 1.0 and e.available_kv_gib > -24.42, \
-        "the bound keeps over a GiB of margin below what vLLM printed"
+    assert not e.fits and e.available_kv_gib_bound < -24.42 < e.available_kv_gib, \
+        "the bound (the V2 gap measured on this family) stays below what vLLM printed"
     assert "GiB sampler state (model runner V2)" in e.problems[0] and "CUDA graphs" not in e.problems[0]

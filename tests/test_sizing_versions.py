@@ -18,7 +18,7 @@ from tkf_infra.sizing.params import SizingParams
 from tkf_infra.sizing.versions import ROWS, choose_version, engine_rows, parse_vllm_version
 
 CONFIGS = Path(__file__).parent / "data" / "calibration" / "configs"
-SOURCE = re.compile(r"^vllm/[\w/]+\.py@v\d+\.\d+\.\d+(:\d+(-\d+)?(,\d+(-\d+)?)*)? \(.+\)$")
+SOURCE = re.compile(r"^vllm/[\w/]+\.py@v\d+\.\d+\.\d+(?:\.\d+)?(:\d+(-\d+)?(,\d+(-\d+)?)*)? \(.+\)$")
 
 
 def llama() -> dict[str, Any]:
@@ -38,7 +38,9 @@ def test_rows_cover_0_5_to_0_32_without_gaps_per_engine() -> None:
     for engine in ("v0", "v1"):
         rows = sorted((r for r in ROWS if r.engine == engine), key=lambda r: r.first)
         for before, after in itertools.pairwise(rows):
-            assert after.first == (before.last[0], before.last[1] + 1, 0), (before.name, after.name)
+            major, minor, patch = before.last  # patch 99: every patch of the minor release; else the next patch
+            expected = (major, minor + 1, 0) if patch == 99 else (major, minor, patch + 1)
+            assert after.first == expected, (before.name, after.name)
     assert any(r.first <= (0, 32, 0) <= r.last and r.engine == "v1" for r in ROWS), "the stacks run 0.32"
 
 

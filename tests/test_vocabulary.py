@@ -294,3 +294,13 @@ def test_the_weight_cache_models_output_is_the_shared_key(fleet: tuple[Harness[A
     h, registered = fleet
     caches = [r for r in h.resources if r.type == names.WEIGHT_CACHE_TYPE]
     assert caches and all(isinstance(registered[r.urn].get(names.WEIGHT_CACHE_MODELS_OUTPUT), list) for r in caches)
+
+
+def test_the_policy_pack_reads_the_fit_verdict_under_the_key_the_sizing_contract_writes() -> None:
+    """The `fit-verdict` guardrail reads `names.FIT_VERDICT_ANNOTATION`; the contract writes its figures' annotations
+    from their field names (sizing imports nothing outside sizing), so the two spellings are held together here."""
+    from tkf_infra.sizing.contract import FitFigures
+
+    written = FitFigures(fits=True, verdict="tight", weights_gib=1.0, kv_cache_gib=1.0, kv_cache_tokens=1,
+                         max_concurrency=1.0).annotations()
+    assert written[names.FIT_VERDICT_ANNOTATION] == "tight"

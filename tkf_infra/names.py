@@ -102,6 +102,9 @@ GPU_SHARE_ANNOTATION = "tkf.io/gpu-share"
 POOL_LABEL = "tkf.io/node-pool"
 #: The most replicas an autoscaled workload may run (`scaling.maxReplicas`); absent for a fixed count.
 MAX_REPLICAS_ANNOTATION = "tkf.io/max-replicas"
+#: The fit check's verdict on a workload (`fits`, `tight`, `refuses`): one of the `tkf.io/fit-*` annotations the
+#: sizing contract writes (`FitFigures.annotations`; tests/test_vocabulary.py holds the two spellings together).
+FIT_VERDICT_ANNOTATION = "tkf.io/fit-verdict"
 NAME_LABEL = "app.kubernetes.io/name"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 #: The role an object plays: `model-server` (pods that run vLLM), `endpoint`, `weight-cache`.

@@ -9,6 +9,7 @@ from __future__ import annotations
 from .base import Guardrail, Violation
 from .capacity import FLEET_BUDGET, GPU_REQUESTS_EQUAL_LIMITS, WEIGHT_CACHE_PROTECTED
 from .exposure import API_KEY_BY_SECRET, MODEL_PODS_ISOLATED, NO_EXTERNAL_SERVICES
+from .fit import FIT_VERDICT
 from .placement import MODEL_GPUS, NODE_POOLS
 from .provenance import APPROVED_IMAGES, REVISIONS_PINNED
 
@@ -23,6 +24,7 @@ GUARDRAILS: tuple[Guardrail, ...] = (
     WEIGHT_CACHE_PROTECTED,
     MODEL_PODS_ISOLATED,
     FLEET_BUDGET,
+    FIT_VERDICT,
 )
 
 BY_NAME = {g.name: g for g in GUARDRAILS}

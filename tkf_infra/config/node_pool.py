@@ -64,6 +64,11 @@ class NodePool(SettingsModel):
     interconnect: Literal["nvlink", "pcie"] | None = Field(
         None, description="How the node's GPUs talk (NVLink/NVSwitch or PCIe); overrides the GPU table's default "
                           "(SXM/NVL parts NVLink, PCIe and consumer parts PCIe). Sizes non-torch memory at TP > 1.")
+    unified_memory: bool = Field(
+        False, description="True when the operating system can use the GPUs' memory: GH200 or GB200 nodes whose GPU "
+                           "memory is onlined as a NUMA node (not CDMM mode). The fit check then takes what vLLM finds "
+                           "free as depending on the host, and a model's verdict is tight at best (docs/sizing.md, "
+                           "'Unified memory'); GB10 and Jetson parts are unified whatever this says.")
     mig: bool = Field(False, description="Partition the pool's GPUs with MIG: the layout planner packs the models' "
                                          "slices (gpuShare mig:<profile> / auto) into per-GPU geometries and labels "
                                          "each node (needs platform.gpuOperator.migStrategy mixed and `nodes`).")

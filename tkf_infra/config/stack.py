@@ -257,7 +257,8 @@ class StackSettings(SettingsModel):
     platform: Platform = Field(default_factory=lambda: Platform())
     serving: Serving = Field(default_factory=lambda: Serving())
     prometheus_url: str | None = Field(None, description="Prometheus base URL for GPU inventory and status.")
-    strict: bool = Field(False, description="True: any bad catalog entry stops the run before anything is registered.")
+    strict: bool = Field(False, description="True: any bad catalog entry stops the run before anything is registered, "
+                                           "and a model whose fit is tight (docs/sizing.md) is refused.")
     model_defaults: dict[str, Any] = Field(default_factory=dict, description="Merged under every models[] entry.")
     models: list[Any] = Field(default_factory=list, description="The model catalog.")
     layer: Literal["all", "fleet"] = Field(

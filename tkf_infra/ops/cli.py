@@ -88,12 +88,12 @@ def _operation(stack_name: str, operation: str, as_json: bool, create: bool = Fa
 
 def _print_summary(summary: dict[str, Any]) -> None:
     table = Table(title=f"{summary['operation']} of stack {summary['stack']}")
-    for col in ("model", "status", "changes", "reasons / drift"):
+    for col in ("model", "status", "fit", "changes", "reasons / drift"):
         table.add_column(col)
     for name, m in summary["models"].items():
         changes = ", ".join(f"{k} {v}" for k, v in m["changes"].items() if k != "same") or "-"
         notes = "\n".join(m.get("reasons", []) + m.get("warnings", []) + m.get("drift", []))
-        table.add_row(escape(name), m["status"], changes, escape(notes))
+        table.add_row(escape(name), m["status"], m.get("fit", "-"), changes, escape(notes))
     err_console.print(table)
     for e in summary["errors"]:
         err_console.print(f"[red]stack error:[/] {escape(e)}", highlight=False)

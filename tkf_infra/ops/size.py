@@ -1,8 +1,9 @@
 """``python -m tkf_infra size REPO@REV --gpu H100-80GB …``: what vLLM will print, offline from the lock.
 
 Answers "will it fit, and if not, what is the smallest tensorParallelSize / largest maxModelLen that
-does" before anyone books a GPU. Exit codes (`tkf_infra.exit_codes`): OK fits, REFUSED does not
-fit, USAGE cannot answer (unknown GPU, model not in the lock, facts too thin).
+does" before anyone books a GPU. The verdict is three-valued (docs/sizing.md): fits, tight (deploys with a
+warning; strict stacks refuse it) or refuses. Exit codes (`tkf_infra.exit_codes`): OK fits or tight (the
+verdict says which), REFUSED refuses, USAGE cannot answer (unknown GPU, model not in the lock, facts too thin).
 """
 
 from __future__ import annotations
@@ -19,12 +20,18 @@ from tkf_infra.exit_codes import ExitCode
 from tkf_infra.hub.lock import load_lock, parse_repo_revision, resolve_facts
 from tkf_infra.plan.share import mig_fit, slice_fit
 from tkf_infra.sizing.contract import FitInputs, FitResult
-from tkf_infra.sizing.estimate import Estimate, estimate
+from tkf_infra.sizing.estimate import estimate
+from tkf_infra.sizing.estimate_result import Estimate
 from tkf_infra.sizing.facts import ModelFacts
 from tkf_infra.sizing.gpus import GpuSpec, lookup_gpu
 from tkf_infra.sizing.mig import mig_board
 from tkf_infra.sizing.params import LoraSlots, SizingError, SizingParams
 from tkf_infra.sizing.suggest import Suggestion, doubt_text, suggest
+
+#: How `size` shows each verdict: the estimate against the bound, in words.
+VERDICT_SHOWN = {"fits": "fits (on the bound)", "tight": "tight (the estimate fits, the bound does not: deploys with a "
+                 "warning, strict stacks refuse it)", "refuses": "does NOT fit"}
+VERDICT_WORD = {"fits": "fits", "tight": "tight", "refuses": "does NOT fit"}
 
 
 def shares(facts: ModelFacts, repo: str, revision: str, gpu: GpuSpec, params: SizingParams,
@@ -51,7 +58,8 @@ def shares(facts: ModelFacts, repo: str, revision: str, gpu: GpuSpec, params: Si
 
 def _share_row(share: str, memory: float, fit: FitResult, utilization: float) -> dict[str, Any]:
     return {"share": share, "memoryGiB": round(memory, 2),
-            "gpuMemoryUtilization": utilization, "fits": fit.fits, "kvCacheTokensBound": fit.kv_cache_tokens_bound,
+            "gpuMemoryUtilization": utilization, "fits": fit.fits, "verdict": fit.verdict,
+            "kvCacheTokensBound": fit.kv_cache_tokens_bound,
             "maxConcurrencyBound": fit.max_concurrency_bound, "problem": (fit.problems or (None,))[0]}
 
 
@@ -63,7 +71,7 @@ def size_command(model: str, gpu_name: str, params: SizingParams, *, as_json: bo
         gpu = lookup_gpu(gpu_name)
         facts = resolve_facts(repo, revision, lock=load_lock(lock_path), use_hub=False)
         est = estimate(facts, gpu, params, model=repo)
-        sugg = None if est.fits else suggest(facts, gpu, params, max_tp=max_tp, current=est)
+        sugg = None if est.verdict == "fits" else suggest(facts, gpu, params, max_tp=max_tp, current=est)
         share_rows = shares(facts, repo, revision, gpu, params, time_slices)
     except (KeyError, ValueError, LookupError, SizingError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
@@ -94,7 +102,7 @@ def _size_json(est: Estimate, sugg: Suggestion | None, share_rows: list[dict[str
     data["suggested_tensor_parallel_size"] = sugg.tensor_parallel_size if sugg else None
     data["suggested_max_model_len"] = sugg.max_model_len if sugg else None
     data["shares"] = share_rows
-    data["smallest_share"] = next((r["share"] for r in share_rows if r["fits"]), None)
+    data["smallest_share"] = next((r["share"] for r in share_rows if r["verdict"] == "fits"), None)
     data["footprint"] = print_
     return data
 
@@ -121,7 +129,7 @@ def _size_table(model: str, gpu: str, params: SizingParams, est: Estimate) -> Ta
         (f"max concurrency at {est.max_model_len:,} tokens", f"{est.max_concurrency:.2f}x",
          f"{est.max_concurrency_bound:.2f}x"),
         ("largest maxModelLen that fits", "", f"{est.max_fitting_model_len or 0:,}"),
-        ("verdict (taken on the bound)", "", "fits" if est.fits else "does NOT fit"),
+        ("verdict", "", VERDICT_SHOWN[est.verdict]),
     ]
     for name, value, bound in rows:
         table.add_row(name, value, bound)
@@ -129,8 +137,10 @@ def _size_table(model: str, gpu: str, params: SizingParams, est: Estimate) -> Ta
 
 
 def _size_notes(est: Estimate, sugg: Suggestion | None) -> list[str]:
-    """The lines under the table: problems, warnings, the uncertainty and the way out of a no-fit."""
-    lines = [f"- {problem}" for problem in est.problems] + [f"warning: {warning}" for warning in est.warnings]
+    """The lines under the table: problems, warnings, what makes the fit tight, the uncertainty and the way out."""
+    lines = [f"- {problem}" for problem in est.problems]
+    lines += [f"warning: {warning}" for warning in est.warnings if warning not in est.tight]
+    lines += [f"- {reason}" for reason in est.tight]
     if doubt := doubt_text(est):
         lines.append(f"uncertainty: {doubt}")
     if sugg:
@@ -182,15 +192,15 @@ def _print_shares(console: Console, gpu: GpuSpec, rows: list[dict[str, Any]], ma
         table.add_column(column, justify="left" if column in ("share", "verdict") else "right")
     for r in rows:
         table.add_row(r["share"], f"{r['memoryGiB']:.2f} GiB", f"{r['gpuMemoryUtilization']:g}",
-                      "fits" if r["fits"] else "does NOT fit", f"{r['kvCacheTokensBound']:,}",
+                      VERDICT_WORD[r["verdict"]], f"{r['kvCacheTokensBound']:,}",
                       f"{r['maxConcurrencyBound']:.2f}x")
     console.print(table)
-    smallest = next((r for r in rows if r["fits"]), None)
-    if smallest is None:
+    if not any(r["fits"] for r in rows):
         console.print(f"no share fits; the largest: {rows[-1]['problem']}", soft_wrap=True)
         return
     for kind in ("mig", "slice"):
-        first = next((r for r in rows if r["fits"] and r["share"].startswith(kind)), None)
+        first = next((r for r in rows if r["verdict"] == "fits" and r["share"].startswith(kind)), None) or next(
+            (r for r in rows if r["fits"] and r["share"].startswith(kind)), None)
         if first:
             what = "MIG profile" if kind == "mig" else "time-sliced share"
             console.print(f"smallest {what}: {first['share']} ({first['kvCacheTokensBound']:,} KV tokens, "

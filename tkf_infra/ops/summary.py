@@ -32,8 +32,10 @@ from tkf_infra.names import (
     WEIGHT_CACHE_MODELS_OUTPUT,
     WEIGHT_CACHE_TYPE,
 )
-from tkf_infra.outputs import DEPLOYED_OUTPUT, PROBLEMS_OUTPUT, REJECTED_OUTPUT
-from tkf_infra.plan import Exclusion, verdict
+from tkf_infra.outputs import DEPLOYED_OUTPUT, ENDPOINTS_OUTPUT, PROBLEMS_OUTPUT, REJECTED_OUTPUT
+from tkf_infra.plan import Exclusion, Stage, verdict
+from tkf_infra.sizing.estimate_result import VERDICTS
+from tkf_infra.sizing.startup import TIGHT_PREFIX
 
 #: The Kubernetes provider's message for an await cut short by a cancel (SIGINT/SIGTERM to the engine).
 CANCELLED_MARKER = "Resource operation was cancelled"
@@ -285,6 +287,7 @@ def summarize(stack_name: str, operation: str, tracker: RunTracker, ok: bool,
         stack_errors = [d for d in stack_errors if "program exited with non-zero exit code" not in d]
     stack_errors = list(outs.get(PROBLEMS_OUTPUT) or []) + stack_errors
     models = {name: tracker.report(name).as_dict() for name in sorted(tracker.models)}
+    add_fit_verdicts(models, outs, excluded)
     counts = Counter(m["status"] for m in models.values())
     failed = sorted(n for n, m in models.items() if m["status"] in {"failed", "rejected", "interrupted"})
     return {
@@ -297,6 +300,29 @@ def summarize(stack_name: str, operation: str, tracker: RunTracker, ok: bool,
         "errors": stack_errors,
         **(extra or {}),
     }
+
+
+#: The fit verdict a model left out at each fit stage had (docs/sizing.md: fits, tight, refuses).
+_STAGE_VERDICT = {Stage.FIT: "refuses", Stage.TIGHT: "tight"}
+
+
+def add_fit_verdicts(models: dict[str, dict[str, Any]], outs: Mapping[str, Any], excluded: list[Exclusion]) -> None:
+    """Each model's fit verdict (`fit`): a deployed one's from its `endpoints` entry (and, when tight, the reasons
+    among its warnings: the program logs them as stack warnings, which name no model), a model left out by the
+    fit check from its stage."""
+    endpoints = outs.get(ENDPOINTS_OUTPUT)
+    for ep in endpoints.values() if isinstance(endpoints, Mapping) else ():
+        fit = ep.get("fit") if isinstance(ep, Mapping) else None
+        name = ep.get("name") if isinstance(ep, Mapping) else None
+        if not isinstance(fit, Mapping) or name not in models or fit.get("verdict") not in VERDICTS:
+            continue
+        models[name]["fit"] = fit["verdict"]
+        tight = [str(w) for w in fit.get("warnings") or () if str(w).startswith(TIGHT_PREFIX)]
+        if tight:
+            models[name]["warnings"] = list(dict.fromkeys([*models[name].get("warnings", []), *tight]))
+    for x in excluded:
+        if x.stage in _STAGE_VERDICT and x.label in models:
+            models[x.label]["fit"] = _STAGE_VERDICT[x.stage]
 
 
 def mark_interrupted(final: dict[str, Any], preview: dict[str, Any] | None, signal: str, operation: str) -> None:

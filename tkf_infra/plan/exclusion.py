@@ -34,6 +34,8 @@ class Stage(StrEnum):
     """A gated repo without hfTokenSecret."""
     FIT = "fit"
     """It does not fit its GPUs (or no MIG profile / time-sliced share of them)."""
+    TIGHT = "tight"
+    """Its fit is tight (the estimate fits its GPUs, the conservative bound does not) and the stack is `strict`."""
     PLACEMENT = "placement"
     """Its pool's layout cannot hold it: MIG slices that do not pack, or time-sliced shares that could overrun a GPU."""
     POLICY = "policy"
@@ -50,7 +52,7 @@ class Stage(StrEnum):
 #: e.g. the fit check weighs the whole entry against its GPUs). Catalog refusals carry their own field.
 STAGE_FIELD: Mapping[Stage, str | None] = {
     Stage.CATALOG: None, Stage.POOL: "nodePool", Stage.LIVE: "nodePool", Stage.LOCK: "revision",
-    Stage.ACCESS: "hfTokenSecret", Stage.FIT: None, Stage.PLACEMENT: "gpuShare", Stage.POLICY: None,
+    Stage.ACCESS: "hfTokenSecret", Stage.FIT: None, Stage.TIGHT: None, Stage.PLACEMENT: "gpuShare", Stage.POLICY: None,
     Stage.TOPOLOGY: None, Stage.CAPACITY: None, Stage.STORAGE: None,
 }
 

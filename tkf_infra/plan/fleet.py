@@ -151,6 +151,8 @@ class _Context:
     pools: Mapping[str, PoolFacts]
     pool_problems: Mapping[str, str]
     live: LiveFindings | None
+    strict: bool = False
+    """`strict: true`: a tight fit is refused (Stage.TIGHT) instead of deployed with its warning."""
 
 
 def _plan_model(entry: ModelEntry, index: int, ctx: _Context) -> ModelPlan | Exclusion:
@@ -188,6 +190,12 @@ def _plan_model(entry: ModelEntry, index: int, ctx: _Context) -> ModelPlan | Exc
         return Exclusion.of(entry.name, index, Stage.CATALOG, (str(exc),), "gpuShare")
     if not sized.fit.fits:
         return Exclusion.of(entry.name, index, Stage.FIT, (sized.fit.message or "does not fit",))
+    if sized.fit.verdict == "tight" and ctx.strict:
+        return Exclusion.of(entry.name, index, Stage.TIGHT, (
+            f"{sized.fit.message or f'model {entry.name}: ' + '; '.join(sized.fit.tight)}; the stack is strict "
+            "(strict: true), "
+            "which refuses a tight fit: make it fit on the bound as said, or set strict: false to deploy it with "
+            "the warning",))
     return ModelPlan(sized.entry, facts, weight_bytes, pool, sized.inputs, sized.fit, sized.share, refused_adapters)
 
 
@@ -266,7 +274,7 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
             errors.append(str(exc))
     if live:
         errors += [m for msgs in live.pool_errors.values() for m in msgs]
-    ctx = _Context(lock, s.serving.version, pools, pool_problems, live)
+    ctx = _Context(lock, s.serving.version, pools, pool_problems, live, strict=s.strict)
 
     excluded = [Exclusion(r.name or f"models[{r.index}]", r.index, Stage.CATALOG,
                           tuple(Refusal(p.field or None, str(p)) for p in r.problems)) for r in catalog.rejected]

@@ -81,6 +81,8 @@ def _with_override(pool: NodePool, gpu: GpuSpec, shared: bool = False) -> GpuSpe
         gpu = gpu.with_memory(pool.gpu_memory_gib, f"nodePools[{pool.name}].gpuMemoryGiB override")
     if pool.interconnect:
         gpu = gpu.with_interconnect(pool.interconnect)
+    if pool.unified_memory:
+        gpu = gpu.model_copy(update={"unified_memory": True})
     return gpu.model_copy(update={"shared": True}) if shared else gpu
 
 

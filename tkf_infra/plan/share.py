@@ -162,29 +162,37 @@ def size_mig(entry: ModelEntry, profile: MigProfile, inputs: FitInputs, requeste
 
 
 def _first_fit(candidates: Iterable[Sized], what: str) -> Sized:
-    """The smallest candidate that fits, with why each smaller one does not; else the largest's refusal.
+    """The smallest candidate that fits on the bound, with why each smaller one does not; failing that the
+    smallest tight one (the estimate fits, the bound does not: it deploys with its warning); else the largest's
+    refusal.
 
     Candidates are sized lazily, smallest first: sizing stops at the first that fits. Of one that does not
     fit only `problems` is read (never empty then) and the refusal is written here, so candidates are
     sized with `explain=False`: no way out (`suggest`) is computed for a message nobody reads."""
     skipped: list[str] = []
     tried: list[Sized] = []
+    tight: Sized | None = None
     for c in candidates:
         tried.append(c)
-        if c.fit.fits and c.share is not None:
+        if c.fit.fits and c.share is not None and (c.fit.verdict == "fits" or tight is None):
             why = (f"smallest {what} that fits at maxModelLen {c.entry.max_model_len} and maxNumSeqs "
                    f"{c.entry.max_num_seqs} (bound {c.fit.kv_cache_tokens_bound:,} KV tokens, concurrency "
                    f"{c.fit.max_concurrency_bound:g}x)")
             why += "; " + "; ".join(skipped) if skipped else ""
-            return replace(c, share=replace(c.share, why=why))
-        reason = (c.fit.problems or ("does not fit",))[0]
-        skipped.append(f"{c.share.label if c.share else '?'} does not fit: {reason}")
+            if c.fit.verdict == "fits":
+                return replace(c, share=replace(c.share, why=why))
+            tight = replace(c, share=replace(c.share, why=f"{why} (tight: no larger {what} fits on the bound)"))
+        reason = (c.fit.problems or c.fit.tight or ("does not fit",))[0]
+        skipped.append(f"{c.share.label if c.share else '?'} {'is tight' if c.fit.fits else 'does not fit'}: "
+                       f"{reason}")
+    if tight is not None:
+        return tight
     last = tried[-1]
     labels = ", ".join(c.share.label for c in tried if c.share)
     largest = last.share.label if last.share else "?"
     message = (f"model {last.entry.name}: no {what} fits (tried {labels}); on the largest, {largest}: "
                f"{'; '.join(last.fit.problems) or last.fit.message}")
-    return replace(last, fit=last.fit.model_copy(update={"fits": False, "message": message}))
+    return replace(last, fit=last.fit.model_copy(update={"fits": False, "verdict": "refuses", "message": message}))
 
 
 def size_share(entry: ModelEntry, pool: PoolFacts | None, inputs: FitInputs) -> Sized:

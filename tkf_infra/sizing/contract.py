@@ -16,7 +16,8 @@ import re
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from tkf_infra.sizing.estimate import Estimate, estimate
+from tkf_infra.sizing.estimate import estimate
+from tkf_infra.sizing.estimate_result import VERDICTS, Estimate, Verdict
 from tkf_infra.sizing.facts import ModelFacts
 from tkf_infra.sizing.gpus import GpuSpec
 from tkf_infra.sizing.params import SizingError, SizingParams
@@ -87,6 +88,7 @@ class FitFigures(_Wire):
     which input, pinned, would close the gap."""
 
     fits: bool
+    """Whether the model deploys: its verdict is fits or tight (`verdict`)."""
     weights_gib: float
     kv_cache_gib: float
     kv_cache_tokens: int
@@ -95,6 +97,9 @@ class FitFigures(_Wire):
     kv_cache_gib_bound: float = 0.0
     kv_cache_tokens_bound: int = 0
     max_concurrency_bound: float = 0.0
+    verdict: Verdict = "fits"
+    """fits (on the conservative bound), tight (the estimate fits, the bound does not: it deploys with a warning,
+    a strict stack or the policy pack refuses it) or refuses (the estimate does not fit): `estimate_result.Verdict`."""
     vllm_profile: str = ""
     """The release row of tkf_infra/sizing/versions.py the estimate used."""
     lora_gib: float = 0.0
@@ -132,6 +137,8 @@ class FitResult(FitFigures):
     """Host memory of one GPU rank's CPU cache of LoRA adapters (`maxCpuAdapters` full adapters: each rank's
     worker loads its own, vllm/lora/worker_manager.py@v0.32.0:106-145); the pod's memory request adds it."""
     problems: tuple[str, ...] = ()
+    tight: tuple[str, ...] = ()
+    """Why the verdict is tight: each check only the bound fails, with the margin, the doubt and what removes it."""
     doubts: tuple[Doubt, ...] = ()
     """Each term between estimate and bound: GiB of KV memory it may cost and the input that pins it."""
     message: str | None = None
@@ -147,29 +154,31 @@ def evaluate(inputs: FitInputs, explain: bool = True) -> FitResult:
         est = estimate(inputs.facts, inputs.gpu, inputs.params, model=inputs.model,
                        prefix_caching=inputs.params.enable_prefix_caching)
         message = None
-        if not est.fits and explain:
+        if est.verdict != "fits" and explain:
             sugg = None
             if inputs.gpu is not None:
                 sugg = suggest(inputs.facts, inputs.gpu, inputs.params, max_tp=inputs.max_tensor_parallel,
                                current=est, prefix_caching=inputs.params.enable_prefix_caching)
             message = fit_message(est, sugg) + lora_way_out(inputs, est)
     except (SizingError, KeyError, ValueError) as exc:
-        return FitResult(fits=False, weights_gib=0.0, kv_cache_gib=0.0, kv_cache_tokens=0, max_concurrency=0.0,
-                         problems=(str(exc),),
+        return FitResult(fits=False, verdict="refuses", weights_gib=0.0, kv_cache_gib=0.0, kv_cache_tokens=0,
+                         max_concurrency=0.0, problems=(str(exc),),
                          message=f"model {inputs.model}: cannot size {inputs.repo}@{inputs.revision}: {exc}")
     return result_of(est, message)
 
 
 def lora_way_out(inputs: FitInputs, est: Estimate) -> str:
-    """When the base would fit without its adapters: say so, with what LoRA takes and how to make room."""
+    """When the base would fare better without its adapters (fit, or fit on the bound): say so, with what LoRA
+    takes and how to make room."""
     lora = inputs.params.lora
     if lora is None or inputs.gpu is None:
         return ""
     without = estimate(inputs.facts, inputs.gpu, inputs.params.model_copy(update={"lora": None}), model=inputs.model,
                        prefix_caching=inputs.params.enable_prefix_caching)
-    if not without.fits:
+    if VERDICTS.index(without.verdict) >= VERDICTS.index(est.verdict):
         return ""
-    return (f"; it fits without its LoRA adapters, which reserve {est.lora_gib:.2f} GiB per GPU (lora: "
+    fares = "fits" if without.verdict == "fits" else "is tight"
+    return (f"; it {fares} without its LoRA adapters, which reserve {est.lora_gib:.2f} GiB per GPU (lora: "
             f"{lora.max_adapters} adapter slots at maxRank {lora.max_rank}): lower lora.maxAdapters or "
             "lora.maxRank, or give the model more GPUs (tensorParallelSize)")
 
@@ -177,14 +186,15 @@ def lora_way_out(inputs: FitInputs, est: Estimate) -> str:
 def result_of(est: Estimate, message: str | None = None) -> FitResult:
     """The published figures and verdict of an estimate."""
     return FitResult(
-        fits=est.fits, weights_gib=round(est.weights_gib, 2), kv_cache_gib=round(est.available_kv_gib, 2),
+        fits=est.fits, verdict=est.verdict, weights_gib=round(est.weights_gib, 2),
+        kv_cache_gib=round(est.available_kv_gib, 2),
         kv_cache_tokens=est.kv_cache_tokens, max_concurrency=round(est.max_concurrency, 2),
         max_fitting_model_len=est.max_fitting_model_len, kv_cache_gib_bound=round(est.available_kv_gib_bound, 2),
         kv_cache_tokens_bound=est.kv_cache_tokens_bound, max_concurrency_bound=round(est.max_concurrency_bound, 2),
         vllm_profile=est.vllm_profile, uncertainty=doubt_text(est), warnings=tuple(est.warnings),
         lora_gib=round(est.lora_gib, 2),
         activation_gib=round(est.activation_gib, 2), lora_host_gib=est.lora_host_gib,
-        problems=tuple(est.problems), doubts=tuple(est.doubts),
+        problems=tuple(est.problems), tight=tuple(est.tight), doubts=tuple(est.doubts),
         message=message,
     )
 

@@ -7,9 +7,10 @@ given, so the only fit question is whether one max-length request fits that spac
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tkf_infra.sizing.arch import Arch
+from tkf_infra.sizing.estimate_result import Estimate
 from tkf_infra.sizing.facts import ModelFacts
 from tkf_infra.sizing.kv import kv_elem_bytes, kv_layout, largest_fitting_len
 from tkf_infra.sizing.params import DEFAULT_BLOCK_SIZE, GIB, SizingError, SizingParams, activation_bytes
@@ -17,15 +18,10 @@ from tkf_infra.sizing.rank_weights import deployment_weights
 from tkf_infra.sizing.versions import VersionChoice
 from tkf_infra.sizing.weights import checkpoint_bytes
 
-if TYPE_CHECKING:
-    from tkf_infra.sizing.estimate import Estimate
-
 
 def estimate_cpu(arch: Arch, facts: ModelFacts | dict[str, Any], name: str, params: SizingParams, max_len: int,
                  problems: list[str], warnings: list[str], choice: VersionChoice) -> Estimate:
     """The KV space must hold one max-length request; the weights are reported (they live in RAM)."""
-    from tkf_infra.sizing.estimate import Estimate
-
     act_bytes = activation_bytes(params)
     try:
         weights = sum(deployment_weights(facts, arch, params).stages)
@@ -57,6 +53,6 @@ def estimate_cpu(arch: Arch, facts: ModelFacts | dict[str, Any], name: str, para
         non_torch_gib=0.0, cuda_graph_gib=0.0, cuda_graph_reserved=False, available_kv_gib=space / GIB,
         kv_bytes_per_token=per_token, num_blocks=blocks, kv_cache_tokens=tokens, need_per_request_gib=need / GIB,
         max_concurrency=conc, available_kv_gib_bound=space / GIB, kv_cache_tokens_bound=tokens,
-        max_concurrency_bound=conc, fits=not problems, problems=problems, warnings=warnings,
+        max_concurrency_bound=conc, problems=problems, warnings=warnings,
         max_fitting_model_len=largest_fitting_len(layout, space, mnbt, block, max_len), cpu=True,
     )

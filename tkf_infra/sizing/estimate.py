@@ -20,12 +20,11 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from pydantic import BaseModel, Field
-
 from tkf_infra.sizing.arch import Arch, parse_arch
 from tkf_infra.sizing.bnb import bnb_problems
 from tkf_infra.sizing.config_fields import reading_config
 from tkf_infra.sizing.cpu import estimate_cpu
+from tkf_infra.sizing.estimate_result import Estimate
 from tkf_infra.sizing.facts import ModelFacts, resolve_text_config
 from tkf_infra.sizing.gpus import GpuSpec
 from tkf_infra.sizing.kv import KvLayout, largest_fitting_len
@@ -34,55 +33,18 @@ from tkf_infra.sizing.parallelism import parallelism_problems
 from tkf_infra.sizing.params import GIB, SizingError, SizingParams, activation_bytes
 from tkf_infra.sizing.quant import quant_problems, quant_scheme
 from tkf_infra.sizing.rank_weights import deployment_weights
+from tkf_infra.sizing.release_row import VersionRow
 from tkf_infra.sizing.row_run import run_row, speculation
-from tkf_infra.sizing.startup import Doubt, budget_problems, pinned_kv_problems, pp_whole_model_problems
-from tkf_infra.sizing.versions import VersionChoice, choose_version, engine_rows
-
-
-class Estimate(BaseModel):
-    """Per-rank prediction in the units vLLM prints (GiB), plus the bound, the verdict and the way out."""
-
-    model: str
-    gpu: str
-    vllm_profile: str
-    tensor_parallel_size: int
-    pipeline_parallel_size: int
-    max_model_len: int
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    block_size: int
-    total_gib: float
-    requested_gib: float
-    weights_gib: float
-    activation_gib: float
-    non_torch_gib: float
-    cuda_graph_gib: float
-    cuda_graph_reserved: bool
-    available_kv_gib: float
-    kv_bytes_per_token: float
-    num_blocks: int
-    kv_cache_tokens: int
-    need_per_request_gib: float
-    max_concurrency: float
-    available_kv_gib_bound: float = 0.0
-    kv_cache_tokens_bound: int = 0
-    max_concurrency_bound: float = 0.0
-    doubts: list[Doubt] = Field(default_factory=list)
-    fits: bool
-    problems: list[str] = Field(default_factory=list)
-    warnings: list[str] = Field(default_factory=list)
-    max_fitting_model_len: int | None = None
-    cpu: bool = False
-    lora_gib: float = 0.0
-    """What LoRA reserves on the limiting rank: adapter slots, Punica metadata and its workspace
-    (tkf_infra/sizing/lora.py); 0 without `lora`. On the CPU profile: the slots in host memory."""
-    lora_host_gib: float = 0.0
-    """Host memory of the adapters vLLM keeps loaded on the CPU (`max_cpu_loras`, at most their full size)."""
-
-    @property
-    def bound_gap_gib(self) -> float:
-        return max(self.available_kv_gib - self.available_kv_gib_bound, 0.0)
-
+from tkf_infra.sizing.startup import (
+    TIGHT_PREFIX,
+    Doubt,
+    Findings,
+    RowRun,
+    budget_problems,
+    pinned_kv_problems,
+    pp_whole_model_problems,
+)
+from tkf_infra.sizing.versions import DEFAULT_GPU_MEMORY_UTILIZATION, VersionChoice, choose_version, engine_rows
 
 _Memo = dict[tuple[int, str, str, bool | None], tuple[ModelFacts, "Estimate"]]
 _memo: ContextVar[_Memo | None] = ContextVar("tkf_estimate_memo", default=None)
@@ -174,6 +136,61 @@ def _estimate(facts: ModelFacts | dict[str, Any], gpu: GpuSpec | None, params: S
     return _estimate_gpu(facts, arch, gpu, params, name, max_len, problems, warnings, choice, prefix_caching)
 
 
+#: How a co-tenant's charge is named among the doubts (`_setting_doubts`); the estimate's checks subtract it.
+COTENANT_TERM = "GPU shared"
+#: The unified-memory doubt, a share of the total: a TP 2 start-up over two GB10 (DGX Spark) nodes printed 96,000 and
+#: 76,560 KV tokens where the estimate is 115,152 (3.3 and 6.8 GiB of host-side use the estimate cannot see; 5.6 % of
+#: 121.69 GiB at most), rounded up.
+UNIFIED_DOUBT = 0.06
+#: A unified-memory GPU's verdict until a rule for what vLLM sees as free there is proven on printed start-ups.
+UNIFIED_TIGHT = (TIGHT_PREFIX + "{gpu} is a unified-memory GPU (CPU and GPU share one memory): what vLLM finds free "
+                 "at start-up depends on what the operating system and other processes hold, and no rule for it is "
+                 "proven on printed start-ups yet, so the verdict is tight at best (docs/sizing.md, 'Unified "
+                 "memory'); it deploys, a strict stack or the policy pack refuses it")
+
+
+def _setting_doubts(runs: list[RowRun], run: RowRun, row: VersionRow, gpu: GpuSpec, requested: float,
+                    unpinned: bool) -> list[Doubt]:
+    """The doubts the deployment's setting leaves besides the row's terms: an unknown release, a derived GPU total,
+    unified memory, a GPU shared with other engines (time-sliced, or, where the release charges other processes'
+    memory to this budget, given room by a low utilization)."""
+    doubts = []
+    if len(runs) > 1:
+        spread = max(r.available for r in runs) - run.available
+        doubts.append(Doubt(term=f"unknown vLLM release (the most conservative of {len(runs)} profiles is used; "
+                                 f"they differ by {spread:.2f} GiB)", gib=0.0,
+                            pin="pin serving.vllmImage to a release tag"))
+    if not gpu.memory_measured:
+        doubts.append(Doubt(term=f"{gpu.name} total memory ({gpu.memory_source}; taken at its conservative value)",
+                            gib=0.0, pin=f"set nodePools[].gpuMemoryGiB to the total vLLM prints on a {gpu.name}"))
+    total = gpu.memory_gib
+    if gpu.unified_memory:
+        # On an integrated GPU vLLM takes free memory from the OS (`psutil.virtual_memory().available`: cudaMemGetInfo
+        # leaves out reclaimable page cache, vllm/utils/mem_utils.py@v0.28.0:148-155, @v0.32.0:144-151,
+        # @v0.33.0:144-151), so the host side of every process on the box, vLLM's own included, is in its budget.
+        doubts.append(Doubt(term=f"unified memory: what vLLM finds free is what the operating system has available, "
+                                 f"so host memory on the node counts against the budget (up to {UNIFIED_DOUBT:.0%} of "
+                                 "the total, as two GB10 nodes of one start-up showed)", gib=UNIFIED_DOUBT * total,
+                            pin="measure free memory on the node and set gpuMemoryUtilization below it"))
+    leaves = total * (DEFAULT_GPU_MEMORY_UTILIZATION - requested / total)
+    if row.budget_counts_device and unpinned and leaves > 0.005 and not gpu.shared:
+        # 0.8.0-0.9.0 V1 charges this budget with everything in use on the GPU (`VersionRow.budget_counts_device`):
+        # leaving more outside it than vLLM's default does is how a GPU is shared, and what the sharer holds there
+        # comes out of this engine's KV cache (a 0.8.5 start-up at utilization 0.4 found none left).
+        doubts.append(Doubt(term=f"{COTENANT_TERM} by a utilization below vLLM's default: gpuMemoryUtilization "
+                                 f"{requested / total:.2f} leaves {leaves:.2f} GiB more outside the budget than "
+                                 f"{DEFAULT_GPU_MEMORY_UTILIZATION} does, and {row.name} counts what other processes "
+                                 "hold there against this budget", gib=leaves,
+                            pin=f"gpuMemoryUtilization {DEFAULT_GPU_MEMORY_UTILIZATION} on a GPU of its own, or a "
+                                "release from 0.9.1 (its budget counts only this engine's memory)"))
+    if gpu.shared and unpinned:  # a pinned KV cache does not depend on what co-tenants allocate
+        doubts.append(Doubt(term=f"{COTENANT_TERM} by time-slicing: other engines may allocate while this one "
+                                 "profiles, and vLLM counts the drop in free memory against this model",
+                            gib=max(total - requested - run.context, 0.0),
+                            pin="give the model whole GPUs (time-slicing off)"))
+    return doubts
+
+
 def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, params: SizingParams, name: str,
                   max_len: int, problems: list[str], warnings: list[str], choice: VersionChoice,
                   prefix_caching: bool | None) -> Estimate:
@@ -197,28 +214,14 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
     problems += bnb_problems(arch.quant, params.tensor_parallel_size, arch.is_moe, choice.version)
     problems += run.problems + quant_problems(scheme,
                                               params.quantization, choice.version, None, gpu.name)
-    doubts = list(run.doubts)
-    if len(runs) > 1:
-        spread = max(r.available for r in runs) - run.available
-        doubts.append(Doubt(term=f"unknown vLLM release (the most conservative of {len(runs)} profiles is used; "
-                                 f"they differ by {spread:.2f} GiB)", gib=0.0,
-                            pin="pin serving.vllmImage to a release tag"))
-    if not gpu.memory_measured:
-        doubts.append(Doubt(term=f"{gpu.name} total memory ({gpu.memory_source}; taken at its conservative value)",
-                            gib=0.0, pin=f"set nodePools[].gpuMemoryGiB to the total vLLM prints on a {gpu.name}"))
     total, u = gpu.memory_gib, params.gpu_memory_utilization
     requested = total * u
-    if gpu.unified_memory:
-        doubts.append(Doubt(term="unified memory: the operating system's use of the same memory changes what vLLM "
-                                 "finds free at start-up", gib=0.05 * total,
-                            pin="measure free memory on the node and set gpuMemoryUtilization below it"))
     pinned = params.kv_cache_memory_bytes
-    if gpu.shared and pinned is None:  # a pinned KV cache does not depend on what co-tenants allocate
-        doubts.append(Doubt(term="GPU shared by time-slicing: other engines may allocate while this one profiles, "
-                                 "and vLLM counts the drop in free memory against this model",
-                            gib=max(total - requested - run.context, 0.0),
-                            pin="give the model whole GPUs (time-slicing off)"))
+    doubts = list(run.doubts) + _setting_doubts(runs, run, row, gpu, requested, pinned is None)
     gap = sum(d.gib for d in doubts)
+    # What other tenants of the GPU may take from this engine's budget: not a doubt about the model's figures but a
+    # term of the deployment, so the estimate's checks are made with it (docs/sizing.md "Co-tenants").
+    cotenant = sum(d.gib for d in doubts if d.term.startswith(COTENANT_TERM))
     layout: KvLayout = run.layout
     low: KvLayout = run.layout_low
     if low.recurrent_blocks != layout.recurrent_blocks:
@@ -227,20 +230,27 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
                             pin="state --enable-prefix-caching or --no-enable-prefix-caching"))
     avail, avail_low = run.available, run.available - gap
     spare: float | None = None
+    found = Findings()
     if pinned is not None:  # --kv-cache-memory-bytes: the cache is exactly this, if the budget holds it
-        left = avail_low - (shared_graphs := run.graphs if gpu.shared and not run.reserved else 0.0)
+        shared_graphs = run.graphs if gpu.shared and not run.reserved else 0.0
+        left, left_low = avail - shared_graphs, avail_low - shared_graphs
         # On a time-sliced GPU nothing outside the budget is ours: graphs vLLM captures after allocating
         # must come out of the budget too, and the warm-up has only what the budget leaves.
-        problems += pinned_kv_problems(pinned, left, choice.version, run.row)
-        spare = shared_graphs + max(left - pinned / GIB, 0.0) if gpu.shared else None
+        found.add(pinned_kv_problems(pinned, left, left_low, choice.version, run.row, doubts))
+        spare = shared_graphs + max(left_low - pinned / GIB, 0.0) if gpu.shared else None
         avail = avail_low = pinned / GIB
     blocks, blocks_low = layout.num_blocks(avail * GIB), low.num_blocks(avail_low * GIB)
     mnbt = run.mnbt
     tokens_rule = row.tokens_from_concurrency
-    problems += budget_problems(run, gpu, params, avail, avail_low, max_len, requested, spare_gib=spare,
-                                version=choice.version)
+    found.add(budget_problems(run, gpu, params, avail - cotenant, avail_low, max_len, requested, doubts,
+                              spare_gib=spare, version=choice.version, cotenant=cotenant))
     if pinned is None:
-        problems += pp_whole_model_problems(run, params, choice.version, gap, max_len)
+        found.add(pp_whole_model_problems(run, params, choice.version, gap, max_len, doubts))
+    problems += found.refusals
+    tight = found.tight
+    if gpu.unified_memory and not problems and not tight:
+        tight.append(UNIFIED_TIGHT.format(gpu=gpu.name))
+    warnings += tight
     fit_len = (largest_fitting_len(low, avail_low * GIB, mnbt, run.block, arch.max_len or max_len)
                if avail_low > 0 else 0)
     return Estimate(
@@ -254,7 +264,7 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
         max_concurrency=layout.concurrency(blocks, max_len, mnbt), available_kv_gib_bound=avail_low,
         kv_cache_tokens_bound=low.tokens(blocks_low, max_len, mnbt, tokens_rule),
         max_concurrency_bound=low.concurrency(blocks_low, max_len, mnbt),
-        doubts=[d for d in doubts if d.gib > 0.005 or d.gib == 0.0], fits=not problems, problems=problems,
+        doubts=[d for d in doubts if d.gib > 0.005 or d.gib == 0.0], problems=problems, tight=tight,
         warnings=warnings, max_fitting_model_len=fit_len, lora_gib=run.lora, lora_host_gib=run.lora_host,
     )
 

@@ -31,6 +31,7 @@ from tkf_infra.sizing.gpu_spec import (
     derive_total_gib,
 )
 from tkf_infra.sizing.gpu_table import GPUS, TWINS
+from tkf_infra.sizing.mig import mig_label_gpu
 from tkf_infra.sizing.vgpu import vgpu_board, vgpu_spec
 
 __all__ = [
@@ -150,17 +151,8 @@ def lookup_gpu(name: str) -> GpuSpec:
     board = _MIG.sub("", text)
     labels = [lbl for lbl in gpu.product_labels if _norm(lbl) == _norm(board)] or list(gpu.product_labels)
     if mig:
-        from tkf_infra.sizing.mig import mig_board  # the MIG table sizes its slices by this module's boards
-
         profile = f"{mig.group(1)}g.{mig.group(2)}gb"
-        mig_table = mig_board(gpu)
-        known = mig_table.profile(profile) if mig_table is not None else None
-        memory, measured = (min(known.memory_gib, gpu.memory_gib), known.measured) if known else (
-            derive_total_gib(float(mig.group(2))), False)
-        source = f"MIG {profile}: {known.source}" if known else f"derived from the MIG profile {profile}"
-        gpu = gpu.model_copy(update={
-            "name": f"{gpu.name}-MIG-{profile}", "memory_gib": memory, "nominal_gib": float(mig.group(2)),
-            "memory_measured": measured, "interconnect": "pcie", "memory_source": source})
+        gpu = mig_label_gpu(gpu, profile)
         labels = [f"{lbl}-MIG-{profile}" for lbl in labels]
     if shared:
         labels = [f"{lbl}-SHARED" for lbl in labels]

@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tkf_infra.sizing.gpus import GpuSpec, find_gpu
+from tkf_infra.sizing.gpu_spec import GpuSpec, derive_total_gib
 
 #: Lowest ratio of -lgip GiB to the profile's nominal GB among the measured profiles (A100-40GB
 #: 1g.5gb 4.75/5, A100-80GB 1g.10gb 9.50/10): a profile without a public figure is sized at this.
@@ -147,9 +147,9 @@ BOARDS: tuple[MigBoard, ...] = (
 
 
 def mig_board(gpu: GpuSpec | str) -> MigBoard | None:
-    """The MIG table of a board (any spelling `find_gpu` knows), else None: the part has no MIG."""
-    spec = find_gpu(gpu) if isinstance(gpu, str) else gpu
-    name = spec.name if spec is not None else ""
+    """The MIG table of a board (its spec, or its table name: `gpus.find_gpu` resolves other spellings), else None:
+    the part has no MIG."""
+    name = gpu.name if isinstance(gpu, GpuSpec) else gpu
     return next((b for b in BOARDS if b.gpu == name), None)
 
 
@@ -163,3 +163,21 @@ def mig_gpu(gpu: GpuSpec, profile: MigProfile) -> GpuSpec:
         "memory_measured": profile.measured, "interconnect": "pcie", "shared": False,
         "memory_source": f"MIG {profile.name}: {profile.source}",
         "product_labels": tuple(f"{label}-MIG-{profile.name}" for label in gpu.product_labels)})
+
+
+def mig_label_gpu(gpu: GpuSpec, profile: str) -> GpuSpec:
+    """The board seen through the MIG device a product label names (`…-MIG-1g.5gb`, the GPU Operator's `single`
+    strategy): the table's profile where the board has it, else sized from the profile's own size, conservatively
+    (`derive_total_gib`)."""
+    board = mig_board(gpu)
+    known = board.profile(profile) if board is not None else None
+    if known is not None:
+        return mig_gpu(gpu, known)
+    match = _PROFILE.fullmatch(profile)
+    if match is None:
+        raise ValueError(f"MIG profile {profile!r} is not of the form <compute>g.<memory>gb (e.g. 1g.10gb)")
+    return gpu.model_copy(update={
+        "name": f"{gpu.name}-MIG-{profile}", "memory_gib": derive_total_gib(float(match.group(2))),
+        "nominal_gib": float(match.group(2)), "memory_measured": False, "interconnect": "pcie", "shared": False,
+        "memory_source": f"derived from the MIG profile {profile}",
+        "product_labels": tuple(f"{label}-MIG-{profile}" for label in gpu.product_labels)})

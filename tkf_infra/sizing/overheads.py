@@ -187,6 +187,8 @@ def non_torch_gib(row: VersionRow, gpu: GpuSpec, sh: Sharding) -> tuple[float, f
         return row.non_torch_tp1_gib, row.non_torch_uncertainty_gib
     nvlink = row.non_torch_multi_gib
     if gpu.interconnect == "nvlink":
+        if row.non_torch_multi_nvswitch_gib is not None and gpu.cc == (9, 0):
+            return row.non_torch_multi_nvswitch_gib, row.non_torch_uncertainty_gib
         return nvlink, row.non_torch_uncertainty_gib
     pcie = row.non_torch_multi_pcie_gib
     # No PCIe start-up shows this figure: the bound takes the NVLink one, less the all-reduce fusion

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tkf_infra.sizing.config_fields import Fields
+from tkf_infra.sizing.config_fields import ConfigFieldError, Fields
 from tkf_infra.sizing.ct_ignore import Ignored, excluded_share, ignored_share
 from tkf_infra.sizing.params import SizingError
 
@@ -233,6 +233,24 @@ def _expert_dtype(scheme: QuantScheme, qc: dict[str, Any]) -> QuantScheme:
     return scheme
 
 
+def _fbgemm_fp8(qc: dict[str, Any], act_bytes: float, layers: int) -> QuantScheme:
+    """FBGEMM FP8 (Meta's FP8 checkpoints): every linear layer in FP8 except those `modules_to_not_convert` names,
+    which load unquantized (`_is_layer_skipped` -> UnquantizedLinearMethod, quantization/fbgemm_fp8.py@v0.5.3:60-97).
+    vLLM reads the list from the checkpoint's quantization_config and cannot build the method without it
+    (`from_config` requires the key; without a quantization_config `quant_cls()` has no arguments,
+    model_loader/weight_utils.py@v0.5.3:119-161), so neither can the fit check."""
+    if "modules_to_not_convert" not in qc:
+        raise ConfigFieldError(
+            "fbgemm_fp8 without quantization_config.modules_to_not_convert: which layers stay in 16 bits (Meta's FP8 "
+            "checkpoints keep attention there) cannot be read, and vLLM cannot load the checkpoint without it either; "
+            "lock the FP8 checkpoint itself, whose config.json carries its quantization_config")
+    kept = ignored_share(Fields(qc, _QC).str_list("modules_to_not_convert") or [], layers)
+    note = (f"modules_to_not_convert keeps {kept.attention:.0%} of attention and {kept.mlp:.0%} of MLP layers in 16 "
+            "bits" if kept != Ignored() else "")
+    return QuantScheme("fbgemm_fp8", kept.blend(1.0, act_bytes, "attention"), kept.blend(1.0, act_bytes, "experts"),
+                       act_bytes, mlp=kept.blend(1.0, act_bytes, "mlp"), note=note)
+
+
 def quant_scheme(quant: dict[str, Any] | None, quantization: str | None, act_bytes: float,
                  layers: int = 0) -> QuantScheme:
     """Per-class bytes from ``--quantization`` and the checkpoint's quantization_config (`layers`: the
@@ -253,8 +271,9 @@ def quant_scheme(quant: dict[str, Any] | None, quantization: str | None, act_byt
             return _modelopt(qc, act_bytes, layers)
         per = MXFP8_BYTES if "mxfp8" in method else NVFP4_BYTES  # online (`--quantization mxfp8`) or by name
         return QuantScheme(method, per, per, act_bytes)
-    if method in ("fp8", "fbgemm_fp8", "ptpc_fp8", "fp8_per_tensor", "fp8_per_block", "fp8_per_channel",
-                  "deepseek_v4_fp8"):
+    if method == "fbgemm_fp8":
+        return _fbgemm_fp8(qc, act_bytes, layers)
+    if method in ("fp8", "ptpc_fp8", "fp8_per_tensor", "fp8_per_block", "fp8_per_channel", "deepseek_v4_fp8"):
         return _expert_dtype(QuantScheme(method, 1.0, 1.0, act_bytes), qc)
     if method in ("awq", "gptq", "gptq_bitblas", "auto_gptq", "auto_awq", "auto-round", "moe_wna16"):
         if declared in ("compressed-tensors",):

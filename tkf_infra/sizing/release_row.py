@@ -36,7 +36,15 @@ class VersionRow:
     non_torch_multi_gib: float = 2.15
     """Non-torch growth at TP > 1 on NVLink boards (NCCL/NVLS, custom all-reduce buffers)."""
     non_torch_multi_pcie_gib: float = 0.6
-    """The same on PCIe boards: no NVLS and no NVLink all-reduce buffers (not measured: see bound)."""
+    """The same on PCIe boards: no NVLS and no NVLink all-reduce buffers. From 0.11 the TP 1 figure: Ada start-ups
+    that print their KV cache at TP 2 had none beyond it (L40S on 0.11.2, L4 on 0.28.0; docs/sizing.md). The bound
+    keeps the NVLink ceiling less what the GPU never builds (`pcie_ceiling_no_fusion_gib`)."""
+    non_torch_multi_nvswitch_gib: float | None = None
+    """The NVLink figure on Hopper NVSwitch boards (cc 9.0) where it was measured apart (None: `non_torch_multi_gib`).
+    V0 on 0.5-0.6 counts everything NCCL sets up in its budget (the drop in free memory since before NCCL init,
+    vllm/worker/worker.py@v0.5.3:126-134, 187-195), and an 8 x H100 start-up of Llama-3.1-405B FP8 on 0.5.3 left
+    8.75 GiB beyond its 57.75 GiB of weights at TP 8 where its profile (512 batched tokens) took about 1.3: far
+    more than the 2.10 GiB an 8 x A100 start-up showed on 0.7.1 (no NVLink SHARP on an A100's NVSwitch)."""
     pcie_ceiling_no_fusion_gib: float | None = None
     """The NVLink figure less FlashInfer's all-reduce + RMSNorm workspace, built in the profile's compile
     (compilation/passes/fusion/allreduce_rms_fusion.py@v0.24.0:966-994) only at TP > 1 on cc 9.0 or 10.x
@@ -48,7 +56,13 @@ class VersionRow:
     no non-torch memory by default. None: the NVLink figure."""
     context_single_gib: float = 0.51
     context_multi_gib: float = 1.55
-    """Memory in use before vLLM's start-up snapshot (CUDA context, NCCL): must fit outside the budget."""
+    """Memory in use before vLLM's start-up snapshot (CUDA context, NCCL): must fit outside the budget. Measured on
+    NVLink H100s ('Free memory on device (77.66/79.19 GiB)' at TP 2 on 0.19, 0.51 GiB at TP 1)."""
+    context_multi_pcie_gib: float = 0.76
+    """The same over PCIe, where NCCL sets up no NVLink SHARP (NVLS) or NVSwitch buffers: the TP 1 context and
+    0.25 GiB for NCCL's ring buffers and the custom all-reduce. Not measured (no PCIe start-up prints its free
+    memory); two L4 start-ups at TP 2 and PP 2 on 0.28 that warmed up after allocating their KV cache rule out the
+    NVLink figure there (docs/sizing.md, 'The warm-up check')."""
     graphs_reserved: bool = False
     """The CUDA-graph memory estimate is subtracted from the KV budget."""
     reserve_includes_fragmentation: bool = False
@@ -97,6 +111,12 @@ class VersionRow:
     after the weights are measured and before the profile counts (model runner V2's penalty bins and pipeline
     receive buffers). Before 0.27 it was weights + the profile's torch peak increase + non-torch growth
     (@v0.24.0:308-313, @v0.26.0:308-313), which leaves such buffers out."""
+    budget_counts_device: bool = False
+    """The budget's non-torch term is everything in use on the device after the profile, less torch's own allocation
+    (`total - free - torch current`, vllm/v1/worker/gpu_worker.py@v0.8.5:194-210, @v0.9.0.1:196-212), not the
+    growth since a start-up snapshot: the CUDA context counts against the KV cache, and so does whatever other
+    processes hold on the GPU. V1 on 0.8.0-0.9.0; 0.9.1 takes `memory_profiling`'s snapshot (@v0.9.1:183-232), as V0
+    did all along (vllm/worker/worker.py@v0.8.5:181, 246)."""
     v0_fallback: tuple[str, ...] = ()
     """Conditions under which these releases run the V0 engine instead (`_is_v1_supported_oracle`)."""
     calibration: str = ""

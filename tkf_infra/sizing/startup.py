@@ -8,6 +8,7 @@ quotes; each names the estimate and the bound, because the verdict is taken on t
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
@@ -80,87 +81,141 @@ class RowRun(BaseModel):
     """A non-first pipeline stage's receive buffers on the limiting rank (overheads.pp_receive_buffers_gib)."""
 
 
+#: How every tight reason begins (`Estimate.tight`; they are also among the warnings, which reports pick them from).
+TIGHT_PREFIX = "tight: "
+
+
+@dataclass
+class Findings:
+    """What the start-up checks found: refusals (a check fails on the estimate) and tight margins (it passes on the
+    estimate and fails on the conservative bound)."""
+
+    refusals: list[str] = field(default_factory=list)
+    tight: list[str] = field(default_factory=list)
+
+    def add(self, other: Findings) -> None:
+        self.refusals += other.refusals
+        self.tight += other.tight
+
+
+def top_doubt(doubts: list[Doubt]) -> str:
+    """The largest doubt and what would pin it, for a tight verdict's message."""
+    sized = [d for d in doubts if d.gib > 0]
+    if not sized:
+        return "the doubts listed in uncertainty"
+    top = max(sized, key=lambda d: d.gib)
+    return f"the largest doubt is {top.term} ({top.gib:.2f} GiB); to remove it: {top.pin}"
+
+
+def _tight(check: str, estimate: str, bound: str, doubts: list[Doubt]) -> str:
+    return (f"{TIGHT_PREFIX}{check}: the estimate passes ({estimate}) but the conservative bound does not ({bound}); "
+            f"{top_doubt(doubts)}. It deploys; a strict stack or the policy pack's fit-verdict rule refuses it")
+
+
 def budget_problems(run: RowRun, gpu: GpuSpec, params: SizingParams, avail: float, avail_low: float,
-                    max_len: int, requested: float, *, spare_gib: float | None = None,
-                    version: tuple[int, int, int] | None = None) -> list[str]:
-    """vLLM's start-up checks, judged on the bound; each message gives the estimate and the bound.
+                    max_len: int, requested: float, doubts: list[Doubt], *, spare_gib: float | None = None,
+                    version: tuple[int, int, int] | None = None, cotenant: float = 0.0) -> Findings:
+    """vLLM's start-up checks on the estimate (refusals) and on the bound (tight); each message gives both.
 
     `spare_gib`: memory besides the freed activation the post-allocation warm-up may use (default:
     all of the GPU outside the budget; on a time-sliced share only what its own budget leaves).
     `version`: the release (None: unknown, checked as the strictest); from `NULL_BLOCK_RESERVED_SINCE` one block
-    comes off the memory before the max-length check."""
+    comes off the memory before the max-length check. `cotenant`: what other processes on the GPU may take from
+    this budget (already out of `avail`), named in the message."""
     total, u = gpu.memory_gib, params.gpu_memory_utilization
-    problems = []
+    found = Findings()
     null_block = not run.layout.v0 and (version is None or version >= NULL_BLOCK_RESERVED_SINCE)
     need = run.need + (run.layout_low.bytes_per_block if null_block else 0.0)
     if run.context > total - requested + 1e-9:
-        problems.append(
+        found.refusals.append(
             f"gpuMemoryUtilization {u:.2f} asks for {requested:.2f} GiB but only about "
             f"{total - run.context:.2f} GiB of the {total:.2f} GiB is free when vLLM starts; "
             f"use gpuMemoryUtilization <= {math.floor((total - run.context) / total * 100) / 100:.2f}"
         )
     both = f"{avail_low:.2f} GiB (conservative bound; estimate {avail:.2f} GiB)"
-    if avail_low <= 0:
-        problems.append(
-            f"no memory left for the KV cache (bound {avail_low:.2f} GiB, estimate {avail:.2f} GiB): "
+    if avail <= 0:
+        found.refusals.append(
+            f"no memory left for the KV cache (estimate {avail:.2f} GiB, bound {avail_low:.2f} GiB): "
             f"{run.weights:.1f} GiB of weights + {run.activation:.2f} GiB activation + "
             f"{run.non_torch:.2f} GiB non-torch"
             + (f" + {run.graphs:.2f} GiB CUDA graphs" if run.reserved else "")
             + (f" + {run.sampler_state:.2f} GiB sampler state (model runner V2)" if run.sampler_state else "")
             + (f" + {run.receive_buffers:.2f} GiB pipeline receive buffers" if run.receive_buffers else "")
+            + (f" + {cotenant:.2f} GiB other processes on the GPU may hold (see uncertainty)" if cotenant else "")
             + f" against the {requested:.1f} GiB budget ({u:.2f} x {total:.2f} GiB)"
         )
-    elif need > avail_low * GIB:
-        problems.append(
+    elif need > avail * GIB:
+        found.refusals.append(
             f"needs {need / GIB:.1f} GiB KV cache for maxModelLen {max_len} but only {both} is left after "
             f"{run.weights:.1f} GiB of weights on one {gpu.name} at utilization {u:.2f}"
         )
-    if not problems and not run.layout.v0:  # V0 warms no sampler after allocating the cache
-        rows = min(run.seqs, run.mnbt)
-        reused = run.activation if run.warmup_reuse is None else run.warmup_reuse
-        if spare_gib is None:
-            headroom = (total - run.context - requested) + reused - (0.0 if run.reserved else run.graphs)
-        else:
-            headroom = spare_gib + reused
-        warm = run.warmup
-        if warm > headroom:
-            problems.append(
-                f"the sampler warm-up with {rows} dummy requests needs about {warm:.2f} GiB but only "
-                f"{headroom:.2f} GiB stays free after weights, KV cache and CUDA graphs on one {gpu.name}; vLLM "
-                "would fail with 'CUDA out of memory occurred when warming up sampler' - lower maxNumSeqs or "
-                "gpuMemoryUtilization"
-            )
-    return problems
+    elif need > avail_low * GIB:
+        found.tight.append(_tight(
+            f"one maxModelLen {max_len} request needs {need / GIB:.2f} GiB of KV cache on one {gpu.name} at "
+            f"utilization {u:.2f}", f"{avail:.2f} GiB left, a margin of {avail - need / GIB:.2f} GiB",
+            f"{avail_low:.2f} GiB", doubts))
+    if not found.refusals and not run.layout.v0:  # V0 warms no sampler after allocating the cache
+        found.refusals += warmup_problems(run, gpu, params, requested, spare_gib)
+    return found
 
 
-def pinned_kv_problems(pinned: int, left_low_gib: float, version: tuple[int, int, int] | None, row: str) -> list[str]:
-    """--kv-cache-memory-bytes: the release must have it and the budget's bound must hold that cache."""
+def warmup_problems(run: RowRun, gpu: GpuSpec, params: SizingParams, requested: float,
+                    spare_gib: float | None) -> list[str]:
+    """After allocating the KV cache vLLM warms the sampler up again: it must fit in what the budget leaves."""
+    total = gpu.memory_gib
+    rows = min(run.seqs, run.mnbt)
+    reused = run.activation if run.warmup_reuse is None else run.warmup_reuse
+    if spare_gib is None:
+        headroom = (total - run.context - requested) + reused - (0.0 if run.reserved else run.graphs)
+    else:
+        headroom = spare_gib + reused
+    warm = run.warmup
+    if warm <= headroom:
+        return []
+    return [f"the sampler warm-up with {rows} dummy requests needs about {warm:.2f} GiB but only "
+            f"{headroom:.2f} GiB stays free after weights, KV cache and CUDA graphs on one {gpu.name}; vLLM "
+            "would fail with 'CUDA out of memory occurred when warming up sampler' - lower maxNumSeqs or "
+            "gpuMemoryUtilization"]
+
+
+def pinned_kv_problems(pinned: int, left_gib: float, left_low_gib: float, version: tuple[int, int, int] | None,
+                       row: str, doubts: list[Doubt]) -> Findings:
+    """--kv-cache-memory-bytes: the release must have it and the budget must hold that cache (estimate: refused;
+    bound only: tight)."""
     if version is None or version < KV_CACHE_MEMORY_BYTES_SINCE or "(V0" in row:
         shown = ".".join(map(str, version)) if version else "an unknown release"
-        return [f"kvCacheMemoryBytes needs vLLM >= 0.10.2 (V1 engine) but the image runs {shown}; pin "
-                "serving.vllmImage to a release that has --kv-cache-memory-bytes, e.g. vllm/vllm-openai:v0.11.0"]
+        return Findings([f"kvCacheMemoryBytes needs vLLM >= 0.10.2 (V1 engine) but the image runs {shown}; pin "
+                         "serving.vllmImage to a release that has --kv-cache-memory-bytes, e.g. "
+                         "vllm/vllm-openai:v0.11.0"])
+    if pinned > left_gib * GIB:
+        return Findings([f"kvCacheMemoryBytes {pinned} ({pinned / GIB:.2f} GiB) is more than the "
+                         f"{max(left_gib, 0):.2f} GiB the memory budget leaves for the KV cache after weights, "
+                         f"activations and graphs (estimate; bound {max(left_low_gib, 0):.2f} GiB); lower "
+                         "kvCacheMemoryBytes or raise the budget"])
     if pinned > left_low_gib * GIB:
-        return [f"kvCacheMemoryBytes {pinned} ({pinned / GIB:.2f} GiB) is more than the {max(left_low_gib, 0):.2f} "
-                "GiB the memory budget leaves for the KV cache after weights, activations and graphs (conservative "
-                "bound); lower kvCacheMemoryBytes or raise the budget"]
-    return []
+        return Findings(tight=[_tight(
+            f"kvCacheMemoryBytes {pinned} ({pinned / GIB:.2f} GiB) against what the budget leaves for the KV cache",
+            f"{left_gib:.2f} GiB left", f"{max(left_low_gib, 0):.2f} GiB", doubts)])
+    return Findings()
 
 
 def pp_whole_model_problems(run: RowRun, params: SizingParams, version: tuple[int, int, int] | None, gap_gib: float,
-                            max_len: int) -> list[str]:
-    """0.14-0.16 under pipeline parallelism: the whole model's request against the smallest stage (bound).
+                            max_len: int, doubts: list[Doubt]) -> Findings:
+    """0.14-0.16 under pipeline parallelism: the whole model's request against the smallest stage.
 
     An unknown release may be one of them, so it gets the check too (the product sizes unknown releases
     with the most conservative reading)."""
     first, last = PP_WHOLE_MODEL_CHECK
     if params.pipeline_parallel_size <= 1 or not (version is None or first <= version <= last):
-        return []
-    left = run.least_available - gap_gib
-    if run.need_whole <= left * GIB:
-        return []
+        return Findings()
+    left, left_low = run.least_available, run.least_available - gap_gib
+    if run.need_whole <= left_low * GIB:
+        return Findings()
     shown = ".".join(map(str, version)) if version else "an unknown release (it may be one)"
-    return [f"pipelineParallelSize {params.pipeline_parallel_size}: vLLM 0.14-0.16 (the image runs {shown}) checks "
-            f"one maxModelLen {max_len} request's KV cache over every layer of the model, "
-            f"{run.need_whole / GIB:.1f} GiB, against the smallest stage's {max(left, 0.0):.2f} GiB (conservative "
-            "bound), not stage by stage; pin serving.vllmImage to 0.17 or later (or 0.13 or earlier), or lower "
-            "maxModelLen"]
+    check = (f"pipelineParallelSize {params.pipeline_parallel_size}: vLLM 0.14-0.16 (the image runs {shown}) checks "
+             f"one maxModelLen {max_len} request's KV cache over every layer of the model, "
+             f"{run.need_whole / GIB:.1f} GiB, against the smallest stage's memory, not stage by stage")
+    if run.need_whole <= left * GIB:
+        return Findings(tight=[_tight(check, f"{left:.2f} GiB", f"{max(left_low, 0.0):.2f} GiB", doubts)])
+    return Findings([f"{check}: {max(left, 0.0):.2f} GiB (estimate; bound {max(left_low, 0.0):.2f} GiB); pin "
+                     "serving.vllmImage to 0.17 or later (or 0.13 or earlier), or lower maxModelLen"])

@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tkf_infra.sizing.estimate import Estimate
+from tkf_infra.sizing.estimate import UNIFIED_TIGHT
 from tkf_infra.sizing.estimate import estimate as _estimate
+from tkf_infra.sizing.estimate_result import Estimate
 from tkf_infra.sizing.facts import ModelFacts
 from tkf_infra.sizing.gpus import GpuSpec
 from tkf_infra.sizing.params import SizingError, SizingParams
@@ -41,7 +42,8 @@ class Suggestion:
 
 def suggest(facts: ModelFacts | dict[str, Any], gpu: GpuSpec, params: SizingParams, max_tp: int = 8,
             current: Estimate | None = None, prefix_caching: bool | None = None) -> Suggestion:
-    """Smallest TP (<= max_tp) that fits, and the largest fitting maxModelLen (both judged on the bound)."""
+    """Smallest TP (<= max_tp) that fits, and the largest fitting maxModelLen (both judged on the bound: the way
+    out of a refusal and of a tight verdict alike)."""
 
     def estimate(f: ModelFacts | dict[str, Any], g: GpuSpec, p: SizingParams) -> Estimate:
         return _estimate(f, g, p, prefix_caching=prefix_caching)
@@ -50,7 +52,7 @@ def suggest(facts: ModelFacts | dict[str, Any], gpu: GpuSpec, params: SizingPara
     best_tp: int | None = None
     for tp in range(1, max_tp + 1):
         if tp == params.tensor_parallel_size:
-            if cur.fits:
+            if fits_here(cur):
                 best_tp = tp
                 break
             continue
@@ -58,7 +60,7 @@ def suggest(facts: ModelFacts | dict[str, Any], gpu: GpuSpec, params: SizingPara
             est = estimate(facts, gpu, params.model_copy(update={"tensor_parallel_size": tp}))
         except SizingError:
             continue
-        if est.fits:
+        if fits_here(est):
             best_tp = tp
             break
     if best_tp is None and not cur.cpu:
@@ -72,8 +74,14 @@ def suggest(facts: ModelFacts | dict[str, Any], gpu: GpuSpec, params: SizingPara
     only_kv = all(p.startswith("needs ") for p in cur.problems)
     if cur.max_fitting_model_len and only_kv:
         trial = estimate(facts, gpu, params.model_copy(update={"max_model_len": cur.max_fitting_model_len}))
-        fit_len = cur.max_fitting_model_len if trial.fits else None
+        fit_len = cur.max_fitting_model_len if fits_here(trial) else None
     return Suggestion(best_tp, fit_len)
+
+
+def fits_here(est: Estimate) -> bool:
+    """Whether an estimate is as good as this GPU allows: it fits on the bound, or (a unified-memory GPU, whose
+    verdict is tight at best) it is tight for that reason alone."""
+    return not est.problems and all(t == UNIFIED_TIGHT.format(gpu=est.gpu) for t in est.tight)
 
 
 def doubt_text(est: Estimate) -> str | None:
@@ -96,11 +104,12 @@ def doubt_text(est: Estimate) -> str | None:
 
 
 def fit_message(est: Estimate, sugg: Suggestion | None) -> str:
-    """One line a user can act on: model, numbers (estimate and bound), the doubt and the way out."""
-    reasons = "; ".join(est.problems)
+    """One line a user can act on: model, numbers (estimate and bound), the doubt and the way out; for a tight
+    verdict, why it is tight (the margin and the doubt) and what would make it fit on the bound."""
+    reasons = "; ".join(est.problems or est.tight)
     way = f"; {sugg.text()}" if sugg else ""
     doubt = ""
-    if est.available_kv_gib > 0 and est.bound_gap_gib > 0.005 and est.doubts:
+    if est.problems and est.available_kv_gib > 0 and est.bound_gap_gib > 0.005 and est.doubts:
         top = max(est.doubts, key=lambda d: d.gib)
         doubt = (f" (the estimate leaves {est.available_kv_gib:.2f} GiB / {est.kv_cache_tokens:,} tokens; the bound "
                  f"{est.available_kv_gib_bound:.2f} GiB mostly because of {top.term}: {top.pin})")
