@@ -305,12 +305,12 @@ def assert_sidecar_runs_our_source(kube: KubeClient, namespace: str, pod_spec: d
     and that ConfigMap is on the server holding this repository's metrics_proxy.py: a volume lost in the
     merge, or a name the stack never applied, is a sidecar that cannot start."""
     (sidecar,) = [c for c in pod_spec["containers"] if c["name"] == "metrics"]
-    (mount,) = sidecar["volumeMounts"]
+    script = sidecar["command"][1]
+    # The source's mount is the one the script lives under (the fleet's facts ConfigMap is mounted beside it).
+    (mount,) = [m for m in sidecar["volumeMounts"] if script.startswith(m["mountPath"] + "/")]
     (volume,) = [v for v in pod_spec["volumes"] if v["name"] == mount["name"]]
     configmap = kube.get("v1", "ConfigMap", volume["configMap"]["name"], namespace)
     assert configmap is not None, f"the sidecar mounts ConfigMap {volume['configMap']['name']}, not on the server"
-    script = sidecar["command"][1]
-    assert script.startswith(mount["mountPath"] + "/"), (script, mount)
     assert configmap["data"][script.removeprefix(mount["mountPath"] + "/")] == Path(metrics_proxy.__file__).read_text()
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -18,7 +17,7 @@ from components.fleet import API_KEY_SECRET, API_KEY_SECRET_KEY
 from tests.kube.client import KubeAPIError, KubeClient
 from tkf_infra import names
 
-CHARTS = Path(__file__).resolve().parents[2] / "components" / "data" / "charts"
+CHARTS = names.PROJECT_ROOT / "components" / "data" / "charts"
 LLMISVC = "serving.kserve.io/v1alpha2"
 LWS = "leaderworkerset.x-k8s.io/v1"
 CRD_API = "apiextensions.k8s.io/v1"

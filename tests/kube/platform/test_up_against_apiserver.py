@@ -62,7 +62,7 @@ from tkf_infra.ops.stacks import DEV_PASSPHRASE, copy_project, engine_env, pulum
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.engine]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = names.PROJECT_ROOT
 CEL_MESSAGE = "replicas and scaling are mutually exclusive"
 DEV_API_KEY = "tkf-dev-api-key"  # the dev stack's documented dev-only key
 H100_TAINT = {"key": "tkf.io/dedicated", "value": "llm", "effect": "NoSchedule"}
