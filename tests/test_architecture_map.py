@@ -69,7 +69,6 @@ def test_every_module_path_the_map_names_exists() -> None:
 #: Circles other branches are taking apart (issues 39 and 40). Each is named until its fix is merged; the
 #: test fails on any other circle, and on one of these once it is gone (then delete its line here).
 KNOWN_CIRCLES: dict[frozenset[str], str] = {
-    frozenset({"tkf_infra.plan.fleet", "tkf_infra.plan.admit_fleet"}): "issue 39: ModelPlan into plan/model_plan.py",
 }
 CHECKED = ("tkf_infra", "components", "providers", "policy")
 _TOKEN = re.compile(r"`([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*)(?<!\.py)`")

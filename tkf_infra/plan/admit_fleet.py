@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tkf_infra.config import Catalog
 from tkf_infra.config.catalog import Backend
@@ -26,6 +26,7 @@ from tkf_infra.config.platform import installed_pieces
 from tkf_infra.config.quantity import cpu_text, gib_text
 from tkf_infra.plan import admission as adm
 from tkf_infra.plan.layout import plan_mig
+from tkf_infra.plan.model_plan import ModelPlan
 from tkf_infra.plan.pool_layout import Demand, PoolLayout
 from tkf_infra.plan.pools import PoolFacts
 from tkf_infra.plan.share import context_gib
@@ -33,9 +34,6 @@ from tkf_infra.plan.storage_room import Cache, admit_storage, storage_limits
 from tkf_infra.plan.time_slicing import SliceDemand, prove_time_slicing
 from tkf_infra.sizing.ec2 import InstanceGpus
 from tkf_infra.sizing.node_room import EKS_AMI_TAG, eks_node_room
-
-if TYPE_CHECKING:
-    from tkf_infra.plan.fleet import ModelPlan
 
 Refusals = dict[str, tuple[str, str]]
 """Model → (stage name, reason)."""

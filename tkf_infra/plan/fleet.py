@@ -25,33 +25,18 @@ from tkf_infra.plan import admission as adm
 from tkf_infra.plan.admit_fleet import admit, plan_layouts, reserved
 from tkf_infra.plan.exclusion import Exclusion, Refusal, Stage, verdict
 from tkf_infra.plan.lora import adapter_problems
+from tkf_infra.plan.model_plan import ModelPlan
 from tkf_infra.plan.pool_layout import PoolLayout
 from tkf_infra.plan.pools import PoolFacts, PoolProblem, resolve_pool
 from tkf_infra.plan.scaling import at_maximum, at_minimum, over_maximum, overcommitted, scaling_checks
-from tkf_infra.plan.share import Share, ShareProblem, size_share
+from tkf_infra.plan.share import ShareProblem, size_share
 from tkf_infra.sizing.arch import parse_arch
-from tkf_infra.sizing.contract import FitInputs, FitResult
+from tkf_infra.sizing.contract import FitInputs
 from tkf_infra.sizing.ec2 import InstanceGpus
 from tkf_infra.sizing.estimate import sized_once
 from tkf_infra.sizing.facts import ModelFacts
 from tkf_infra.sizing.params import SizingError, SizingParams
 from tkf_infra.sizing.weights import checkpoint_bytes
-
-
-@dataclass(frozen=True)
-class ModelPlan:
-    """One model that will be deployed, with everything its resources need as plain values."""
-
-    entry: ModelEntry
-    facts: ModelFacts
-    weight_bytes: int
-    pool: PoolFacts | None
-    fit_inputs: FitInputs
-    fit: FitResult
-    share: Share | None = None
-    """The part of a GPU each replica gets (None: whole GPUs); `entry` then carries the share's vLLM flags."""
-    refused_adapters: tuple[str, ...] = ()
-    """Why each LoRA adapter left out of `entry` was (tkf_infra.plan.lora): fleet errors, the base deploys."""
 
 
 @dataclass(frozen=True)
