@@ -56,13 +56,16 @@ class KvLayout:
     """Blocks one request holds in a recurrent group (1 + speculative tokens; +1 with prefix caching)."""
     recurrent_per_len: bool = False
     """Mamba 'all' cache mode: a state per block of the sequence, plus the speculative blocks."""
+    side_bytes: float = 0.0
+    """Bytes of one block of the rank's second per-layer caches, summed over its layers: the sparse-attention
+    indexer's keys (DeepSeek V3.2, GLM-5), which share the block table of the layer's MLA cache (`indexer_page`)."""
 
     @property
     def bytes_per_block(self) -> float:
         """What one block id costs across the rank's layers (the divisor of the KV budget)."""
         if self.hybrid:
             return self.page_bytes * self.group_size
-        return self.page_bytes * len(self.groups)
+        return self.page_bytes * len(self.groups) + self.side_bytes
 
     def blocks_for(self, kind: LayerKind, max_len: int, mnbt: int) -> int:
         if self.v0:
@@ -87,7 +90,8 @@ class KvLayout:
         """Bytes one max-length request needs on this rank (vLLM's start-up check)."""
         if self.hybrid:
             return self.blocks_per_request(max_len, mnbt) * self.page_bytes * self.group_size
-        return sum(self.blocks_for(k, max_len, mnbt) for k in self.groups) * self.page_bytes
+        side = -(-max_len // self.block_size) * self.side_bytes if self.side_bytes else 0.0
+        return sum(self.blocks_for(k, max_len, mnbt) for k in self.groups) * self.page_bytes + side
 
     def num_blocks(self, available: float) -> int:
         if available <= 0 or not self.groups or self.bytes_per_block <= 0:  # no KV head on this rank: refused
@@ -115,6 +119,26 @@ def attention_page(arch: Arch, tp: int, kv_bytes: float, block_size: int) -> flo
         m = arch.mla
         return block_size * (m["kv_lora_rank"] + m["qk_rope_head_dim"]) * kv_bytes  # latent, no x2, replicated
     return 2 * block_size * max(1, arch.kv_heads // tp) * arch.head_dim * kv_bytes
+
+
+#: The indexer's keys are stored in FP8 with one float32 scale per this many elements (`quant_block_size`,
+#: models/deepseek_v32/attention.py@v0.27.1:84, model_executor/models/deepseek_v2.py@v0.19.1:659-671).
+INDEXER_QUANT_BLOCK = 128
+
+
+def indexer_page(arch: Arch, block_size: int) -> float:
+    """Bytes of one block of one layer's sparse-attention indexer cache (DeepSeek V3.2, GLM-5), 0 without one.
+
+    vLLM gives each indexer layer a KV cache of its own beside the MLA latent: `DeepseekV32IndexerCache`, an
+    `MLAAttentionSpec` of one head of `index_head_dim + index_head_dim // 128 * 4` uint8 elements per token (FP8 keys
+    and their float32 scales), whatever `kv_cache_dtype` is (model_executor/models/deepseek_v2.py@v0.19.1:584-605,
+    659-671; @v0.27.1:616, 696-697; models/deepseek_v32/attention.py@v0.27.1:82-88). Both specs are MLA, so every
+    layer stays in one uniform-type group whose page is the sum of the layers' pages
+    (v1/kv_cache_interface.py@v0.19.1:375-394): one block id costs the latent and the indexer keys of every layer."""
+    if not arch.indexer:
+        return 0.0
+    head = arch.indexer["head_dim"]
+    return block_size * (head + head // INDEXER_QUANT_BLOCK * 4)
 
 
 def hybrid_block_size(arch: Arch, tp: int, kv_bytes: float, act_bytes: float, spec_tokens: int,
@@ -146,8 +170,9 @@ def recurrent_blocks(arch: Arch, spec_tokens: int, prefix_caching: bool, *, all_
 
 def kv_layout(arch: Arch, kinds: tuple[LayerKind, ...], tp: int, kv_bytes: float, block_size: int, *,
               group_ratio: float, v0: bool = False, recurrent_blocks: int = 1,
-              recurrent_per_len: bool = False) -> KvLayout:
-    """Group the rank's layers the way the release does (`group_ratio`: see VersionRow)."""
+              recurrent_per_len: bool = False, indexer_layers: int = 0) -> KvLayout:
+    """Group the rank's layers the way the release does (`group_ratio`: see VersionRow). `indexer_layers`: how many
+    of the rank's layers keep a sparse-attention indexer cache beside their MLA latent (`indexer_page`)."""
     page = attention_page(arch, tp, kv_bytes, block_size)
     attn = tuple(k for k in kinds if k.attention or k.kind == "linear")
     if v0:
@@ -157,7 +182,8 @@ def kv_layout(arch: Arch, kinds: tuple[LayerKind, ...], tp: int, kv_bytes: float
     for k in attn:
         types[k] = types.get(k, 0) + 1
     if len(types) <= 1:
-        return KvLayout(block_size, page, attn, 1, hybrid=False)
+        return KvLayout(block_size, page, attn, 1, hybrid=False,
+                        side_bytes=indexer_page(arch, block_size) * indexer_layers)
     counts = list(types.values())
     g = min(counts)
     if group_ratio > 1.0 and max(counts) < group_ratio * min(counts):

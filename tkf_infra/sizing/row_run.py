@@ -68,6 +68,13 @@ def batch_defaults(row: VersionRow, gpu: GpuSpec, params: SizingParams, max_len:
     return seqs, max(mnbt, 1)
 
 
+def _indexer_layers(arch: Arch, rng: range) -> int:
+    """How many of the stage's layers build a sparse-attention indexer (and so its cache: `kv.indexer_page`)."""
+    if not arch.indexer:
+        return 0
+    return sum(1 for i in rng if i >= len(arch.indexer_layers) or arch.indexer_layers[i])
+
+
 def _rank_kinds(arch: Arch, rng: range, extra_layers: int, last: bool) -> tuple[LayerKind, ...]:
     kinds = tuple(arch.layer_kinds[i] for i in rng)
     if last and extra_layers:
@@ -133,7 +140,8 @@ def _layouts(d: _Deployment, prefix_caching: bool | None) -> tuple[list[KvLayout
                                            checkpoint_block=row.mamba2_checkpoint_block)
         return [kv_layout(arch, _rank_kinds(arch, rng, d.draft_layers, i == d.last), d.sh.tp, d.kv_bytes, d.block,
                           group_ratio=row.hybrid_group_ratio, v0=row.engine == "v0", recurrent_blocks=blocks,
-                          recurrent_per_len=per_len) for i, rng in enumerate(d.ranges)]
+                          recurrent_per_len=per_len, indexer_layers=_indexer_layers(arch, rng))
+                for i, rng in enumerate(d.ranges)]
 
     central = stage_layouts(row.hybrid_prefix_caching if prefix_caching is None else prefix_caching,
                             row.mamba2_all_mode and bool(prefix_caching))
@@ -149,7 +157,7 @@ def _whole_model_need(d: _Deployment, bounding: list[KvLayout]) -> float:
                                        checkpoint_block=d.row.mamba2_checkpoint_block)
     whole = kv_layout(d.arch, _rank_kinds(d.arch, range(d.arch.layers), d.draft_layers, True), d.sh.tp, d.kv_bytes,
                       d.block, group_ratio=d.row.hybrid_group_ratio, v0=d.row.engine == "v0", recurrent_blocks=blocks,
-                      recurrent_per_len=per_len)
+                      recurrent_per_len=per_len, indexer_layers=_indexer_layers(d.arch, range(d.arch.layers)))
     return whole.need_per_request(d.max_len, d.batch.tokens)
 
 
@@ -311,9 +319,9 @@ def run_row(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max
     central, bounding = _layouts(d, prefix_caching)
     stage = _limiting_stage(d, n, weights, weights_extra, central)
     last = stage.index == d.last
-    per_token = central[stage.index].page_bytes * sum(
+    per_token = (central[stage.index].page_bytes * sum(
         1 for kind in _rank_kinds(arch, d.ranges[-1], d.draft_layers, True)
-        if kind.attention or kind.kind == "linear") / d.block
+        if kind.attention or kind.kind == "linear") + central[-1].side_bytes) / d.block
     return RowRun(row=row.name, seqs=d.batch.seqs, mnbt=d.batch.tokens, block=d.block, weights=stage.weights,
                   activation=n.act.total, non_torch=n.non_torch, graphs=stage.graphs, reserved=n.reserved,
                   available=stage.available, layout=central[stage.index], layout_low=bounding[stage.index],

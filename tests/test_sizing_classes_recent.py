@@ -1,0 +1,80 @@
+"""Issue 40's KV-token misses on releases >= 0.17, each class on the start-ups that showed it (tests/data/calibration,
+copied from the shared calibration folder) and on the physics read from vLLM's source at the case's release.
+
+- DeepSeek V3.2-style sparse attention (GLM-5.x): the lightning indexer keeps a KV cache of its own on every layer it
+  is built on, beside the MLA latent, so each block costs both;
+- the H200's total: derived from its nominal 141 GB where NVML's figure (143,771 MiB) is public, so two H200
+  start-ups printed 1.7 GiB more KV memory than estimated.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.calibration_cases import case_inputs, read_case
+from tkf_infra.sizing.arch import parse_arch
+from tkf_infra.sizing.estimate import estimate
+from tkf_infra.sizing.estimate_result import Estimate
+from tkf_infra.sizing.gpus import lookup_gpu
+from tkf_infra.sizing.kv import indexer_page
+from tkf_infra.sizing.params import SizingParams
+
+CASES = Path(__file__).parent / "data" / "calibration"
+NEW = CASES / "cases-2025-26.json"
+CONFIGS = CASES / "configs"
+GLM = "bisect-glm-5.1-fp8-tp8-8xh200-eager-v0.19.1rc1"
+
+
+def printed(case_id: str, path: Path = NEW) -> dict[str, Any]:
+    return dict(next(c for c in json.loads(path.read_text()) if c["case_id"] == case_id))
+
+
+def case(case_id: str, path: Path = NEW, **changes: Any) -> Estimate:
+    inputs = case_inputs(read_case(printed(case_id, path)), path.parent, {})
+    params = inputs.params.model_copy(update=changes)
+    return estimate(inputs.config, inputs.gpu, params, prefix_caching=inputs.prefix_caching)
+
+
+def test_the_sparse_attention_indexer_keeps_its_own_kv_cache_on_every_layer() -> None:
+    """GLM-5.1-FP8 on 8 H200s at 0.19.1: 32.11 GiB for 344,192 tokens is 1284 B per token and layer — the MLA latent
+    (576 x 2 B) plus the indexer's FP8 keys and scales (128 + 128 / 128 x 4 B: `DeepseekV32IndexerCache`,
+    model_executor/models/deepseek_v2.py@v0.19.1:584-605, 659-671). Counting the latent alone put 5.4 % more tokens
+    in the same memory."""
+    est = case(GLM)
+    layers = 78
+    assert est.kv_bytes_per_token == layers * ((512 + 64) * 2 + 128 + 4)
+    want = printed(GLM)
+    assert want["available_kv_cache_gib"] * 2**30 / (want["kv_cache_tokens"] * layers) == pytest.approx(1284, abs=1)
+    assert est.kv_cache_tokens == pytest.approx(want["kv_cache_tokens"], rel=0.02)
+    assert est.kv_cache_tokens_bound <= want["kv_cache_tokens"]
+
+
+def test_the_indexer_cache_is_fp8_whatever_the_kv_cache_dtype_and_only_where_the_indexer_is_built() -> None:
+    config = json.loads((CONFIGS / "zai-org__GLM-5.1-FP8.json").read_text())
+    arch = parse_arch(config)
+    assert indexer_page(arch, 64) == 64 * 132
+    params = SizingParams(vllm_version="0.19.1", tensor_parallel_size=8, max_model_len=8192, quantization="fp8")
+    auto = estimate(config, lookup_gpu("H200"), params)
+    fp8 = estimate(config, lookup_gpu("H200"), params.model_copy(update={"kv_cache_dtype": "fp8"}))
+    assert auto.kv_bytes_per_token - fp8.kv_bytes_per_token == 78 * 576, "only the latent halves"
+    every_other = {**config, "index_topk_pattern": ["F" if i % 2 == 0 else "S" for i in range(78)]}
+    sparse = estimate(every_other, lookup_gpu("H200"), params)
+    assert auto.kv_bytes_per_token - sparse.kv_bytes_per_token == 39 * 132
+    plain = {k: v for k, v in config.items() if not k.startswith("index_")}
+    assert estimate(plain, lookup_gpu("H200"), params).kv_bytes_per_token == 78 * 1152
+
+
+def test_the_h200_total_is_derived_from_its_nvml_figure() -> None:
+    """NVML reports 143,771 MiB (140.40 GiB) on an H200 141 GB; CUDA's total sits below NVML's by less than the 0.65
+    GiB the derivation takes off. Two H200 start-ups (Qwen3-Next-80B at TP 2 on 0.10.2, GLM-5.1 at TP 8 on 0.19.1)
+    printed 1.7 GiB more KV memory than the nominal-derived 138.18 GiB left: now within 1.1 % of both."""
+    h200 = lookup_gpu("H200")
+    assert h200.memory_gib == pytest.approx(140.40 - 0.65) and not h200.memory_measured
+    for cid in ("qwen3next80b-a3b-instruct-bf16-tp2-2xh200-v0.10.2", GLM):
+        est, want = case(cid), printed(cid)
+        assert est.kv_cache_tokens == pytest.approx(want["kv_cache_tokens"], rel=0.011), cid
+        assert est.available_kv_gib < want["available_kv_cache_gib"], cid
