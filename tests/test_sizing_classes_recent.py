@@ -78,3 +78,15 @@ def test_the_h200_total_is_derived_from_its_nvml_figure() -> None:
         est, want = case(cid), printed(cid)
         assert est.kv_cache_tokens == pytest.approx(want["kv_cache_tokens"], rel=0.011), cid
         assert est.available_kv_gib < want["available_kv_cache_gib"], cid
+
+
+def test_kimi_k2_thinking_int4_experts_are_sized_from_the_composed_library_config() -> None:
+    """Kimi-K2-Thinking ships its routed experts as compressed-tensors pack-quantized int4 (group 32) and names the
+    scheme in config_groups; the case carried only the FP8 Instruct sibling's config, so it could not be sized. The
+    bench's library now composes the two (tests/data/calibration/configs/INDEX.json names both sources): on 8 H200s
+    the estimate leaves 46.1 GiB of KV memory where vLLM printed 46.8."""
+    est = case("recipes-kimi-k2-thinking-tp8-8xh200-default")
+    assert est.verdict == "fits"
+    want = printed("recipes-kimi-k2-thinking-tp8-8xh200-default")
+    assert est.kv_cache_tokens == pytest.approx(want["kv_cache_tokens"], rel=0.02)
+    assert est.available_kv_gib == pytest.approx(want["available_kv_cache_gib"], rel=0.02)
