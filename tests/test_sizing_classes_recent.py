@@ -90,3 +90,31 @@ def test_kimi_k2_thinking_int4_experts_are_sized_from_the_composed_library_confi
     want = printed("recipes-kimi-k2-thinking-tp8-8xh200-default")
     assert est.kv_cache_tokens == pytest.approx(want["kv_cache_tokens"], rel=0.02)
     assert est.available_kv_gib == pytest.approx(want["available_kv_cache_gib"], rel=0.02)
+
+
+def test_decode_context_parallelism_multiplies_the_kv_tokens_not_the_memory() -> None:
+    """Kimi-K2-Thinking on 8 H200s with --decode-context-parallel-size 8 printed the same 46.80 GiB per GPU as without
+    it and 'Multiplying the GPU KV cache size by the dcp_world_size 8': 5,721,088 tokens. Each rank keeps every 8th
+    token of a request (v1/kv_cache_interface.py@v0.11.0:85-90, v1/core/kv_cache_utils.py@v0.11.0:1081-1085)."""
+    plain = case("recipes-kimi-k2-thinking-tp8-8xh200-default")
+    dcp = case("recipes-kimi-k2-thinking-tp8-dcp8-8xh200")
+    assert dcp.available_kv_gib == pytest.approx(plain.available_kv_gib)
+    assert dcp.kv_cache_tokens == 8 * plain.kv_cache_tokens
+    assert dcp.need_per_request_gib == pytest.approx(plain.need_per_request_gib / 8)
+    want = printed("recipes-kimi-k2-thinking-tp8-dcp8-8xh200")["kv_cache_tokens"]
+    assert dcp.kv_cache_tokens == pytest.approx(want, rel=0.02)
+    later = case("recipes-kimi-k2-thinking-tp8-dcp8-8xh200", vllm_version="0.27.1")  # concurrency x max_model_len
+    assert later.kv_cache_tokens == pytest.approx(later.max_concurrency * 262144, abs=1)
+    assert later.max_concurrency == pytest.approx(8 * case("recipes-kimi-k2-thinking-tp8-8xh200-default",
+                                                           vllm_version="0.27.1").max_concurrency, rel=0.01)
+
+
+def test_decode_context_parallelism_is_refused_where_vllm_or_the_physics_does_not_have_it() -> None:
+    kimi = case("recipes-kimi-k2-thinking-tp8-dcp8-8xh200", decode_context_parallel_size=3)
+    assert any("does not divide tensorParallelSize 8" in p for p in kimi.problems)
+    old = case("recipes-kimi-k2-thinking-tp8-dcp8-8xh200", vllm_version="0.10.1")
+    assert any("has no --decode-context-parallel-size" in p for p in old.problems)
+    qwen = json.loads((CONFIGS / "Qwen__Qwen3-8B.json").read_text())
+    gqa = estimate(qwen, lookup_gpu("H100-80GB"), SizingParams(vllm_version="0.27.1", tensor_parallel_size=2,
+                                                               decode_context_parallel_size=2, max_model_len=8192))
+    assert gqa.verdict == "refuses" and "multi-head latent attention models only" in gqa.problems[0]

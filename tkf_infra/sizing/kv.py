@@ -59,6 +59,14 @@ class KvLayout:
     side_bytes: float = 0.0
     """Bytes of one block of the rank's second per-layer caches, summed over its layers: the sparse-attention
     indexer's keys (DeepSeek V3.2, GLM-5), which share the block table of the layer's MLA cache (`indexer_page`)."""
+    dcp: int = 1
+    """Decode context parallelism: each of the TP group's `dcp` ranks keeps every dcp-th token of a request, so one
+    request needs `cdiv(max_len, dcp)` tokens' blocks per rank (v1/kv_cache_interface.py@v0.19.1:113-121,
+    @v0.27.1:266-271) and the printed cache size is dcp times the rank's (v1/core/kv_cache_utils.py@v0.19.1:1307-1316;
+    from 0.21 it is concurrency x max_model_len, concurrency counted on the local length)."""
+
+    def _local(self, max_len: int) -> int:
+        return -(-max_len // self.dcp) if self.dcp > 1 else max_len
 
     @property
     def bytes_per_block(self) -> float:
@@ -82,12 +90,14 @@ class KvLayout:
         return -(-max_len // self.block_size)
 
     def blocks_per_request(self, max_len: int, mnbt: int) -> int:
+        max_len = self._local(max_len)
         if self.hybrid:
             return sum(self.blocks_for(k, max_len, mnbt) for k in self.groups)
         return self.blocks_for(self.groups[0], max_len, mnbt) if self.groups else 0
 
     def need_per_request(self, max_len: int, mnbt: int) -> float:
         """Bytes one max-length request needs on this rank (vLLM's start-up check)."""
+        max_len = self._local(max_len)
         if self.hybrid:
             return self.blocks_per_request(max_len, mnbt) * self.page_bytes * self.group_size
         side = -(-max_len // self.block_size) * self.side_bytes if self.side_bytes else 0.0
@@ -103,8 +113,8 @@ class KvLayout:
         if from_concurrency and not self.v0:
             return int(self.concurrency(num_blocks, max_len, mnbt) * max_len)
         if self.hybrid:
-            return (num_blocks // len(self.groups)) * self.block_size
-        return num_blocks * self.block_size
+            return (num_blocks // len(self.groups)) * self.block_size * self.dcp
+        return num_blocks * self.block_size * self.dcp
 
     def concurrency(self, num_blocks: int, max_len: int, mnbt: int) -> float:
         if self.v0:
@@ -170,7 +180,7 @@ def recurrent_blocks(arch: Arch, spec_tokens: int, prefix_caching: bool, *, all_
 
 def kv_layout(arch: Arch, kinds: tuple[LayerKind, ...], tp: int, kv_bytes: float, block_size: int, *,
               group_ratio: float, v0: bool = False, recurrent_blocks: int = 1,
-              recurrent_per_len: bool = False, indexer_layers: int = 0) -> KvLayout:
+              recurrent_per_len: bool = False, indexer_layers: int = 0, dcp: int = 1) -> KvLayout:
     """Group the rank's layers the way the release does (`group_ratio`: see VersionRow). `indexer_layers`: how many
     of the rank's layers keep a sparse-attention indexer cache beside their MLA latent (`indexer_page`)."""
     page = attention_page(arch, tp, kv_bytes, block_size)
@@ -183,7 +193,7 @@ def kv_layout(arch: Arch, kinds: tuple[LayerKind, ...], tp: int, kv_bytes: float
         types[k] = types.get(k, 0) + 1
     if len(types) <= 1:
         return KvLayout(block_size, page, attn, 1, hybrid=False,
-                        side_bytes=indexer_page(arch, block_size) * indexer_layers)
+                        side_bytes=indexer_page(arch, block_size) * indexer_layers, dcp=dcp)
     counts = list(types.values())
     g = min(counts)
     if group_ratio > 1.0 and max(counts) < group_ratio * min(counts):

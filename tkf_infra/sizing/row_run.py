@@ -140,7 +140,8 @@ def _layouts(d: _Deployment, prefix_caching: bool | None) -> tuple[list[KvLayout
                                            checkpoint_block=row.mamba2_checkpoint_block)
         return [kv_layout(arch, _rank_kinds(arch, rng, d.draft_layers, i == d.last), d.sh.tp, d.kv_bytes, d.block,
                           group_ratio=row.hybrid_group_ratio, v0=row.engine == "v0", recurrent_blocks=blocks,
-                          recurrent_per_len=per_len, indexer_layers=_indexer_layers(arch, rng))
+                          recurrent_per_len=per_len, indexer_layers=_indexer_layers(arch, rng),
+                          dcp=d.params.decode_context_parallel_size)
                 for i, rng in enumerate(d.ranges)]
 
     central = stage_layouts(row.hybrid_prefix_caching if prefix_caching is None else prefix_caching,
@@ -157,7 +158,8 @@ def _whole_model_need(d: _Deployment, bounding: list[KvLayout]) -> float:
                                        checkpoint_block=d.row.mamba2_checkpoint_block)
     whole = kv_layout(d.arch, _rank_kinds(d.arch, range(d.arch.layers), d.draft_layers, True), d.sh.tp, d.kv_bytes,
                       d.block, group_ratio=d.row.hybrid_group_ratio, v0=d.row.engine == "v0", recurrent_blocks=blocks,
-                      recurrent_per_len=per_len, indexer_layers=_indexer_layers(d.arch, range(d.arch.layers)))
+                      recurrent_per_len=per_len, indexer_layers=_indexer_layers(d.arch, range(d.arch.layers)),
+                      dcp=d.params.decode_context_parallel_size)
     return whole.need_per_request(d.max_len, d.batch.tokens)
 
 
