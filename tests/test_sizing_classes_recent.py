@@ -118,3 +118,17 @@ def test_decode_context_parallelism_is_refused_where_vllm_or_the_physics_does_no
     gqa = estimate(qwen, lookup_gpu("H100-80GB"), SizingParams(vllm_version="0.27.1", tensor_parallel_size=2,
                                                                decode_context_parallel_size=2, max_model_len=8192))
     assert gqa.verdict == "refuses" and "multi-head latent attention models only" in gqa.problems[0]
+
+
+def test_the_bench_counts_as_unsized_only_what_the_product_refuses_not_inline_facts_that_lack_a_field() -> None:
+    """`unsized_started` is the product's refusals by name of start-ups (bench/sizing_accuracy.py); a case that gives
+    inline facts without a field every real config.json has (LLaVA 1.6's vocab_size) is a gap in the case's inputs,
+    said so on its skip line. DeepSeek V4's compressed attention is refused by name and stays counted."""
+    from bench.sizing_accuracy import run
+
+    report = run(NEW)
+    llava = next(line for line in report.lines if line.startswith("llava-v1.6-mistral-7b"))
+    assert "skipped" in llava and "inline facts only" in llava
+    v4 = next(line for line in report.lines if line.startswith("runpod-deepseek-v4-flash-0731-tp2-2xh200-len98304"))
+    assert "skipped" in v4 and "inline facts only" not in v4
+    assert report.unsized_started == 1
