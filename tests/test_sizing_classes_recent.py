@@ -21,7 +21,8 @@ from tkf_infra.sizing.estimate import estimate
 from tkf_infra.sizing.estimate_result import Estimate
 from tkf_infra.sizing.gpus import lookup_gpu
 from tkf_infra.sizing.kv import indexer_page
-from tkf_infra.sizing.params import SizingParams
+from tkf_infra.sizing.kv_v4 import packed_layout
+from tkf_infra.sizing.params import SizingError, SizingParams
 
 CASES = Path(__file__).parent / "data" / "calibration"
 NEW = CASES / "cases-2025-26.json"
@@ -123,12 +124,55 @@ def test_decode_context_parallelism_is_refused_where_vllm_or_the_physics_does_no
 def test_the_bench_counts_as_unsized_only_what_the_product_refuses_not_inline_facts_that_lack_a_field() -> None:
     """`unsized_started` is the product's refusals by name of start-ups (bench/sizing_accuracy.py); a case that gives
     inline facts without a field every real config.json has (LLaVA 1.6's vocab_size) is a gap in the case's inputs,
-    said so on its skip line. DeepSeek V4's compressed attention is refused by name and stays counted."""
+    said so on its skip line and not counted."""
     from bench.sizing_accuracy import run
 
     report = run(NEW)
     llava = next(line for line in report.lines if line.startswith("llava-v1.6-mistral-7b"))
     assert "skipped" in llava and "inline facts only" in llava
-    v4 = next(line for line in report.lines if line.startswith("runpod-deepseek-v4-flash-0731-tp2-2xh200-len98304"))
-    assert "skipped" in v4 and "inline facts only" not in v4
-    assert report.unsized_started == 1
+    assert report.unsized_started == 0
+
+
+V4 = "runpod-deepseek-v4-flash-0731-tp2-2xh200-len98304-mnbt8192-v0.27.1"
+V4_FAIL = "runpod-deepseek-v4-flash-0731-tp2-2xh200-len131072-mnbt65536-v0.27.1-FAIL"
+
+
+def test_deepseek_v4s_packed_kv_layout_gives_the_printed_tokens_for_the_printed_memory() -> None:
+    """0.27.1 packs V4's caches (SWA 64-token blocks, compressed MLA and indexer at 256 tokens / ratio, compressor
+    states at 4 or 8) into layer tuples and one block slab whose stride is the widest group: 1,002,240 B on a
+    DeepSeek-V4-Flash rank, and one 98,304-token request holds 7066 pages over the five groups (the windows reserve
+    two batches of 8192 tokens in flight). With the 50.51 GiB vLLM printed that is 752,833 tokens (752,889 printed)."""
+    config = json.loads((CONFIGS / "deepseek-ai__DeepSeek-V4-Flash.json").read_text())
+    ratios = [max(1, r) for r in config["compress_ratios"][:43]]
+    layout = packed_layout(ratios, 512, 128, 256, 128)
+    assert layout.block_stride == 1_002_240
+    blocks = int(50.51 * 2**30) // layout.block_stride
+    pages = layout.pages(98304, 2 * 8192)
+    assert pages == 7066
+    assert int(blocks / pages * 98304) == pytest.approx(printed(V4)["kv_cache_tokens"], rel=1e-4)
+    est = case(V4)
+    assert est.verdict == "fits" and est.kv_bytes_per_token == layout.block_stride / 256
+    assert est.max_concurrency == pytest.approx(int(est.available_kv_gib * 2**30) // layout.block_stride / 7066)
+
+
+def test_deepseek_v4s_max_length_check_needs_what_vllm_printed_and_its_failed_start_up_is_refused() -> None:
+    """The 131,072-token start-up at 65,536 batched tokens failed: 'To serve at least one request ... 52.66 GiB KV
+    cache is needed' — tuple count x one tuple's page sizes x pages (kv_cache_utils.py@v0.27.1:1920-1937)."""
+    est = case(V4_FAIL)
+    assert est.need_per_request_gib == pytest.approx(printed(V4_FAIL)["error_kv_needed_gib"], abs=0.01)
+    assert est.verdict == "refuses"
+
+
+def test_deepseek_v4_shapes_and_settings_the_layout_is_not_read_for_are_refused_by_name() -> None:
+    config = json.loads((CONFIGS / "deepseek-ai__DeepSeek-V4-Flash.json").read_text())
+    params = SizingParams(vllm_version="0.27.1", tensor_parallel_size=2, max_model_len=8192, quantization="fp8")
+    gpu = lookup_gpu("H200")
+    with pytest.raises(SizingError, match="no compress_ratios"):
+        estimate({k: v for k, v in config.items() if k != "compress_ratios"}, gpu, params)
+    with pytest.raises(SizingError, match="ratio 64"):
+        estimate({**config, "compress_ratios": [64] * 44}, gpu, params)
+    older = estimate(config, gpu, params.model_copy(update={"vllm_version": "0.26.0"}))
+    assert any("sized from vLLM 0.27.0" in p for p in older.problems)
+    mtp = estimate(config, gpu, params.model_copy(update={"speculative_config": {"method": "mtp",
+                                                                                 "num_speculative_tokens": 1}}))
+    assert any("speculativeConfig" in p for p in mtp.problems)

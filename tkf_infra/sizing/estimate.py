@@ -28,6 +28,7 @@ from tkf_infra.sizing.estimate_result import Estimate
 from tkf_infra.sizing.facts import ModelFacts, resolve_text_config
 from tkf_infra.sizing.gpus import GpuSpec
 from tkf_infra.sizing.kv import KvLayout, largest_fitting_len
+from tkf_infra.sizing.kv_v4 import v4_problems
 from tkf_infra.sizing.lora import architecture_of, lora_problems, lora_reserve
 from tkf_infra.sizing.parallelism import dcp_problems, parallelism_problems
 from tkf_infra.sizing.params import GIB, SizingError, SizingParams, activation_bytes
@@ -120,6 +121,8 @@ def _estimate(facts: ModelFacts | dict[str, Any], gpu: GpuSpec | None, params: S
     dcp = params.decode_context_parallel_size
     problems += (dcp_problems(arch, dcp, tp, choice.version) if gpu is not None else
                  [f"decodeContextParallelSize {dcp} applies to GPUs only"] if dcp > 1 else [])
+    if arch.compress_ratios:
+        problems += v4_problems(choice.version, params.speculative_config is not None, dcp)
     warnings: list[str] = [choice.warning] if choice.warning else []
     if derived_len and max_len > derived_len:
         problems.append(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tkf_infra.sizing.arch import Arch, LayerKind
+from tkf_infra.sizing.kv_v4 import V4_BLOCK, PackedLayout, packed_layout
 from tkf_infra.sizing.params import FLOAT32_DTYPES, SizingError
 
 #: vllm/model_executor/models/config.py@v0.16.0:429 — FlashAttention block sizes are multiples of 16.
@@ -65,12 +66,20 @@ class KvLayout:
     @v0.27.1:266-271) and the printed cache size is dcp times the rank's (v1/core/kv_cache_utils.py@v0.19.1:1307-1316;
     from 0.21 it is concurrency x max_model_len, concurrency counted on the local length)."""
 
+    packed: PackedLayout | None = None
+    """DeepSeek V4's packed layout (`kv_v4`): every method below then follows it."""
+    in_flight: int = 0
+    """Tokens scheduled but not yet freed (V4's windowed caches reserve for them): batches in flight x batched
+    tokens (`config/vllm.py`@v0.27.1:540-561)."""
+
     def _local(self, max_len: int) -> int:
         return -(-max_len // self.dcp) if self.dcp > 1 else max_len
 
     @property
     def bytes_per_block(self) -> float:
         """What one block id costs across the rank's layers (the divisor of the KV budget)."""
+        if self.packed is not None:
+            return self.packed.block_stride
         if self.hybrid:
             return self.page_bytes * self.group_size
         return self.page_bytes * len(self.groups) + self.side_bytes
@@ -90,6 +99,8 @@ class KvLayout:
         return -(-max_len // self.block_size)
 
     def blocks_per_request(self, max_len: int, mnbt: int) -> int:
+        if self.packed is not None:
+            return self.packed.pages(max_len, self.in_flight)
         max_len = self._local(max_len)
         if self.hybrid:
             return sum(self.blocks_for(k, max_len, mnbt) for k in self.groups)
@@ -97,6 +108,8 @@ class KvLayout:
 
     def need_per_request(self, max_len: int, mnbt: int) -> float:
         """Bytes one max-length request needs on this rank (vLLM's start-up check)."""
+        if self.packed is not None:
+            return self.packed.tuple_bytes * self.packed.pages(max_len, self.in_flight)
         max_len = self._local(max_len)
         if self.hybrid:
             return self.blocks_per_request(max_len, mnbt) * self.page_bytes * self.group_size
@@ -110,7 +123,7 @@ class KvLayout:
 
     def tokens(self, num_blocks: int, max_len: int, mnbt: int, from_concurrency: bool) -> int:
         """vLLM's "GPU KV cache size: N tokens" for `num_blocks` blocks."""
-        if from_concurrency and not self.v0:
+        if (from_concurrency or self.packed is not None) and not self.v0:
             return int(self.concurrency(num_blocks, max_len, mnbt) * max_len)
         if self.hybrid:
             return (num_blocks // len(self.groups)) * self.block_size * self.dcp
@@ -176,6 +189,19 @@ def recurrent_blocks(arch: Arch, spec_tokens: int, prefix_caching: bool, *, all_
     if all_mode and mamba2:
         return 1 + spec_tokens, True
     return 2 + spec_tokens + (1 if checkpoint_block and mamba2 else 0), False
+
+
+def v4_layout(arch: Arch, layers: range, block_size: int, in_flight: int) -> KvLayout:
+    """A DeepSeek V4 rank's packed layout over its decoder layers (`kv_v4`); its blocks are the compressed caches'."""
+    ratios = [arch.compress_ratios[i] for i in layers]
+    packed = packed_layout(ratios, arch.head_dim, arch.v4_index_head_dim, block_size, arch.v4_window)
+    return KvLayout(block_size, 0.0, tuple(LayerKind("full") for _ in ratios), 1, hybrid=False, packed=packed,
+                    in_flight=in_flight)
+
+
+def v4_block(requested: int | None) -> int:
+    """The compressed caches' block: the user's, else the 256 tokens V4's SWA and compressor blocks derive from."""
+    return requested or V4_BLOCK
 
 
 def kv_layout(arch: Arch, kinds: tuple[LayerKind, ...], tp: int, kv_bytes: float, block_size: int, *,
