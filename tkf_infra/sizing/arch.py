@@ -95,10 +95,9 @@ class Arch:
     compress_ratios: tuple[int, ...] = ()
     """DeepSeek V4's compressed attention: each decoder layer's ratio (1: sliding window only, 4 or 128), empty for
     every other model; its KV cache is laid out by `kv_v4`."""
-    v4_window: int = 0
-    """DeepSeek V4's sliding window (`sliding_window`), kept by every layer beside its compressed cache."""
-    v4_index_head_dim: int = 0
-    """DeepSeek V4's indexer head size (`index_head_dim`), on the ratio-4 layers."""
+    v4: dict[str, int] = field(default_factory=dict)
+    """DeepSeek V4's other shapes (`kv_v4.compressed_shape`): window, index_head_dim, index_heads, q_lora, o_lora,
+    o_groups, hc_mult."""
 
     def heads_at(self, idx: int) -> int:
         return self.layer_heads[idx] if idx < len(self.layer_heads) else self.heads
@@ -348,7 +347,7 @@ def parse_arch(config: dict[str, Any], full_config: dict[str, Any] | None = None
     tied = _tied(f, mt)
     quant = _quant(cfg)
     mtp = f.integer("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers", hi=MAX_LAYERS) or 0
-    ratios, window, index_head = compressed_shape(f, layers)
+    ratios, v4 = compressed_shape(f, layers)
     dtype = cfg.get("torch_dtype") if cfg.get("torch_dtype") is not None else cfg.get("dtype")
     return Arch(
         model_type=mt, layers=layers, hidden=hidden, heads=att.heads, kv_heads=att.kv_heads, head_dim=att.head_dim,
@@ -364,8 +363,7 @@ def parse_arch(config: dict[str, Any], full_config: dict[str, Any] | None = None
         torch_dtype=dtype if isinstance(dtype, str) else None, quant=quant, multimodal=bool(cfg.get("_multimodal")),
         recurrent=recurrent, mtp_layers=mtp, q_gate=f.flag("attn_output_gate"),
         vision=vision_shape(full_config or {}), layer_heads=att.layer_heads, layer_intermediate=per_layer_inter,
-        indexer=indexer, indexer_layers=indexer_layers, compress_ratios=ratios, v4_window=window,
-        v4_index_head_dim=index_head,
+        indexer=indexer, indexer_layers=indexer_layers, compress_ratios=ratios, v4=v4,
     )
 
 

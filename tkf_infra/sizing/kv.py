@@ -194,7 +194,7 @@ def recurrent_blocks(arch: Arch, spec_tokens: int, prefix_caching: bool, *, all_
 def v4_layout(arch: Arch, layers: range, block_size: int, in_flight: int) -> KvLayout:
     """A DeepSeek V4 rank's packed layout over its decoder layers (`kv_v4`); its blocks are the compressed caches'."""
     ratios = [arch.compress_ratios[i] for i in layers]
-    packed = packed_layout(ratios, arch.head_dim, arch.v4_index_head_dim, block_size, arch.v4_window)
+    packed = packed_layout(ratios, arch.head_dim, arch.v4["index_head_dim"], block_size, arch.v4["window"])
     return KvLayout(block_size, 0.0, tuple(LayerKind("full") for _ in ratios), 1, hybrid=False, packed=packed,
                     in_flight=in_flight)
 

@@ -142,12 +142,13 @@ def packed_layout(ratios: list[int], head_dim: int, index_head_dim: int, block: 
     return PackedLayout(max(widths), max(counts) * sum(set(mla)), tuple(groups))
 
 
-def compressed_shape(f: Fields, layers: int) -> tuple[tuple[int, ...], int, int]:
+def compressed_shape(f: Fields, layers: int) -> tuple[tuple[int, ...], dict[str, int]]:
     """DeepSeek V4's per-layer `compress_ratios` (0 reads as 1: the MTP layers past `num_hidden_layers` are not listed
-    by vLLM's index, models/deepseek_v4/attention.py@v0.27.1:206-213), its `sliding_window` and `index_head_dim`.
+    by vLLM's index, models/deepseek_v4/attention.py@v0.27.1:206-213), its `sliding_window`, the indexer's and the
+    low-rank projections' sizes and `hc_mult` (defaults: DeepSeek-V4-Flash's).
     Ratios other than 1, 4 and 128 are refused by name, as vLLM refuses them (sparse_swa.py@v0.27.1:43-53)."""
     if f.cfg.get("compress_ratios") is None:
-        return (), 0, 0
+        return (), {}
     listed = f.int_list("compress_ratios", None, lo=0, hi=1 << 20)
     if len(listed) < layers:
         raise ConfigFieldError(f"config.json field {f.name('compress_ratios')} lists {len(listed)} ratios but the "
@@ -162,7 +163,12 @@ def compressed_shape(f: Fields, layers: int) -> tuple[tuple[int, ...], int, int]
     if window is None:
         raise ConfigFieldError(f"config.json lacks {f.name('sliding_window')}, the window every DeepSeek V4 layer "
                                "keeps beside its compressed cache; add it to the lock entry's config")
-    return ratios, window, f.integer("index_head_dim", lo=1, hi=MAX_DIM) or 128
+    return ratios, {"window": window, "index_head_dim": f.integer("index_head_dim", lo=1, hi=MAX_DIM) or 128,
+                    "index_heads": f.integer("index_n_heads", lo=1, hi=MAX_DIM) or 64,
+                    "q_lora": f.integer("q_lora_rank", lo=1, hi=MAX_DIM) or 1024,
+                    "o_lora": f.integer("o_lora_rank", lo=1, hi=MAX_DIM) or 1024,
+                    "o_groups": f.integer("o_groups", lo=1, hi=MAX_DIM) or 8,
+                    "hc_mult": f.integer("hc_mult", lo=1, hi=64) or 1}
 
 
 def unmodelled_v4(f: Fields) -> None:
