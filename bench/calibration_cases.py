@@ -249,6 +249,7 @@ def case_params(case: dict[str, Any], config: dict[str, Any]) -> tuple[SizingPar
         block_size=case.get("block_size") if not _hybrid_block(case) else None,
         speculative_config=spec if isinstance(spec, dict) else None,
         enable_expert_parallel=_printed_flag(case, "enable_expert_parallel"),
+        decode_context_parallel_size=_printed_int(case, "decode_context_parallel_size") or 1,
         vllm_version=_version(case),
     )
     return params, config
@@ -258,6 +259,14 @@ def _printed_flag(case: dict[str, Any], key: str) -> bool:
     """A boolean serving flag the case gives as a field or among what its log printed (`--enable-expert-parallel`)."""
     printed = case.get("other_printed") or {}
     return any(isinstance(where.get(key), bool) and where[key] for where in (case, printed))
+
+
+def _printed_int(case: dict[str, Any], key: str) -> int | None:
+    """An integer serving flag the case gives as a field or among what its log printed (`--decode-context-parallel-
+    size`)."""
+    printed = case.get("other_printed") or {}
+    value = next((where[key] for where in (case, printed) if isinstance(where.get(key), int)), None)
+    return value if value is None or value >= 1 else None
 
 
 def _hybrid_block(case: dict[str, Any]) -> bool:

@@ -78,3 +78,15 @@ def test_a_pipeline_deeper_than_the_model_is_refused_not_exhausting_memory() -> 
 def test_a_memory_limit_still_gets_a_larger_gpu_as_its_way_out() -> None:
     text, code = size(LLAMA70, "--gpu", "RTX-2060", "--max-model-len", "8192")
     assert code == ExitCode.REFUSED and "way out: no tensorParallelSize up to the limit fits; use a larger GPU" in text
+
+
+def test_decode_context_parallelism_multiplies_the_tokens_size_prints() -> None:
+    """`--dcp` is the catalog's decodeContextParallelSize: an MLA model's ranks each keep 1/dcp of a request's
+    tokens, so the cache holds dcp times as many from the same memory; a GQA model is refused by name."""
+    r1 = "deepseek-ai/DeepSeek-R1@56d4cbbb4d29f4355bab4b9a39ccb717a14ad5ad"
+    plain = json.loads(size(r1, "--gpu", "H200", "--tp", "8", "--max-model-len", "65536", "--json")[0])
+    dcp = json.loads(size(r1, "--gpu", "H200", "--tp", "8", "--dcp", "8", "--max-model-len", "65536", "--json")[0])
+    assert dcp["available_kv_gib"] == plain["available_kv_gib"]
+    assert dcp["kv_cache_tokens"] == 8 * plain["kv_cache_tokens"]
+    text, code = size(LLAMA70, "--gpu", "H100-80GB", "--tp", "4", "--dcp", "2", "--max-model-len", "8192")
+    assert code == ExitCode.REFUSED and "multi-head latent attention models only" in text

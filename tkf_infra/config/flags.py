@@ -181,6 +181,10 @@ class ServingSpec(SettingsModel):
                                     "split across all TP x DP GPUs). Scale dense models with `replicas` instead.")
     enable_expert_parallel: Annotated[bool, Flag("--enable-expert-parallel", sized=True, applies=Applies.GPU)] = Field(
         False, description="MoE: whole experts per GPU instead of every expert split across the GPUs.")
+    decode_context_parallel_size: Annotated[int, Flag("--decode-context-parallel-size", sized=True,
+                                                      applies=Applies.GPU, aliases=("-dcp",))] = Field(
+        1, ge=1, le=64, description="MLA models: the tensor-parallel GPUs split each request's KV cache by tokens "
+                                    "(must divide tensorParallelSize): as many times more KV tokens, same memory.")
     max_model_len: Annotated[int, Flag("--max-model-len", sized=True)] = Field(
         ge=16, le=10_485_760, description="Longest request (prompt + output tokens) the model must serve.")
     gpu_memory_utilization: Annotated[float, Flag("--gpu-memory-utilization", sized=True,

@@ -24,6 +24,7 @@ def size(
     pp: Annotated[int, typer.Option("--pp", help="pipelineParallelSize")] = 1,
     dp: Annotated[int, typer.Option("--dp", help="dataParallelSize")] = 1,
     expert_parallel: Annotated[bool, typer.Option(help="enableExpertParallel (MoE)")] = False,
+    dcp: Annotated[int, typer.Option("--dcp", help="decodeContextParallelSize (MLA models)")] = 1,
     enforce_eager: Annotated[bool, typer.Option(help="enforceEager (no CUDA graphs)")] = False,
     speculative_config: Annotated[str | None, typer.Option(help="speculativeConfig as JSON")] = None,
     max_model_len: Annotated[int | None, typer.Option(help="maxModelLen (default: the model's)")] = None,
@@ -53,14 +54,15 @@ def size(
                 if max_adapters is not None else None)
         params = SizingParams(lora=lora,
             tensor_parallel_size=tp, pipeline_parallel_size=pp, data_parallel_size=dp,
-            enable_expert_parallel=expert_parallel, enforce_eager=enforce_eager,
+            enable_expert_parallel=expert_parallel, decode_context_parallel_size=dcp, enforce_eager=enforce_eager,
             speculative_config=json.loads(speculative_config) if speculative_config else None,
             max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
             kv_cache_dtype=kv_cache_dtype, quantization=quantization,
             max_num_seqs=max_num_seqs, vllm_version=vllm_version or Serving().version)
     except ValidationError as err:
         # The option each field came from (as passed above), spelled as the command declares it.
-        option = {"tensor_parallel_size": "tp", "pipeline_parallel_size": "pp", "data_parallel_size": "dp"}
+        option = {"tensor_parallel_size": "tp", "pipeline_parallel_size": "pp", "data_parallel_size": "dp",
+                  "decode_context_parallel_size": "dcp"}
         opts = {p.name: p.opts[0] for p in ctx.command.params}
         flags = [opts.get(option.get(str(e["loc"][0]), str(e["loc"][0])), str(e["loc"][0])) for e in err.errors()]
         raise fail("; ".join(f"{flag} {e['input']!r}: {e['msg'].lower()}" for flag, e in zip(flags, err.errors(),

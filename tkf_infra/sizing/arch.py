@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tkf_infra.sizing.config_fields import MAX_DIM, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB, ConfigFieldError, Fields
+from tkf_infra.sizing.kv_v4 import compressed_shape, unmodelled_v4
 from tkf_infra.sizing.lengths import derive_max_len, rope_positions
 from tkf_infra.sizing.params import SizingError
 from tkf_infra.sizing.recurrent import Recurrent, recurrent_shape
@@ -91,6 +92,12 @@ class Arch:
     """The sparse-attention indexer of DeepSeek V3.2-style MLA (GLM-5): its heads and head size (empty: none)."""
     indexer_layers: tuple[bool, ...] = ()
     """Which layers build an indexer (all, unless `index_topk_freq` / `index_topk_pattern` skip some)."""
+    compress_ratios: tuple[int, ...] = ()
+    """DeepSeek V4's compressed attention: each decoder layer's ratio (1: sliding window only, 4 or 128), empty for
+    every other model; its KV cache is laid out by `kv_v4`."""
+    v4: dict[str, int] = field(default_factory=dict)
+    """DeepSeek V4's other shapes (`kv_v4.compressed_shape`): window, index_head_dim, index_heads, q_lora, o_lora,
+    o_groups, hc_mult."""
 
     def heads_at(self, idx: int) -> int:
         return self.layer_heads[idx] if idx < len(self.layer_heads) else self.heads
@@ -340,6 +347,7 @@ def parse_arch(config: dict[str, Any], full_config: dict[str, Any] | None = None
     tied = _tied(f, mt)
     quant = _quant(cfg)
     mtp = f.integer("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers", hi=MAX_LAYERS) or 0
+    ratios, v4 = compressed_shape(f, layers)
     dtype = cfg.get("torch_dtype") if cfg.get("torch_dtype") is not None else cfg.get("dtype")
     return Arch(
         model_type=mt, layers=layers, hidden=hidden, heads=att.heads, kv_heads=att.kv_heads, head_dim=att.head_dim,
@@ -355,7 +363,7 @@ def parse_arch(config: dict[str, Any], full_config: dict[str, Any] | None = None
         torch_dtype=dtype if isinstance(dtype, str) else None, quant=quant, multimodal=bool(cfg.get("_multimodal")),
         recurrent=recurrent, mtp_layers=mtp, q_gate=f.flag("attn_output_gate"),
         vision=vision_shape(full_config or {}), layer_heads=att.layer_heads, layer_intermediate=per_layer_inter,
-        indexer=indexer, indexer_layers=indexer_layers,
+        indexer=indexer, indexer_layers=indexer_layers, compress_ratios=ratios, v4=v4,
     )
 
 
@@ -389,16 +397,11 @@ _UNMODELLED: tuple[tuple[str, str], ...] = (
                       "Super/Ultra, DeciLM)"),
     ("vocab_size_per_layer_input", "adds per-layer input embeddings and KV sharing (Gemma 3n)"),
     ("num_transformer_layers", "scales heads and FFN width layer by layer (OpenELM)"),
-    ("compress_ratios", "compresses each layer's KV cache by its own ratio (DeepSeek V4)"),
-    # DeepSeek V4's grouped low-rank output projection (vLLM model_executor/models/deepseek_v4.py: its MLA
-    # takes o_lora_rank beside compress_ratio): a config that carries it without compress_ratios is still V4's
-    # compressed attention, whose KV layout a V3-style MLA count overstates by a third on a printed start-up.
-    ("o_lora_rank", "projects attention outputs through grouped low-rank matrices (DeepSeek V4's compressed "
-                    "attention)"),
 )
 
 
 def _unmodelled(f: Fields, mt: str) -> None:
+    unmodelled_v4(f)
     for key, what in _UNMODELLED:
         if f.cfg.get(key) is not None:
             raise ConfigFieldError(f"config.json field {f.name(key)} {what}; per-layer shapes of this kind are not "

@@ -28,8 +28,9 @@ from tkf_infra.sizing.estimate_result import Estimate
 from tkf_infra.sizing.facts import ModelFacts, resolve_text_config
 from tkf_infra.sizing.gpus import GpuSpec
 from tkf_infra.sizing.kv import KvLayout, largest_fitting_len
+from tkf_infra.sizing.kv_v4 import v4_problems
 from tkf_infra.sizing.lora import architecture_of, lora_problems, lora_reserve
-from tkf_infra.sizing.parallelism import parallelism_problems
+from tkf_infra.sizing.parallelism import dcp_problems, parallelism_problems
 from tkf_infra.sizing.params import GIB, SizingError, SizingParams, activation_bytes
 from tkf_infra.sizing.quant import quant_problems, quant_scheme
 from tkf_infra.sizing.rank_weights import deployment_weights
@@ -117,6 +118,11 @@ def _estimate(facts: ModelFacts | dict[str, Any], gpu: GpuSpec | None, params: S
     if not max_len:
         raise SizingError("maxModelLen is not set and config.json has no max_position_embeddings")
     problems = parallelism_problems(arch, tp, pp) if gpu is not None else []
+    dcp = params.decode_context_parallel_size
+    problems += (dcp_problems(arch, dcp, tp, choice.version) if gpu is not None else
+                 [f"decodeContextParallelSize {dcp} applies to GPUs only"] if dcp > 1 else [])
+    if arch.compress_ratios:
+        problems += v4_problems(choice.version, params.speculative_config is not None, dcp)
     warnings: list[str] = [choice.warning] if choice.warning else []
     if derived_len and max_len > derived_len:
         problems.append(

@@ -40,6 +40,10 @@ _SRC = {
                "vlmbench-lightonocr-2-1b-rtxpro6000-ws-v0.15.1-16k)",
     "L4": "nvidia-smi '23034MiB' on g6.2xlarge (calibration case triton-l4-qwen2.5-1.5b-util0.7-2k)",
     "4090": "nvidia-smi '24564MiB', vllm-project/vllm#7553",
+    "H200": "nvidia-smi '143,771 MiB' (140.40 GiB) for the H200 141 GB, Modal's NVML table in 'Why does an "
+            "NVIDIA H100 80GB card offer 85.52 GB?' (thundergolfer.com/blog/nvidia-gpu-memory-capacity), which "
+            "gives the H100's 81,559 MiB beside it (CUDA: 79.19 GiB)",
+    "A10": "nvidia-smi '23,028 MiB' (22.49 GiB) for the A10, the same NVML table",
     "GB10": "'CUDA free caps at ~102/121.69 GiB' on DGX Spark (GB10), MiaAI-Lab/GLM-5.3-Flash-EXL3-2x-DGX-Sparks#47",
 }
 
@@ -51,7 +55,8 @@ GPUS: tuple[GpuSpec, ...] = (
     _g("H100-NVL", "NVIDIA H100 NVL", 94, "9.0", "nvlink", aliases=("H100-94GB", "H100 NVL 94GB")),
     _g("H800", "NVIDIA H800", 80, "9.0", "nvlink", aliases=("H800-80GB",)),
     _g("H800-PCIe", "NVIDIA H800 PCIe", 80, "9.0", "pcie", aliases=("H800 PCIe 80GB",)),
-    _g("H200", "NVIDIA H200", 141, "9.0", "nvlink", aliases=("H200-141GB", "H200-SXM", "H200 SXM 141GB")),
+    _g("H200", "NVIDIA H200", 141, "9.0", "nvlink", nvml=140.40, src=_SRC["H200"],
+       aliases=("H200-141GB", "H200-SXM", "H200 SXM 141GB")),
     _g("H200-NVL", "NVIDIA H200 NVL", 141, "9.0", "nvlink", aliases=("H200 NVL 141GB",)),
     _g("H20", "NVIDIA H20", 96, "9.0", "nvlink", aliases=("H20-96GB",)),
     # NVIDIA's driver list names the 141 GB HBM3e board "NVIDIA H20-3e" (PCI 232C), not "NVIDIA H20".
@@ -79,7 +84,7 @@ GPUS: tuple[GpuSpec, ...] = (
     _g("A800-80GB", "NVIDIA A800-SXM4-80GB", 80, "8.0", "nvlink", aliases=("A800", "A800 80GB")),
     _g("A30", "NVIDIA A30", 24, "8.0", "pcie", aliases=("A30-24GB",)),
     _g("A40", "NVIDIA A40", 48, "8.6", "pcie", ecc=True, aliases=("A40-48GB",)),
-    _g("A10", "NVIDIA A10", 24, "8.6", "pcie", ecc=True, aliases=("A10-24GB",)),
+    _g("A10", "NVIDIA A10", 24, "8.6", "pcie", ecc=True, nvml=22.49, src=_SRC["A10"], aliases=("A10-24GB",)),
     _g("A10G", "NVIDIA A10G", 24, "8.6", "pcie", ecc=True, aliases=("A10G-24GB",)),
     _g("A16", "NVIDIA A16", 16, "8.6", "pcie", ecc=True, aliases=("A16-16GB",)),
     _g("A2", "NVIDIA A2", 16, "8.6", "pcie", ecc=True, aliases=("A2-16GB",)),

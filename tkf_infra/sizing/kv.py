@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tkf_infra.sizing.arch import Arch, LayerKind
+from tkf_infra.sizing.kv_v4 import V4_BLOCK, PackedLayout, packed_layout
 from tkf_infra.sizing.params import FLOAT32_DTYPES, SizingError
 
 #: vllm/model_executor/models/config.py@v0.16.0:429 — FlashAttention block sizes are multiples of 16.
@@ -56,13 +57,32 @@ class KvLayout:
     """Blocks one request holds in a recurrent group (1 + speculative tokens; +1 with prefix caching)."""
     recurrent_per_len: bool = False
     """Mamba 'all' cache mode: a state per block of the sequence, plus the speculative blocks."""
+    side_bytes: float = 0.0
+    """Bytes of one block of the rank's second per-layer caches, summed over its layers: the sparse-attention
+    indexer's keys (DeepSeek V3.2, GLM-5), which share the block table of the layer's MLA cache (`indexer_page`)."""
+    dcp: int = 1
+    """Decode context parallelism: each of the TP group's `dcp` ranks keeps every dcp-th token of a request, so one
+    request needs `cdiv(max_len, dcp)` tokens' blocks per rank (v1/kv_cache_interface.py@v0.19.1:113-121,
+    @v0.27.1:266-271) and the printed cache size is dcp times the rank's (v1/core/kv_cache_utils.py@v0.19.1:1307-1316;
+    from 0.21 it is concurrency x max_model_len, concurrency counted on the local length)."""
+
+    packed: PackedLayout | None = None
+    """DeepSeek V4's packed layout (`kv_v4`): every method below then follows it."""
+    in_flight: int = 0
+    """Tokens scheduled but not yet freed (V4's windowed caches reserve for them): batches in flight x batched
+    tokens (`config/vllm.py`@v0.27.1:540-561)."""
+
+    def _local(self, max_len: int) -> int:
+        return -(-max_len // self.dcp) if self.dcp > 1 else max_len
 
     @property
     def bytes_per_block(self) -> float:
         """What one block id costs across the rank's layers (the divisor of the KV budget)."""
+        if self.packed is not None:
+            return self.packed.block_stride
         if self.hybrid:
             return self.page_bytes * self.group_size
-        return self.page_bytes * len(self.groups)
+        return self.page_bytes * len(self.groups) + self.side_bytes
 
     def blocks_for(self, kind: LayerKind, max_len: int, mnbt: int) -> int:
         if self.v0:
@@ -79,15 +99,22 @@ class KvLayout:
         return -(-max_len // self.block_size)
 
     def blocks_per_request(self, max_len: int, mnbt: int) -> int:
+        if self.packed is not None:
+            return self.packed.pages(max_len, self.in_flight)
+        max_len = self._local(max_len)
         if self.hybrid:
             return sum(self.blocks_for(k, max_len, mnbt) for k in self.groups)
         return self.blocks_for(self.groups[0], max_len, mnbt) if self.groups else 0
 
     def need_per_request(self, max_len: int, mnbt: int) -> float:
         """Bytes one max-length request needs on this rank (vLLM's start-up check)."""
+        if self.packed is not None:
+            return self.packed.tuple_bytes * self.packed.pages(max_len, self.in_flight)
+        max_len = self._local(max_len)
         if self.hybrid:
             return self.blocks_per_request(max_len, mnbt) * self.page_bytes * self.group_size
-        return sum(self.blocks_for(k, max_len, mnbt) for k in self.groups) * self.page_bytes
+        side = -(-max_len // self.block_size) * self.side_bytes if self.side_bytes else 0.0
+        return sum(self.blocks_for(k, max_len, mnbt) for k in self.groups) * self.page_bytes + side
 
     def num_blocks(self, available: float) -> int:
         if available <= 0 or not self.groups or self.bytes_per_block <= 0:  # no KV head on this rank: refused
@@ -96,11 +123,11 @@ class KvLayout:
 
     def tokens(self, num_blocks: int, max_len: int, mnbt: int, from_concurrency: bool) -> int:
         """vLLM's "GPU KV cache size: N tokens" for `num_blocks` blocks."""
-        if from_concurrency and not self.v0:
+        if (from_concurrency or self.packed is not None) and not self.v0:
             return int(self.concurrency(num_blocks, max_len, mnbt) * max_len)
         if self.hybrid:
-            return (num_blocks // len(self.groups)) * self.block_size
-        return num_blocks * self.block_size
+            return (num_blocks // len(self.groups)) * self.block_size * self.dcp
+        return num_blocks * self.block_size * self.dcp
 
     def concurrency(self, num_blocks: int, max_len: int, mnbt: int) -> float:
         if self.v0:
@@ -115,6 +142,26 @@ def attention_page(arch: Arch, tp: int, kv_bytes: float, block_size: int) -> flo
         m = arch.mla
         return block_size * (m["kv_lora_rank"] + m["qk_rope_head_dim"]) * kv_bytes  # latent, no x2, replicated
     return 2 * block_size * max(1, arch.kv_heads // tp) * arch.head_dim * kv_bytes
+
+
+#: The indexer's keys are stored in FP8 with one float32 scale per this many elements (`quant_block_size`,
+#: models/deepseek_v32/attention.py@v0.27.1:84, model_executor/models/deepseek_v2.py@v0.19.1:659-671).
+INDEXER_QUANT_BLOCK = 128
+
+
+def indexer_page(arch: Arch, block_size: int) -> float:
+    """Bytes of one block of one layer's sparse-attention indexer cache (DeepSeek V3.2, GLM-5), 0 without one.
+
+    vLLM gives each indexer layer a KV cache of its own beside the MLA latent: `DeepseekV32IndexerCache`, an
+    `MLAAttentionSpec` of one head of `index_head_dim + index_head_dim // 128 * 4` uint8 elements per token (FP8 keys
+    and their float32 scales), whatever `kv_cache_dtype` is (model_executor/models/deepseek_v2.py@v0.19.1:584-605,
+    659-671; @v0.27.1:616, 696-697; models/deepseek_v32/attention.py@v0.27.1:82-88). Both specs are MLA, so every
+    layer stays in one uniform-type group whose page is the sum of the layers' pages
+    (v1/kv_cache_interface.py@v0.19.1:375-394): one block id costs the latent and the indexer keys of every layer."""
+    if not arch.indexer:
+        return 0.0
+    head = arch.indexer["head_dim"]
+    return block_size * (head + head // INDEXER_QUANT_BLOCK * 4)
 
 
 def hybrid_block_size(arch: Arch, tp: int, kv_bytes: float, act_bytes: float, spec_tokens: int,
@@ -144,10 +191,24 @@ def recurrent_blocks(arch: Arch, spec_tokens: int, prefix_caching: bool, *, all_
     return 2 + spec_tokens + (1 if checkpoint_block and mamba2 else 0), False
 
 
+def v4_layout(arch: Arch, layers: range, block_size: int, in_flight: int) -> KvLayout:
+    """A DeepSeek V4 rank's packed layout over its decoder layers (`kv_v4`); its blocks are the compressed caches'."""
+    ratios = [arch.compress_ratios[i] for i in layers]
+    packed = packed_layout(ratios, arch.head_dim, arch.v4["index_head_dim"], block_size, arch.v4["window"])
+    return KvLayout(block_size, 0.0, tuple(LayerKind("full") for _ in ratios), 1, hybrid=False, packed=packed,
+                    in_flight=in_flight)
+
+
+def v4_block(requested: int | None) -> int:
+    """The compressed caches' block: the user's, else the 256 tokens V4's SWA and compressor blocks derive from."""
+    return requested or V4_BLOCK
+
+
 def kv_layout(arch: Arch, kinds: tuple[LayerKind, ...], tp: int, kv_bytes: float, block_size: int, *,
               group_ratio: float, v0: bool = False, recurrent_blocks: int = 1,
-              recurrent_per_len: bool = False) -> KvLayout:
-    """Group the rank's layers the way the release does (`group_ratio`: see VersionRow)."""
+              recurrent_per_len: bool = False, indexer_layers: int = 0, dcp: int = 1) -> KvLayout:
+    """Group the rank's layers the way the release does (`group_ratio`: see VersionRow). `indexer_layers`: how many
+    of the rank's layers keep a sparse-attention indexer cache beside their MLA latent (`indexer_page`)."""
     page = attention_page(arch, tp, kv_bytes, block_size)
     attn = tuple(k for k in kinds if k.attention or k.kind == "linear")
     if v0:
@@ -157,7 +218,8 @@ def kv_layout(arch: Arch, kinds: tuple[LayerKind, ...], tp: int, kv_bytes: float
     for k in attn:
         types[k] = types.get(k, 0) + 1
     if len(types) <= 1:
-        return KvLayout(block_size, page, attn, 1, hybrid=False)
+        return KvLayout(block_size, page, attn, 1, hybrid=False,
+                        side_bytes=indexer_page(arch, block_size) * indexer_layers, dcp=dcp)
     counts = list(types.values())
     g = min(counts)
     if group_ratio > 1.0 and max(counts) < group_ratio * min(counts):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from tkf_infra.sizing.arch import Arch
 from tkf_infra.sizing.gpus import GpuSpec
+from tkf_infra.sizing.kv_v4 import v4_extra_gib
 from tkf_infra.sizing.params import GIB
 from tkf_infra.sizing.quant import QuantScheme
 from tkf_infra.sizing.release_row import VersionRow
@@ -155,9 +156,11 @@ def activation(arch: Arch, row: VersionRow, batch: Batch, sh: Sharding, act_byte
     # Peaks do not stack: the encoder runs first, then the decoder, then the sampler, then (with
     # speculative decoding) the rejection sampler on fresh random logits; the encoder cache and the
     # MoE workspaces stay allocated across all of them (gpu_model_runner.py@v0.9.1:1866-1940).
-    peak = max(forward, profiled, spec, enc) + cache + moe
+    v4 = v4_extra_gib(arch.compress_ratios, batch.tokens)
+    peak = max(forward + v4, profiled, spec, enc) + cache + moe
     total = row.activation_base_gib + peak
-    approx = {"encoder profile": 0.5 * (enc + cache), "speculative sampler": 0.5 * spec}
+    approx = {"encoder profile": 0.5 * (enc + cache), "speculative sampler": 0.5 * spec,
+              "DeepSeek V4's hyper-connection and sparse-attention buffers (measured on two H200 start-ups)": v4}
     fast = row.sampler_fast_bytes is not None and rows >= row.sampler_fast_min_rows
     return Activation(row.activation_base_gib, sampler, forward, moe, enc, cache, spec, total,
                       rows * vocab if sampling_rank else 0.0, fast, {k: v for k, v in approx.items() if v > 0},

@@ -48,6 +48,33 @@ def parallelism_problems(arch: Arch, tp: int, pp: int) -> list[str]:
     return problems
 
 
+#: The first release read with `--decode-context-parallel-size` (config/parallel.py@v0.11.0:198,
+#: v1/core/kv_cache_utils.py@v0.11.0:1081-1085).
+DCP_SINCE = (0, 11, 0)
+
+
+def dcp_problems(arch: Arch, dcp: int, tp: int, version: tuple[int, int, int] | None) -> list[str]:
+    """Decode context parallelism: vLLM splits each TP group into tp/dcp groups whose ranks share a request's KV tokens
+    (config/parallel.py@v0.19.1:385-396: "tp_size needs to be divisible by dcp_size"). It is sized for MLA, whose
+    latent every TP rank keeps whole, so each rank holds 1/dcp of the tokens; GQA's heads split by TP are not modelled
+    with it, and sliding-window layers are refused by vLLM itself (kv_cache_interface.py@v0.19.1:252-254)."""
+    if dcp <= 1:
+        return []
+    if version is not None and version < DCP_SINCE:
+        return [f"decodeContextParallelSize {dcp}: vLLM {'.'.join(map(str, version))} has no "
+                f"--decode-context-parallel-size (read from {'.'.join(map(str, DCP_SINCE))}); pin a later "
+                "serving.vllmImage or drop decodeContextParallelSize"]
+    if tp % dcp:
+        return [f"decodeContextParallelSize {dcp} does not divide tensorParallelSize {tp} (vLLM: 'tp_size={tp} must "
+                f"be divisible by dcp_size={dcp}'); use a divisor of {tp}"]
+    if arch.mla is None:
+        return [f"decodeContextParallelSize {dcp} is sized for multi-head latent attention models only (DeepSeek "
+                f"V2/V3, Kimi K2), whose latent every TP rank keeps whole; {arch.model_type or 'this model'} splits "
+                "its KV heads by TP, which is not modelled with decode context parallelism: drop "
+                "decodeContextParallelSize"]
+    return []
+
+
 def round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 

@@ -60,6 +60,8 @@ class SizingParams(BaseModel):
     """Engine replicas inside one deployment; with expert parallelism they share the experts."""
     enable_expert_parallel: bool = False
     """MoE experts are split across the TP x DP ranks instead of each expert being TP-sharded."""
+    decode_context_parallel_size: int = Field(1, ge=1)
+    """vLLM's --decode-context-parallel-size: the TP group's ranks each keep 1/dcp of a request's KV tokens."""
     max_model_len: int | None = Field(None, ge=1)
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     """vLLM accepts (0, 1] (vllm/config/cache.py: `gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)`)."""

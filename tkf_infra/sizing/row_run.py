@@ -15,7 +15,15 @@ from tkf_infra.sizing.arch import Arch, LayerKind, parse_arch
 from tkf_infra.sizing.bnb import bnb_forces_eager
 from tkf_infra.sizing.facts import resolve_text_config
 from tkf_infra.sizing.gpus import GpuSpec
-from tkf_infra.sizing.kv import KvLayout, hybrid_block_size, kv_elem_bytes, kv_layout, recurrent_blocks
+from tkf_infra.sizing.kv import (
+    KvLayout,
+    hybrid_block_size,
+    kv_elem_bytes,
+    kv_layout,
+    recurrent_blocks,
+    v4_block,
+    v4_layout,
+)
 from tkf_infra.sizing.lora import lora_reserve
 from tkf_infra.sizing.measured import activation_note, family, measured, note
 from tkf_infra.sizing.overheads import (
@@ -68,6 +76,21 @@ def batch_defaults(row: VersionRow, gpu: GpuSpec, params: SizingParams, max_len:
     return seqs, max(mnbt, 1)
 
 
+def _in_flight(d: _Deployment) -> int:
+    """Tokens scheduled but not yet freed, which windowed caches reserve for: one batch of `max_num_batched_tokens`
+    per batch in flight — async scheduling (on by default) keeps PP + 1 on model runner V2, 2 on V1 without PP, else
+    PP (config/vllm.py@v0.27.1:540-561, 1095-1134)."""
+    pp = d.sh.pp
+    return (pp + 1 if d.v2 else 2 if pp == 1 else pp) * d.batch.tokens
+
+
+def _indexer_layers(arch: Arch, rng: range) -> int:
+    """How many of the stage's layers build a sparse-attention indexer (and so its cache: `kv.indexer_page`)."""
+    if not arch.indexer:
+        return 0
+    return sum(1 for i in rng if i >= len(arch.indexer_layers) or arch.indexer_layers[i])
+
+
 def _rank_kinds(arch: Arch, rng: range, extra_layers: int, last: bool) -> tuple[LayerKind, ...]:
     kinds = tuple(arch.layer_kinds[i] for i in rng)
     if last and extra_layers:
@@ -115,6 +138,8 @@ def _deployment(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams,
     method, k = spec
     draft, draft_layers = draft_bytes(arch, method, sh, q)
     block = params.block_size or DEFAULT_BLOCK_SIZE
+    if arch.compress_ratios:
+        block = v4_block(params.block_size)
     if arch.recurrent is not None and row.engine == "v1":
         block = hybrid_block_size(arch, sh.tp, kv_bytes, act_bytes, k, params.block_size)
     return _Deployment(arch, row, gpu, params, max_len, sh, act_bytes, kv_bytes, q,
@@ -129,11 +154,15 @@ def _layouts(d: _Deployment, prefix_caching: bool | None) -> tuple[list[KvLayout
     row, arch = d.row, d.arch
 
     def stage_layouts(pc: bool, all_mode: bool) -> list[KvLayout]:
+        if arch.compress_ratios:
+            return [v4_layout(arch, rng, d.block, _in_flight(d)) for rng in d.ranges]
         blocks, per_len = recurrent_blocks(arch, d.spec_tokens, pc, all_mode=all_mode,
                                            checkpoint_block=row.mamba2_checkpoint_block)
         return [kv_layout(arch, _rank_kinds(arch, rng, d.draft_layers, i == d.last), d.sh.tp, d.kv_bytes, d.block,
                           group_ratio=row.hybrid_group_ratio, v0=row.engine == "v0", recurrent_blocks=blocks,
-                          recurrent_per_len=per_len) for i, rng in enumerate(d.ranges)]
+                          recurrent_per_len=per_len, indexer_layers=_indexer_layers(arch, rng),
+                          dcp=d.params.decode_context_parallel_size)
+                for i, rng in enumerate(d.ranges)]
 
     central = stage_layouts(row.hybrid_prefix_caching if prefix_caching is None else prefix_caching,
                             row.mamba2_all_mode and bool(prefix_caching))
@@ -145,11 +174,14 @@ def _whole_model_need(d: _Deployment, bounding: list[KvLayout]) -> float:
     (the check some releases make under pipeline parallelism against the smallest stage: startup.py)."""
     if len(d.ranges) == 1:
         return bounding[0].need_per_request(d.max_len, d.batch.tokens)
+    if d.arch.compress_ratios:
+        return v4_layout(d.arch, range(d.arch.layers), d.block, _in_flight(d)).need_per_request(d.max_len, 0)
     blocks, per_len = recurrent_blocks(d.arch, d.spec_tokens, True, all_mode=False,
                                        checkpoint_block=d.row.mamba2_checkpoint_block)
     whole = kv_layout(d.arch, _rank_kinds(d.arch, range(d.arch.layers), d.draft_layers, True), d.sh.tp, d.kv_bytes,
                       d.block, group_ratio=d.row.hybrid_group_ratio, v0=d.row.engine == "v0", recurrent_blocks=blocks,
-                      recurrent_per_len=per_len)
+                      recurrent_per_len=per_len, indexer_layers=_indexer_layers(d.arch, range(d.arch.layers)),
+                      dcp=d.params.decode_context_parallel_size)
     return whole.need_per_request(d.max_len, d.batch.tokens)
 
 
@@ -311,9 +343,10 @@ def run_row(arch: Arch, row: VersionRow, gpu: GpuSpec, params: SizingParams, max
     central, bounding = _layouts(d, prefix_caching)
     stage = _limiting_stage(d, n, weights, weights_extra, central)
     last = stage.index == d.last
-    per_token = central[stage.index].page_bytes * sum(
+    packed = central[stage.index].packed
+    per_token = packed.block_stride / d.block if packed is not None else (central[stage.index].page_bytes * sum(
         1 for kind in _rank_kinds(arch, d.ranges[-1], d.draft_layers, True)
-        if kind.attention or kind.kind == "linear") / d.block
+        if kind.attention or kind.kind == "linear") + central[-1].side_bytes) / d.block
     return RowRun(row=row.name, seqs=d.batch.seqs, mnbt=d.batch.tokens, block=d.block, weights=stage.weights,
                   activation=n.act.total, non_torch=n.non_torch, graphs=stage.graphs, reserved=n.reserved,
                   available=stage.available, layout=central[stage.index], layout_low=bounding[stage.index],

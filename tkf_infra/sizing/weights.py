@@ -67,6 +67,30 @@ def _attention_elements(arch: Arch, tp: int, heads: int | None = None) -> tuple[
     return lin, other
 
 
+def _v4_attention_elements(arch: Arch, idx: int, tp: int) -> tuple[float, float]:
+    """DeepSeek V4's attention on one rank: (quantized linear elements, other elements). Its low-rank query, the
+    single latent KV head and the grouped low-rank output (`fused_wqa_wkv` replicated, `wq_b` and `wo_a` split by
+    TP's columns, `wo_b` by its rows: models/deepseek_v4/attention.py@v0.27.1:225-260); on compressed layers the
+    compressor's unquantized `fused_wkv_wgate` and float32 `ape` (compressor.py@v0.27.1:270-293), on ratio-4
+    layers the replicated indexer (`wq_b` quantized, `weights_proj` not, its own compressor: attention.py
+    @v0.27.1:750-765, 797-806); the hyper-connections' float32 mixers (nvidia/model.py@v0.27.1:852-896), counted as
+    twice their elements at 16 bits."""
+    v, h, hd, heads = arch.v4, arch.hidden, arch.head_dim, arch.heads
+    ratio = arch.compress_ratios[idx] if idx < len(arch.compress_ratios) else 1
+    lin = h * (v["q_lora"] + hd) + v["q_lora"] * heads * hd / tp + heads * hd * v["o_lora"] / tp
+    lin += v["o_groups"] * v["o_lora"] * h / tp
+    mix = (2 + v["hc_mult"]) * v["hc_mult"]
+    other = v["q_lora"] + hd + 2 * heads / tp + 2 * 2 * mix * (v["hc_mult"] * h + 1)
+    if ratio > 1:
+        coff = 2 if ratio == 4 else 1
+        other += h * 2 * coff * hd + 2 * ratio * coff * hd + hd
+    if ratio == 4:
+        ih, ihd = v["index_heads"], v["index_head_dim"]
+        lin += v["q_lora"] * ih * ihd
+        other += h * ih + h * 2 * 2 * ihd + 2 * 4 * 2 * ihd + 2 * ihd
+    return lin, other
+
+
 def mla_absorbed_bytes(arch: Arch, tp: int, act_bytes: float) -> float:
     """Per-layer copies vLLM 0.7's V0 MLA backend builds after loading (matrix absorption, on by default).
 
@@ -158,6 +182,8 @@ def layer_elements(arch: Arch, idx: int, sh: Sharding, expert_pad: int = 1) -> E
     kind = arch.layer_kinds[idx] if idx < len(arch.layer_kinds) else None
     if kind is not None and kind.kind == "linear" and arch.recurrent is not None:
         lin, other = _recurrent_elements(arch, sh.tp)
+    elif arch.compress_ratios:
+        lin, other = _v4_attention_elements(arch, idx, sh.tp)
     else:
         lin, other = _attention_elements(arch, sh.tp, arch.heads_at(idx))
     other += arch.norms_per_layer * arch.hidden
