@@ -153,6 +153,12 @@ UNIFIED_TIGHT = (TIGHT_PREFIX + "{gpu} is a unified-memory GPU (CPU and GPU shar
                  "at start-up depends on what the operating system and other processes hold, and no rule for it is "
                  "proven on printed start-ups yet, so the verdict is tight at best (docs/sizing.md, 'Unified "
                  "memory'); it deploys, a strict stack or the policy pack refuses it")
+#: DeepSeek V4's verdict while its activation term (`kv_v4.V4_EXTRA_BYTES_PER_TOKEN`) is a slope measured on two
+#: start-ups rather than read from vLLM's source term by term: a figure fitted to the rows it came from cannot
+#: prove a fit on the bound.
+V4_TIGHT = (TIGHT_PREFIX + "DeepSeek V4's activation memory (hyper-connections, sparse-attention scratch) is a "
+            "figure measured on two start-ups, not yet derived from vLLM's source, so the verdict is tight at best "
+            "(docs/sizing.md, 'DeepSeek V4'); it deploys, a strict stack or the policy pack refuses it")
 
 
 def _setting_doubts(runs: list[RowRun], run: RowRun, row: VersionRow, gpu: GpuSpec, requested: float,
@@ -256,6 +262,8 @@ def _estimate_gpu(facts: ModelFacts | dict[str, Any], arch: Arch, gpu: GpuSpec, 
     tight = found.tight
     if gpu.unified_memory and not problems and not tight:
         tight.append(UNIFIED_TIGHT.format(gpu=gpu.name))
+    if arch.compress_ratios and not problems and not tight:
+        tight.append(V4_TIGHT)
     warnings += tight
     fit_len = (largest_fitting_len(low, avail_low * GIB, mnbt, run.block, arch.max_len or max_len)
                if avail_low > 0 else 0)
