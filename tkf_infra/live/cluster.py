@@ -163,10 +163,11 @@ def read_cluster(client: httpx.Client, source: str, namespace: str) -> ClusterSt
                             api_error=why)
     except ValueError as exc:
         nodes_error = str(exc)
-    default_class, caps, quotas, pvcs = None, [], [], {}
+    default_class, caps, quotas, pvcs, provisioners = None, [], [], {}, {}
     try:
         for sc in _get(client, "/apis/storage.k8s.io/v1/storageclasses").get("items") or []:
             meta = sc.get("metadata") or {}
+            provisioners[str(meta.get("name"))] = str(sc.get("provisioner", ""))
             if (meta.get("annotations") or {}).get(DEFAULT_CLASS_ANNOTATION) == "true":
                 default_class = str(meta.get("name"))
         for c in _get(client, "/apis/storage.k8s.io/v1/csistoragecapacities").get("items") or []:
@@ -194,8 +195,8 @@ def read_cluster(client: httpx.Client, source: str, namespace: str) -> ClusterSt
         api_versions = frozenset({"v1"} | {str(v.get("groupVersion")) for g in groups for v in g.get("versions") or []})
     except ValueError as exc:
         api_error = str(exc)
-    return ClusterState(source, nodes, nodes_error, storage_error, default_class, tuple(caps), tuple(quotas), pvcs,
-                        api_versions, api_error)
+    return ClusterState(source, nodes, nodes_error, storage_error, default_class, provisioners, tuple(caps),
+                        tuple(quotas), pvcs, api_versions, api_error)
 
 
 def cluster_state(kubeconfig: str, context: str | None, namespace: str) -> ClusterState:
