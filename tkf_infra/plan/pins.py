@@ -63,6 +63,8 @@ class Pin:
 
     nodes: tuple[str, ...]
     per_node: int
+    ask: PodAsk | None = field(default=None, compare=False)
+    """What one of the pods asked when the pin was made (the footprint's `pod`): an unchanged model is kept first."""
 
     def published(self) -> dict[str, Any]:
         return {"nodes": list(self.nodes), "podsPerNode": self.per_node}
@@ -75,9 +77,12 @@ def read_pins(endpoints: Any) -> dict[str, Pin]:
         pin = ((ep.get("footprint") or {}).get("pin") if isinstance(ep, Mapping) else None) or {}
         nodes, per = pin.get("nodes") if isinstance(pin, Mapping) else None, pin.get("podsPerNode") if isinstance(
             pin, Mapping) else None
+        pod = (ep.get("footprint") or {}).get("pod") if isinstance(ep, Mapping) else None
+        ask = (PodAsk(int(pod.get("cpuMillis", 0)), int(pod.get("memoryMiB", 0)), int(pod.get("gpus", 0)))
+               if isinstance(pod, Mapping) else None)
         if isinstance(ep.get("name"), str) and isinstance(nodes, list) and all(isinstance(n, str) for n in nodes) \
                 and nodes and isinstance(per, int) and per > 0:
-            out[ep["name"]] = Pin(tuple(nodes), per)
+            out[ep["name"]] = Pin(tuple(nodes), per, ask)
     return out
 
 
@@ -140,26 +145,36 @@ def _options(d: Demand, free: Sequence[Free], pods: int) -> list[tuple[int, int]
     return sorted(((k, q) for q, k in out.items()))
 
 
+def _keep(d: Demand, pods: int, free: Sequence[Free], pools: PoolNodes, prev: Pin | None, job: PodAsk | None,
+          only: str | None, single: bool) -> tuple[list[Free], int, Free | None] | None:
+    """The previous pin's nodes, when they are all still usable and each still holds its share of `pods`."""
+    by_name = {f.name: f for f in free}
+    if prev is None or not all(n in by_name for n in prev.nodes) or len(prev.nodes) > pods or (
+            d.pods_per_replica > 1 and len(prev.nodes) != pods) or (single and len(prev.nodes) > 1) or (
+            only is not None and prev.nodes != (only,)):
+        return None
+    nodes, q = [by_name[n] for n in prev.nodes], math.ceil(pods / len(prev.nodes))
+    jn = next((f for f in nodes if f.holds(d.ask, pools, q, job)), None) if job else None
+    if all(f.holds(d.ask, pools, q) for f in nodes) and (jn is not None or job is None):
+        return nodes, q, jn
+    return None
+
+
 def _choose(d: Demand, pods: int, free: Sequence[Free], pools: PoolNodes, prev: Pin | None, job: PodAsk | None,
             only: str | None, single: bool) -> tuple[list[Free], int, Free | None] | str | None:
     """The nodes for `pods` pods of `d`, the pods per node and the node for its cache's Job; None: no room.
     A string: why a single-node cache cannot serve it."""
     if single and d.pods_per_replica > 1:
         return "its pods run on different nodes"
-    by_name = {f.name: f for f in free}
     if only is not None:
-        f = by_name.get(only)
+        f = next((f for f in free if f.name == only), None)
         if f is None or not f.holds(d.ask, pools, pods, job):
             return None
         return [f], pods, f if job else None
-    if prev is not None and all(n in by_name for n in prev.nodes) and len(prev.nodes) <= pods and (
-            d.pods_per_replica == 1 or len(prev.nodes) == pods) and not (single and len(prev.nodes) > 1):
-        nodes, q = [by_name[n] for n in prev.nodes], math.ceil(pods / len(prev.nodes))
-        jn = next((f for f in nodes if f.holds(d.ask, pools, q, job)), None) if job else None
-        if all(f.holds(d.ask, pools, q) for f in nodes) and (jn is not None or job is None):
-            return nodes, q, jn
-    kept = set(prev.nodes) if prev else set()
-    order = sorted(free, key=lambda f: f.name not in kept)  # the previous nodes first, then name order (stable sort)
+    if kept := _keep(d, pods, free, pools, prev, job, only, single):
+        return kept
+    before = set(prev.nodes) if prev else set()
+    order = sorted(free, key=lambda f: f.name not in before)  # the previous nodes first, then name order (stable)
     for k, q in _options(d, free, pods):
         if single and k > 1:
             break
@@ -176,10 +191,12 @@ def _choose(d: Demand, pods: int, free: Sequence[Free], pools: PoolNodes, prev: 
 
 def pack_pool(pools: PoolNodes, demands: Sequence[Demand], fixed: Mapping[str, list[list[str]]] | None = None,
               previous: Mapping[str, Pin] | None = None, storage: Storage | None = None) -> Packed:
-    """Each demand onto ceil(P/k) pods on each of k nodes (module docstring), in the given order.
+    """Each demand onto ceil(P/k) pods on each of k nodes (module docstring).
 
-    `fixed`: model → the nodes of each replica already chosen (a MIG layout's, which checked their room):
-    those pods take their nodes' room first, whatever the order, and get no pin of ours."""
+    First the models whose previous pin still holds them unchanged (same pods per node, same ask), then
+    the edited ones whose pin still holds them, so an edit to one model never moves another's pods; then
+    the others, in the given order. `fixed`: model → the nodes of each replica already chosen
+    (a MIG layout's, which checked their room): those pods take their nodes' room first and get no pin."""
     free = [Free(n.name, n.cpu_millis, n.memory_mib, n.gpus, n.pods) for n in pools.nodes]
     by_name = {f.name: f for f in free}
     st = storage or Storage()
@@ -191,38 +208,51 @@ def pack_pool(pools: PoolNodes, demands: Sequence[Demand], fixed: Mapping[str, l
                 if name in by_name:
                     by_name[name].take(d.ask)
             out.placed[d.model] = fixed[d.model]
-    for d in demands:
-        if d.model in fixed:
-            continue
-        pods = d.replicas * d.pods_per_replica
-        if pods <= 0:
-            out.placed[d.model] = []
-            continue
-        cache = st.cache_of.get(d.model)
-        only = st.cache_nodes.get(cache) if cache and st.multi_node is False else None
-        job = st.job if cache and cache not in st.cache_nodes else None
-        single = st.multi_node is False
-        got = _choose(d, pods, free, pools, (previous or {}).get(d.model), job, only, single)
-        if isinstance(got, str) or (got is None and only is not None):
-            out.refused[d.model] = ("storage", _single_node_refusal(d, st, got if isinstance(got, str) else (
-                f"its cache is on node {only}, which has no room for its {pods} pod(s)"), pools))
-            continue
-        if got is None:
-            out.refused[d.model] = ("capacity", _refusal(pools, d, free, previous, st, single))
-            continue
-        nodes, q, jn = got
-        for f in nodes:
-            f.take(d.ask, q)
-        if jn is not None and st.job is not None and cache:
-            jn.take(st.job)
-            st.cache_nodes[cache] = jn.name
-            out.jobs[cache] = jn.name
-        elif cache and single and cache not in st.cache_nodes:
-            st.cache_nodes[cache] = nodes[0].name
-        out.pins[d.model] = Pin(tuple(f.name for f in nodes), q)
-        deal = [nodes[i % len(nodes)].name for i in range(pods)]
-        out.placed[d.model] = [deal[i:i + d.pods_per_replica] for i in range(0, pods, d.pods_per_replica)]
+    single = st.multi_node is False
+    for keeping in ("unchanged", "kept", ""):
+        for d in demands:
+            if d.model in fixed or d.model in out.placed or d.model in out.refused:
+                continue
+            pods = d.replicas * d.pods_per_replica
+            if pods <= 0:
+                out.placed[d.model] = []
+                continue
+            cache = st.cache_of.get(d.model)
+            only = st.cache_nodes.get(cache) if cache and single else None
+            job = st.job if cache and cache not in st.cache_nodes else None
+            prev = (previous or {}).get(d.model)
+            if keeping == "unchanged" and (prev is None or prev.ask != d.ask
+                                           or prev.per_node != math.ceil(pods / len(prev.nodes))):
+                continue
+            got = (_keep(d, pods, free, pools, prev, job, only, single) if keeping else
+                   _choose(d, pods, free, pools, prev, job, only, single))
+            if keeping and got is None:
+                continue
+            if isinstance(got, str) or (got is None and only is not None):
+                out.refused[d.model] = ("storage", _single_node_refusal(d, st, got if isinstance(got, str) else (
+                    f"its cache is on node {only}, which has no room for its {pods} pod(s)"), pools))
+            elif got is None:
+                out.refused[d.model] = ("capacity", _refusal(pools, d, free, previous, st, single))
+            else:
+                _commit(d, pods, got, st, out)
     return out
+
+
+def _commit(d: Demand, pods: int, got: tuple[list[Free], int, Free | None], st: Storage, out: Packed) -> None:
+    """Take the room of the model's pods (and of its cache's Job) and record its pin."""
+    nodes, q, jn = got
+    cache = st.cache_of.get(d.model)
+    for f in nodes:
+        f.take(d.ask, q)
+    if jn is not None and st.job is not None and cache:
+        jn.take(st.job)
+        st.cache_nodes[cache] = jn.name
+        out.jobs[cache] = jn.name
+    elif cache and st.multi_node is False and cache not in st.cache_nodes:
+        st.cache_nodes[cache] = nodes[0].name
+    out.pins[d.model] = Pin(tuple(f.name for f in nodes), q)
+    deal = [nodes[i % len(nodes)].name for i in range(pods)]
+    out.placed[d.model] = [deal[i:i + d.pods_per_replica] for i in range(0, pods, d.pods_per_replica)]
 
 
 def _fits(d: Demand, replicas: int, free: Sequence[Free], pools: PoolNodes, prev: Pin | None, st: Storage,
@@ -256,9 +286,16 @@ def _refusal(pools: PoolNodes, d: Demand, free: Sequence[Free], previous: Mappin
         short = [f"room for its pods spread evenly: the scheduler may put ceil({pods}/k) of them on each of the k "
                  f"nodes they are pinned to, and no set of nodes has that room for each ({len(one_more)} node(s) have "
                  f"room for 1 more, at least {k_need} would need room for {math.ceil(pods / max(k_need, 1))})"]
+    elif d.pods_per_replica > 1:  # every pod of the model on its own node: the next replica's, one by one
+        used = list(got[0]) if got is not None else []
+        for _ in range(d.pods_per_replica):
+            node = next((f for f in trial if f not in used and f.holds(d.ask, pools)), None)
+            if node is None:
+                break
+            used.append(node)
+        short = _ran_out(d.ask, [f for f in trial if f not in used], pools)
     else:
-        short = _ran_out(d.ask, [f for f in trial if got is None or f not in got[0] or d.pods_per_replica == 1],
-                         pools)
+        short = _ran_out(d.ask, trial, pools)
     best = max(trial, key=lambda f: (f.gpus, f.mem, f.cpu), default=None)
     mult = f" ({d.pods_per_replica} pods on different nodes)" if d.pods_per_replica > 1 else ""
     left = (f"the largest free node, {best.name}, has {cpu_text(max(best.cpu, 0))}, {gib_text(max(best.mem, 0))} "
