@@ -283,3 +283,48 @@ def test_a_resized_model_keeps_its_nodes_while_they_hold_it_and_the_others_never
     shrunk = _plan(stack_doc(dict(a, replicas=2), b, nodePools=[pool]), prev, read_pins(endpoints_output(first)))
     assert shrunk.pins["a"].nodes == first.pins["a"].nodes and shrunk.pins["b"] == first.pins["b"], \
         "a smaller a keeps its node (the rendered pin names nodes only: its pods do not roll)"
+
+
+# ------------------------------------------------------------------------------------------------
+# DaemonSets
+# ------------------------------------------------------------------------------------------------
+
+
+def test_daemonset_pods_room_is_subtracted_from_the_nodes_they_run_on() -> None:
+    """The edge reads every running DaemonSet pod (init containers and overhead as the scheduler counts them) and
+    the plan packs against what is left: 8 pods of 22 GiB fit a 200 GiB node, not once its DaemonSets hold 40 GiB."""
+    import httpx
+
+    from tkf_infra.live.cluster import read_cluster
+
+    def ds_pod(node_name: str, cpu: str, memory: str, owner: str = "DaemonSet") -> dict[str, Any]:
+        return {"metadata": {"ownerReferences": [{"kind": owner, "name": "x"}]},
+                "spec": {"nodeName": node_name, "overhead": {"cpu": "10m"},
+                         "initContainers": [{"resources": {"requests": {"memory": "40Gi"}}}],
+                         "containers": [{"resources": {"requests": {"cpu": cpu, "memory": memory}}}]}}
+
+    answers = {
+        "/api/v1/nodes": {"items": [{"metadata": {"name": "gpu-a", "labels": live("gpu-a").labels},
+                                     "status": {"allocatable": {"cpu": "64", "memory": "200Gi", "nvidia.com/gpu": "8",
+                                                                "pods": "110"},
+                                                "conditions": [{"type": "Ready", "status": "True"}]}}]},
+        "/api/v1/pods": {"items": [ds_pod("gpu-a", "990m", "10Gi"), ds_pod("gpu-a", "1", "20Gi", "ReplicaSet")]},
+        "/apis/storage.k8s.io/v1/storageclasses": {"items": [{"metadata": {"name": "efs"},
+                                                              "provisioner": "efs.csi.aws.com"}]},
+    }
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=answers.get(request.url.path, {"items": []}))
+
+    with httpx.Client(transport=httpx.MockTransport(answer), base_url="https://k") as client:
+        state = read_cluster(client, "the test cluster", "default")
+    (n,) = state.nodes or ()
+    assert n.daemons == (1000, 40 * 1024, 1), "the init container's 40 GiB beats the main 10 GiB; overhead counted"
+    assert state.provisioners == {"efs": "efs.csi.aws.com"}
+    state = ClusterState(**dict(state.__dict__, api_versions=SERVED))
+    pool = {"name": "h100", "gpuProduct": "H100-80GB", "gpusPerNode": 8, "nodeCount": 1}
+    doc = stack_doc(dict(SINGLE_GPU, replicas=8), cluster=kube(), nodePools=[pool])
+    reason = refused(planned(doc, state))["qwen3-8b"][1]
+    assert "replica 8 of 8" in reason and "memory" in reason
+    assert "qwen3-8b" in planned(stack_doc(dict(SINGLE_GPU, replicas=7), cluster=kube(), nodePools=[pool]),
+                                 state).deployed

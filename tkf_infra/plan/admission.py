@@ -45,6 +45,7 @@ W_STORAGE_NOT_LIVE = "storage-not-live"
 W_STORAGE_UNREAD = "storage-unreadable"
 W_STORAGE_UNCHECKED = "storage-unchecked"
 W_APIS_UNREAD = "topology-unreadable"
+W_DAEMONS_UNREAD = "node-daemonsets-unreadable"
 
 
 def named(code: str, text: str) -> str:
@@ -66,6 +67,8 @@ class LiveNode:
     allocatable: Mapping[str, str] | None = None
     ready: bool = False
     unschedulable: bool = False
+    daemons: tuple[int, int, int] = (0, 0, 0)
+    """(CPU millicores, memory MiB, pods) of the DaemonSet pods running there: room serving pods never get."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,8 @@ class ClusterState:
     pvcs: Mapping[str, LivePvc] = field(default_factory=dict)
     api_versions: frozenset[str] | None = None
     api_error: str | None = None
+    daemons_error: str | None = None
+    """Why the DaemonSet pods could not be read (then nodes count at their whole allocatable, named)."""
 
 
 @dataclass(frozen=True)
@@ -178,10 +183,11 @@ def node_room(node: LiveNode, gpus: bool, gpus_if_unadvertised: int = 0) -> Node
     alloc = node.allocatable or {}
     eph = alloc.get("ephemeral-storage")
     count = int(millicores(alloc[GPU_RESOURCE]) // 1000) if GPU_RESOURCE in alloc else gpus_if_unadvertised
-    return NodeRoom(node.name, millicores(alloc.get("cpu", 0)), mebibytes(alloc.get("memory", 0)),
+    cpu, mem, pods = node.daemons  # the DaemonSets' pods hold their room on every node they run on
+    return NodeRoom(node.name, millicores(alloc.get("cpu", 0)) - cpu, mebibytes(alloc.get("memory", 0)) - mem,
                     count if gpus else 0,
                     mebibytes(eph) if eph is not None else None,
-                    int(alloc["pods"]) if str(alloc.get("pods", "")).isdigit() else None)
+                    int(alloc["pods"]) - pods if str(alloc.get("pods", "")).isdigit() else None)
 
 
 def live_pool_nodes(pool: str, listed: Sequence[str], selector: Mapping[str, str],

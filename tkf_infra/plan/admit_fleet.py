@@ -226,6 +226,10 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
         if any(m.pool is not None and m.pool.name == name and m.entry.name not in refused for m in models):
             rooms[name], notes = pool_nodes(pf, cluster, ec2, render, "gpuOperator" in installed)
             warnings += notes
+    if rooms and cluster is not None and cluster.nodes is not None and cluster.daemons_error:
+        warnings.append(adm.named(adm.W_DAEMONS_UNREAD, f"node capacity: the DaemonSet pods on the nodes could not "
+                                  f"be read ({cluster.daemons_error}); nodes count at their whole allocatable, so a "
+                                  "pod packed to a node's last cores may stay Pending; let the credentials list pods"))
     alive = [m for m in models if m.entry.name not in refused]
     layouts = plan_layouts(alive, pools, s.serving.version, asks, rooms, held, floors, previous_layout)
     laid_out = _layout_refusals(layouts)
