@@ -9,12 +9,13 @@ settings, and hands it here as data; every refusal becomes one `Exclusion` of it
 stage, and a source that could not be read is a named warning, never a silent pass.
 
 Rules (docs/admission.md):
-- Nodes: replicas are packed in admission order (deployed models, then `priority`, then catalog
-  order), first fit, on every resource at once (GPUs, CPU, memory; pods ask for no ephemeral
-  storage); a multi-node replica puts each of its pods on a different node; a MIG layout's pods
-  take the room of the nodes it placed them on first. A model one of whose replicas fits on no
-  node is refused whole, with the pod's asks, the largest free node and which resource ran out;
-  the models after it are still packed.
+- Nodes: each pool's nodes and their room come from here (live Nodes less their DaemonSet pods, or
+  the settings); the packing itself, spread the way the kube-scheduler may place pods and pinned so
+  it must, is `tkf_infra.plan.pins`: in admission order (deployed models, then `priority`, then
+  catalog order), on every resource at once (GPUs, CPU, memory; pods ask for no ephemeral storage);
+  a MIG layout's pods take the room of the nodes it placed them on first. A model one of whose
+  replicas does not fit is refused whole, with the pod's asks, the largest free node and what ran
+  out; the models after it are still packed.
 - Storage (`tkf_infra.plan.storage_room`): one cache per repo@revision (shared caches count once),
   in admission order of their first model; an existing PVC of that name costs only its growth
   against a quota (it is already counted) and nothing against CSIStorageCapacity once bound. Caches

@@ -267,7 +267,7 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
             downloads.update(packed.jobs)
             for model, pin in packed.pins.items():
                 prints[model]["pin"] = pin.published()
-        elif packed.pins:
+        elif packed.pins and len(nodes.nodes) > 1:  # one node: nowhere else to go, the plan is the placement
             warnings.append(not_binding(name, nodes.source))
     refused.update(_storage(models, refused, catalog, cluster, fp, prints, warnings))
     # The mig-parted config carves only what is deployed: lay out again the MIG pools that lost a model since.
