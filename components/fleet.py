@@ -113,8 +113,10 @@ def _weight_caches(plan: FleetPlan, provider: k8s.Provider, namespace: pulumi.Re
     for ref, users in by_ref.items():
         first = users[0].entry
         any_gpu = next((m.entry for m in users if not m.entry.is_cpu), None)
-        pool = next((m.pool for m in users if m.pool is not None), None)  # the Job runs where its readers do
         pvc = names.weight_cache(first.repo, first.revision)
+        # The Job runs where its readers do: on the node the plan reserved its room on, else in its first reader's pool.
+        pool_name, node = plan.downloads.get(pvc, (None, None))
+        pool = plan.pools.get(pool_name) if pool_name else next((m.pool for m in users if m.pool is not None), None)
         caches[ref] = WeightCache(
             names.weight_cache(first.repo, first.revision),
             WeightCacheArgs(
@@ -126,7 +128,7 @@ def _weight_caches(plan: FleetPlan, provider: k8s.Provider, namespace: pulumi.Re
                 read_write_many=plan.multi_node_cache is not False and (
                     len(users) > 1 or any(m.entry.reserved_replicas > 1 or m.entry.is_multi_node for m in users)),
                 placement=Placement(dict(pool.node_selector), tuple(pool.tolerations)) if pool else Placement(),
-                node=plan.downloads.get(pvc),
+                node=node,
                 consumers=tuple(m.entry.name for m in users), prune=s.serving.prune_weight_cache,
                 protect=s.serving.protect, skip_await=s.cluster.skip_await,
                 await_download=s.awaits_weight_download,

@@ -164,14 +164,20 @@ def schedule(ws: Sequence[Workload], nodes: Sequence[Node], seed: int | None) ->
     rng = random.Random(seed)
     free = {n.name: dict(n.allocatable) for n in nodes}
     placed: dict[str, dict[str, int]] = {n.name: {} for n in nodes}  # node → workload → pods
-    pods = sorted((w for w in ws for _ in range(w.pods)), key=lambda w: (w.ask[names.GPU_RESOURCE], w.name))
+    asks = {w.name: w.ask for w in ws}
+    allowed = {w.name: [n for n in nodes if w.allowed(n)] for w in ws}
+    # Per constraint: the workloads it counts, its domains (nodeAffinityPolicy Honor; nodeTaintsPolicy Ignore:
+    # taints aside) and maxSkew.
+    spreads = {w.name: [([v.name for v in ws if _selected(c, v)], allowed[w.name], int(c["maxSkew"]))
+                        for c in w.spreads()] for w in ws}
+    pods = sorted((w for w in ws for _ in range(w.pods)), key=lambda w: (asks[w.name][names.GPU_RESOURCE], w.name))
     if seed is not None:
         rng.shuffle(pods)
     pending = []
     for w in pods:
-        ask = w.ask
-        ok = [n for n in nodes if w.allowed(n) and all(ask[r] <= free[n.name][r] for r in RESOURCES)
-              and all(_skew_ok(c, w, n, ws, nodes, placed) for c in w.spreads())]
+        ask = asks[w.name]
+        ok = [n for n in allowed[w.name] if all(ask[r] <= free[n.name][r] for r in RESOURCES)
+              and all(_skew_ok(group, domains, skew, n, placed) for group, domains, skew in spreads[w.name])]
         if not ok:
             pending.append(w.name)
             continue
@@ -183,12 +189,10 @@ def schedule(ws: Sequence[Workload], nodes: Sequence[Node], seed: int | None) ->
     return pending
 
 
-def _skew_ok(c: Mapping[str, Any], w: Workload, n: Node, ws: Sequence[Workload], nodes: Sequence[Node],
+def _skew_ok(group: Sequence[str], domains: Sequence[Node], skew: int, n: Node,
              placed: Mapping[str, Mapping[str, int]]) -> bool:
-    group = {v.name for v in ws if _selected(c, v)}
-    domains = [m for m in nodes if w.allowed(m)]  # nodeAffinityPolicy Honor, nodeTaintsPolicy Ignore: taints aside
     counts = {m.name: sum(placed[m.name].get(g, 0) for g in group) for m in domains}
-    return counts[n.name] + 1 - min(counts.values(), default=0) <= int(c["maxSkew"])
+    return counts[n.name] + 1 - min(counts.values(), default=0) <= skew
 
 
 def binding(ws: Sequence[Workload], nodes: Sequence[Node], runs: int = 60) -> list[str]:

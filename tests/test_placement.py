@@ -64,7 +64,7 @@ def test_prods_small_pods_cannot_take_the_405bs_nodes(backend: str) -> None:
                                                                             "LLMInferenceService")}
     assert all(pins.values()), pins
     big = next(v for k, v in pins.items() if "405b" in k)
-    assert len(big[0]) == 2, "the 405B's two pods on two nodes of their own"
+    assert big is not None and len(big[0]) == 2, "the 405B's two pods on two nodes of their own"
 
 
 def _pin(obj: dict[str, Any]) -> tuple[list[str], dict[str, Any]] | None:
@@ -186,7 +186,7 @@ def test_a_node_local_provisioner_read_live_refuses_the_same() -> None:
     plan = planned(doc, cluster)
     assert refused(plan)["llama-405b"][0] == "storage"
     assert "storageClass local" in refused(plan)["llama-405b"][1]
-    assert plan.pins["qwen3-8b"].nodes == ("gpu-a",) and plan.downloads[_cache(plan, "qwen3-8b")] == "gpu-a"
+    assert plan.pins["qwen3-8b"].nodes == ("gpu-a",) and plan.downloads[_cache(plan, "qwen3-8b")] == ("h100", "gpu-a")
     shared = dict(cluster.__dict__, provisioners={"local": "efs.csi.aws.com"})
     assert not planned(doc, ClusterState(**shared)).excluded
 

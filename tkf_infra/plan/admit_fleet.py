@@ -54,8 +54,8 @@ class Admitted:
     """Models the first layouts refused (placement, or capacity on a MIG pool's nodes)."""
     pins: dict[str, Pin] = field(default_factory=dict)
     """Model → the nodes its pods are pinned to (only where the node names are real: `tkf_infra.plan.pins`)."""
-    downloads: dict[str, str] = field(default_factory=dict)
-    """Weight cache (PVC name) → the node its download Job is pinned to (same condition)."""
+    downloads: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Weight cache (PVC name) → (pool, node) its download Job is pinned to (same condition)."""
     multi_node_cache: bool | None = None
     """Whether pods on several nodes can mount one weight cache (None: not known)."""
 
@@ -240,7 +240,7 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
                       adm.PodAsk(*fp.download_job, 0) if fp.download_job else None, multi,
                       s.serving.storage_class or (cluster.default_storage_class if cluster else None) or "")
     pins: dict[str, Pin] = {}
-    downloads: dict[str, str] = {}
+    downloads: dict[str, tuple[str, str]] = {}
     # Node capacity, per pool: a MIG layout's pods where it put them, the others spread as the scheduler may.
     for name, nodes in rooms.items():
         pf = pools[name]
@@ -264,7 +264,7 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
             prints[model]["nodes"] = where
         if nodes.named:
             pins.update(packed.pins)
-            downloads.update(packed.jobs)
+            downloads.update({cache: (name, node) for cache, node in packed.jobs.items()})
             for model, pin in packed.pins.items():
                 prints[model]["pin"] = pin.published()
         elif packed.pins and len(nodes.nodes) > 1:  # one node: nowhere else to go, the plan is the placement

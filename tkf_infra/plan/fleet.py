@@ -81,8 +81,8 @@ class FleetPlan:
     """Autoscaled models admitted with room for minReplicas only (`serving.overcommit: allow`)."""
     pins: Mapping[str, Pin] = field(default_factory=dict)
     """Model → the nodes its pods are pinned to, where node names are real (`tkf_infra.plan.pins`)."""
-    downloads: Mapping[str, str] = field(default_factory=dict)
-    """Weight cache (PVC name) → the node its download Job is pinned to (same condition)."""
+    downloads: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    """Weight cache (PVC name) → (pool, node) its download Job is pinned to (same condition)."""
     multi_node_cache: bool | None = None
     """Whether pods on several nodes can mount one weight cache (False: one node's; None: not known)."""
 
