@@ -328,3 +328,19 @@ def test_daemonset_pods_room_is_subtracted_from_the_nodes_they_run_on() -> None:
     assert "replica 8 of 8" in reason and "memory" in reason
     assert "qwen3-8b" in planned(stack_doc(dict(SINGLE_GPU, replicas=7), cluster=kube(), nodePools=[pool]),
                                  state).deployed
+
+
+def test_a_spread_that_does_not_fit_is_refused_naming_what_each_node_holds() -> None:
+    """3 one-GPU replicas on nodes with 2 and 1 free GPUs: first fit would pack them, but pinned to 2 nodes the
+    scheduler may put 2 on either, so the plan holds 2 (on one node) and refuses the third by name."""
+    from tkf_infra.plan.admission import Demand, PodAsk, PoolNodes
+    from tkf_infra.plan.pins import pack_pool
+    from tkf_infra.sizing.node_room import NodeRoom
+
+    nodes = PoolNodes("p", (NodeRoom("a", 100000, 10**6, 2), NodeRoom("b", 100000, 10**6, 1)), "test", named=True)
+    (stage, reason), = pack_pool(nodes, [Demand("m", 3, 1, PodAsk(1000, 1024, 1))]).refused.values()
+    assert stage == "capacity" and "model m: replica 3 of 3 fits on no node of pool p" in reason
+    assert "room for its 3 pods spread evenly" in reason and "the nodes hold 2 on a, 1 on b of its pods" in reason
+    assert "lower replicas to 2" in reason
+    two = pack_pool(nodes, [Demand("m", 2, 1, PodAsk(1000, 1024, 1))])
+    assert not two.refused and two.pins["m"].nodes == ("a",) and two.pins["m"].per_node == 2

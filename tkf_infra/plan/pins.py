@@ -282,10 +282,12 @@ def _refusal(pools: PoolNodes, d: Demand, free: Sequence[Free], previous: Mappin
     one_more = [f for f in trial if f.holds(d.ask, pools)]
     spread = d.pods_per_replica == 1 and len(one_more) > 0 and fit > 0
     if spread:
-        k_need = min((k for k, _ in _options(d, trial, pods)), default=1)
-        short = [f"room for its pods spread evenly: the scheduler may put ceil({pods}/k) of them on each of the k "
-                 f"nodes they are pinned to, and no set of nodes has that room for each ({len(one_more)} node(s) have "
-                 f"room for 1 more, at least {k_need} would need room for {math.ceil(pods / max(k_need, 1))})"]
+        holds = sorted(((max((n for n in range(1, pods + 1) if f.holds(d.ask, pools, n)), default=0), f.name)
+                        for f in free), reverse=True)
+        shown = ", ".join(f"{n} on {name}" for n, name in holds[:6] if n) + (", …" if len(holds) > 6 else "")
+        short = [f"room for its {pods} pods spread evenly: pinned to k nodes, the scheduler may put ceil({pods}/k) "
+                 f"of them on each, so each of k nodes must hold that many, and no k nodes do (the nodes hold {shown} "
+                 "of its pods)"]
     elif d.pods_per_replica > 1:  # every pod of the model on its own node: the next replica's, one by one
         used = list(got[0]) if got is not None else []
         for _ in range(d.pods_per_replica):
