@@ -24,7 +24,7 @@ from tkf_infra import names
 from tkf_infra.config import validate_catalog
 from tkf_infra.hub.lock import load_lock
 from tkf_infra.outputs import endpoints_output
-from tkf_infra.plan.admission import ClusterState, tolerated
+from tkf_infra.plan.admission import ClusterState, PodAsk, tolerated
 from tkf_infra.plan.pins import W_NOT_BINDING, read_pins
 
 LOCK = load_lock()
@@ -344,3 +344,19 @@ def test_a_spread_that_does_not_fit_is_refused_naming_what_each_node_holds() -> 
     assert "lower replicas to 2" in reason
     two = pack_pool(nodes, [Demand("m", 2, 1, PodAsk(1000, 1024, 1))])
     assert not two.refused and two.pins["m"].nodes == ("a",) and two.pins["m"].per_node == 2
+
+
+def test_pins_read_back_from_outputs_the_engine_returns_as_floats() -> None:
+    """`readStackOutputs` answers with protobuf Struct values, whose numbers are all floats."""
+    plan = planned(prod("vllm"))
+
+    def floats(v: Any) -> Any:
+        return ({k: floats(x) for k, x in v.items()} if isinstance(v, dict) else [floats(x) for x in v]
+                if isinstance(v, list) else float(v) if isinstance(v, int) and not isinstance(v, bool) else v)
+
+    back = read_pins(floats(endpoints_output(plan)))
+    assert back == dict(plan.pins) and len(back) == 4
+    assert all(back[m].ask == PodAsk(fp["pod"]["cpuMillis"], fp["pod"]["memoryMiB"], fp["pod"]["gpus"])
+               for m, fp in plan.footprints.items())
+    assert read_pins({"x": {"name": "x", "footprint": {"pin": {"nodes": ["a"], "podsPerNode": 1.5}}}}) == {}
+    assert read_pins(None) == {} and read_pins({"x": "garbage"}) == {}

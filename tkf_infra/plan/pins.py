@@ -74,15 +74,19 @@ def read_pins(endpoints: Any) -> dict[str, Pin]:
     """Model → its pin, from the last run's `endpoints` output (anything unreadable: no pin, planned afresh)."""
     out: dict[str, Pin] = {}
     for ep in endpoints.values() if isinstance(endpoints, Mapping) else ():
-        pin = ((ep.get("footprint") or {}).get("pin") if isinstance(ep, Mapping) else None) or {}
-        nodes, per = pin.get("nodes") if isinstance(pin, Mapping) else None, pin.get("podsPerNode") if isinstance(
-            pin, Mapping) else None
-        pod = (ep.get("footprint") or {}).get("pod") if isinstance(ep, Mapping) else None
+        footprint = ep.get("footprint") if isinstance(ep, Mapping) else None
+        if not isinstance(footprint, Mapping) or not isinstance(ep.get("name"), str):
+            continue
+        pin = footprint.get("pin")
+        if not isinstance(pin, Mapping):
+            continue
+        nodes, per, pod = pin.get("nodes"), pin.get("podsPerNode"), footprint.get("pod")
         ask = (PodAsk(int(pod.get("cpuMillis", 0)), int(pod.get("memoryMiB", 0)), int(pod.get("gpus", 0)))
                if isinstance(pod, Mapping) else None)
-        if isinstance(ep.get("name"), str) and isinstance(nodes, list) and all(isinstance(n, str) for n in nodes) \
-                and nodes and isinstance(per, int) and per > 0:
-            out[ep["name"]] = Pin(tuple(nodes), per, ask)
+        # The engine hands outputs back as protobuf Struct values: every number a float.
+        if isinstance(nodes, list) and nodes and all(isinstance(n, str) for n in nodes) \
+                and isinstance(per, int | float) and per == int(per) and per > 0:
+            out[ep["name"]] = Pin(tuple(nodes), int(per), ask)
     return out
 
 
