@@ -360,3 +360,31 @@ def test_pins_read_back_from_outputs_the_engine_returns_as_floats() -> None:
                for m, fp in plan.footprints.items())
     assert read_pins({"x": {"name": "x", "footprint": {"pin": {"nodes": ["a"], "podsPerNode": 1.5}}}}) == {}
     assert read_pins(None) == {} and read_pins({"x": "garbage"}) == {}
+
+
+def test_the_program_keeps_an_untouched_models_pod_template_when_another_model_is_added() -> None:
+    """End to end through the program: the last run's outputs (what `readStackOutputs` answers) carry the pins,
+    so adding a model ahead of the others in the catalog leaves their rendered pod templates as they were."""
+    from tkf_infra.outputs import DEPLOYED_OUTPUT, ENDPOINTS_OUTPUT, deployed_entry
+
+    pool = {"name": "h100", "gpuProduct": "H100-80GB", "gpusPerNode": 8, "nodeCount": 4, "nodes": NODES,
+            "nodeResources": H100_NODE, "taints": [TAINT]}
+    a = dict(SINGLE_GPU, name="a", servedName="a", replicas=3)
+    b = dict(SINGLE_GPU, name="b", servedName="b", replicas=2)
+    first = stack_doc(a, b, backend="vllm", nodePools=[pool])
+    plan = planned(first)
+    last = {ENDPOINTS_OUTPUT: endpoints_output(plan),
+            DEPLOYED_OUTPUT: {m.entry.name: deployed_entry(m.entry) for m in plan.models}}
+
+    def templates(doc: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
+        h = program(doc, lock=LOCK, previous=previous)
+        return {r.metadata["name"]: r.spec["template"]["spec"] for r in h.resources
+                if r.type == "kubernetes:apps/v1:Deployment"}
+
+    before = templates(first, None)
+    newcomer = dict(SINGLE_GPU, name="c", servedName="c", replicas=8, priority=100)
+    after = templates(stack_doc(newcomer, a, b, backend="vllm", nodePools=[pool]), last)
+    assert after["a"] == before["a"] and after["b"] == before["b"]
+    assert after["c"]["affinity"] != before["a"]["affinity"], "the newcomer goes around them"
+    fresh = templates(stack_doc(newcomer, a, b, backend="vllm", nodePools=[pool]), None)
+    assert fresh["a"]["affinity"] != before["a"]["affinity"], "without the last outputs a higher priority moves a"
