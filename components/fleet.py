@@ -28,7 +28,7 @@ from components.gpu_operator import GpuOperator, GpuOperatorArgs
 from components.gpu_sharing import MIG_CONFIG_NAME, GpuSharing, GpuSharingArgs, has_mig
 from components.model_serving import ModelServing, ModelServingArgs
 from components.node_pool import GpuNodePool, GpuNodePoolArgs
-from components.pod import ApiKeyRef, CacheRef
+from components.pod import ApiKeyRef, CacheRef, Placement
 from components.prerequisites import ServingPrerequisites, ServingPrerequisitesArgs
 from components.weight_cache import WeightCache, WeightCacheArgs
 from providers.fit import FitCheck
@@ -113,6 +113,10 @@ def _weight_caches(plan: FleetPlan, provider: k8s.Provider, namespace: pulumi.Re
     for ref, users in by_ref.items():
         first = users[0].entry
         any_gpu = next((m.entry for m in users if not m.entry.is_cpu), None)
+        pvc = names.weight_cache(first.repo, first.revision)
+        # The Job runs where its readers do: on the node the plan reserved its room on, else in its first reader's pool.
+        pool_name, node = plan.downloads.get(pvc, (None, None))
+        pool = plan.pools.get(pool_name) if pool_name else next((m.pool for m in users if m.pool is not None), None)
         caches[ref] = WeightCache(
             names.weight_cache(first.repo, first.revision),
             WeightCacheArgs(
@@ -120,8 +124,11 @@ def _weight_caches(plan: FleetPlan, provider: k8s.Provider, namespace: pulumi.Re
                 namespace=s.namespaces.serving, image=pod_meta.image(any_gpu or first, s.serving),
                 headroom=s.serving.weight_cache_headroom, storage_class=s.serving.storage_class,
                 hf_token_secret=next((m.entry.hf_token_secret for m in users if m.entry.hf_token_secret), None),
-                read_write_many=len(users) > 1 or any(m.entry.reserved_replicas > 1 or m.entry.is_multi_node
-                                                      for m in users),
+                # A class one node mounts at a time: the plan put every reader on the cache's node.
+                read_write_many=plan.multi_node_cache is not False and (
+                    len(users) > 1 or any(m.entry.reserved_replicas > 1 or m.entry.is_multi_node for m in users)),
+                placement=Placement(dict(pool.node_selector), tuple(pool.tolerations)) if pool else Placement(),
+                node=node,
                 consumers=tuple(m.entry.name for m in users), prune=s.serving.prune_weight_cache,
                 protect=s.serving.protect, skip_await=s.cluster.skip_await,
                 await_download=s.awaits_weight_download,
@@ -269,6 +276,7 @@ def build_fleet(plan: FleetPlan, *, api_keys: ApiKeys | None, stack: str, layer:
             ModelServingArgs(
                 plan=m, serving=s.serving, namespaces=s.namespaces, cache=CacheRef(cache.pvc_name, cache.subpath),
                 api_key=key_ref, skip_await=s.cluster.skip_await, namespace=namespace, prometheus_url=s.prometheus_url,
+                pin=plan.pins.get(e.name),
                 # On the cache's PVC, not its download Job: the pods' init container waits for the download.
                 # A dependency on a Job that fails would end the program in the Python SDK (3.260:
                 # ResourceRegistrationFailed raised from depends_on) and abandon other models' pending

@@ -41,6 +41,7 @@ from tkf_infra import names
 from tkf_infra.config import Backend, ModelEntry, Namespaces, Serving
 from tkf_infra.names import GPU_RESOURCE
 from tkf_infra.plan import ModelPlan
+from tkf_infra.plan.pins import Pin
 
 meta = k8s.meta.v1
 core = k8s.core.v1
@@ -79,6 +80,8 @@ class ModelServingArgs:
     Pulumi does not pass on to children and would resolve once more for the component itself."""
     prometheus_url: str | None = None
     """The stack's Prometheus: an autoscaled model's KEDA trigger reads vLLM's metrics there (vllm backend)."""
+    pin: Pin | None = None
+    """The nodes the plan reserved this model's pods on (`tkf_infra.plan.pins`); None: not pinned."""
 
     @property
     def entry(self) -> ModelEntry:
@@ -92,7 +95,8 @@ class ModelServingArgs:
     @property
     def placement(self) -> Placement:
         pool = self.plan.pool
-        return Placement(dict(pool.node_selector), tuple(pool.tolerations)) if pool else Placement()
+        return (Placement(dict(pool.node_selector), tuple(pool.tolerations), self.pin, self.entry.name) if pool
+                else Placement())
 
     def pod(self, service_account: str | None = None) -> PodInputs:
         return PodInputs(entry=self.entry, serving=self.serving, weight_bytes=self.weight_bytes,

@@ -21,6 +21,7 @@ from tkf_infra import names
 from tkf_infra.config import ModelEntry, Serving
 from tkf_infra.config.flags import rows
 from tkf_infra.names import GPU_RESOURCE, METRICS_PORT, SERVING_PORT
+from tkf_infra.plan.pins import Pin
 
 core = k8s.core.v1
 #: Name of the metrics sidecar container (KServe merges our containers over its preset's by name).
@@ -29,10 +30,30 @@ METRICS_CONTAINER = "metrics"
 
 @dataclass(frozen=True)
 class Placement:
-    """Where the pods go: the node pool's selector and tolerations (empty for no pool)."""
+    """Where the pods go: the node pool's selector and tolerations (empty for no pool), and the plan's pin."""
 
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: tuple[dict[str, Any], ...] = ()
+    pin: Pin | None = None
+    """The nodes the plan reserved the model's pods on (`tkf_infra.plan.pins` says why it binds)."""
+    model: str = ""
+    """The model whose pods the pin's spread counts (`tkf.io/model`)."""
+
+
+def pinned_to(nodes: tuple[str, ...]) -> core.AffinityArgs:
+    """A REQUIRED node affinity to these nodes, by name (`metadata.name`, whatever their hostname label says)."""
+    term = core.NodeSelectorTermArgs(match_fields=[core.NodeSelectorRequirementArgs(
+        key="metadata.name", operator="In", values=list(nodes))])
+    return core.AffinityArgs(node_affinity=core.NodeAffinityArgs(
+        required_during_scheduling_ignored_during_execution=core.NodeSelectorArgs(node_selector_terms=[term])))
+
+
+def spread(model: str) -> core.TopologySpreadConstraintArgs:
+    """At most ceil(pods / pinned nodes) of the model's pods on any one of its nodes (`tkf_infra.plan.pins`)."""
+    return core.TopologySpreadConstraintArgs(
+        max_skew=1, topology_key=names.HOSTNAME_LABEL, when_unsatisfiable="DoNotSchedule",
+        label_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={names.MODEL_LABEL: model}),
+        node_affinity_policy="Honor", node_taints_policy="Ignore")
 
 
 @dataclass(frozen=True)
@@ -242,5 +263,7 @@ def pod_spec(p: PodInputs, *, kserve: bool, leader: bool = True) -> core.PodSpec
         termination_grace_period_seconds=60,
         node_selector=dict(p.placement.node_selector) or None,
         tolerations=[core.TolerationArgs(**t) for t in p.placement.tolerations] or None,
+        affinity=pinned_to(p.placement.pin.nodes) if p.placement.pin else None,
+        topology_spread_constraints=[spread(p.placement.model)] if p.placement.pin else None,
         service_account_name=p.service_account,
     )

@@ -31,7 +31,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import pod_meta, pod_sizes
-from components.pod import container_security, pod_security, secret_env
+from components.pod import Placement, container_security, pinned_to, pod_security, secret_env
 from tkf_infra import names
 from tkf_infra.sizing.params import GIB
 
@@ -49,6 +49,8 @@ BACKOFF_LIMIT = 6
 _POD_FAILURE_BACKOFF_S, _MAX_POD_FAILURE_BACKOFF_S = 10, 600
 #: Scheduling, image pull and volume attach before the first byte, for the download's time bound.
 DOWNLOAD_START_SECONDS = 600
+#: What the download pod requests; the plan reserves it on the node the Job is pinned to (tkf_infra/plan/pins.py).
+DOWNLOAD_CPU_MILLIS, DOWNLOAD_MEMORY_MIB = 1000, 2048
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,11 @@ class WeightCacheArgs:
     """Wait for the download Job in ``up`` (see the module docstring)."""
     adapters: tuple[tuple[str, str], ...] = ()
     """LoRA adapters (repo, revision) of the models served from these weights, downloaded beside them."""
+    placement: Placement = field(default_factory=Placement)
+    """The node selector and tolerations of its readers' pool: a GPU-only pool's taint must not keep the Job off."""
+    node: str | None = None
+    """The node the plan reserved the Job's room on, beside its first reader (`tkf_infra.plan.pins`): a volume
+    that binds where its first consumer runs (node-local storage) then lives where the server runs."""
 
 
 def pvc_size_gib(weight_bytes: int, headroom: float) -> int:
@@ -194,13 +201,17 @@ class WeightCache(pulumi.ComponentResource):
                     spec=core.PodSpecArgs(
                         restart_policy="Never",
                         automount_service_account_token=False,
+                        node_selector=dict(args.placement.node_selector) or None,
+                        tolerations=[core.TolerationArgs(**t) for t in args.placement.tolerations] or None,
+                        affinity=pinned_to((args.node,)) if args.node else None,
                         security_context=pod_security(),
                         containers=[core.ContainerArgs(
                             name="download",
                             image=args.image,
                             command=["/bin/sh", "-c", download_script(args.repo, args.revision, args.adapters)],
                             env=env,
-                            resources=core.ResourceRequirementsArgs(requests={"cpu": "1", "memory": "2Gi"},
+                            resources=core.ResourceRequirementsArgs(requests={"cpu": f"{DOWNLOAD_CPU_MILLIS}m",
+                                                                              "memory": f"{DOWNLOAD_MEMORY_MIB}Mi"},
                                                                     limits={"memory": "4Gi"}),
                             security_context=container_security(),
                             volume_mounts=[core.VolumeMountArgs(name="weight-cache", mount_path=pod_meta.CACHE_MOUNT),

@@ -418,12 +418,13 @@ def test_status_prints_the_published_footprint() -> None:
 
 def test_identical_nodes_are_told_apart_while_packing_a_multi_node_replica() -> None:
     """Two pods of one replica on two nodes with the same figures (nodes are compared by identity)."""
-    from tkf_infra.plan.admission import Demand, PodAsk, PoolNodes, pack_pool
+    from tkf_infra.plan.admission import Demand, PodAsk, PoolNodes
+    from tkf_infra.plan.pins import pack_pool
     from tkf_infra.sizing.node_room import NodeRoom
 
     nodes = PoolNodes("p", (NodeRoom("a", 1000, 1024, 0), NodeRoom("b", 1000, 1024, 0)), "test", gpus=False)
-    refusals, placed = pack_pool(nodes, [Demand("m", 1, 2, PodAsk(0, 0, 0))])
-    assert not refusals and placed == {"m": [["a", "b"]]}
+    packed = pack_pool(nodes, [Demand("m", 1, 2, PodAsk(0, 0, 0))])
+    assert not packed.refused and packed.placed == {"m": [["a", "b"]]}
 
 
 def test_an_eks_type_without_host_figures_falls_back_to_the_settings_by_name() -> None:

@@ -64,3 +64,21 @@ def test_a_model_its_autoscaler_took_to_zero_is_idle_not_pending() -> None:
     assert idle.phase is Phase.IDLE and "next request wakes it" in idle.reason
     waking = judge("m", Workload(workload=deployment(1, 0), job=COMPLETE, pods=(UNPLACED,)))
     assert waking.phase is Phase.PENDING, "woken: its autoscaler asked for a replica, which waits for a node"
+
+
+def test_a_pod_the_scheduler_cannot_place_says_what_it_waits_for_in_the_schedulers_words() -> None:
+    """Issue 39: "waiting for GPUs" with the scheduler's own message (PodScheduled False, Unschedulable)."""
+    message = ("0/4 nodes are available: 4 Insufficient nvidia.com/gpu. preemption: 0/4 nodes are available: "
+               "4 No preemption victims found for incoming pod.")
+    stuck = {"spec": {}, "status": {"conditions": [cond("PodScheduled", "False", "Unschedulable", message)]}}
+    r = judge("m", Workload(workload=deployment(1, 0), job=COMPLETE, pods=(stuck,)))
+    assert r.phase is Phase.PENDING and r.reason == f"waiting for GPUs: {message}"
+    tainted = {"spec": {}, "status": {"conditions": [cond("PodScheduled", "False", "Unschedulable",
+                                                          "0/4 nodes are available: 4 node(s) had untolerated taint "
+                                                          "{nvidia.com/gpu: present}.")]}}
+    assert judge("m", Workload(workload=deployment(1, 0), job=COMPLETE, pods=(tainted,))).reason.startswith(
+        "waiting for a node whose taints it tolerates: 0/4 nodes")
+    degraded = judge("m", Workload(workload=deployment(2, 1), job=COMPLETE, pods=(ON_NODE, stuck)))
+    assert degraded.phase is Phase.DEGRADED and degraded.reason == f"1/2 replicas ready; waiting for GPUs: {message}"
+    assert judge("m", Workload(workload=deployment(1, 0), job=COMPLETE, pods=(UNPLACED,))).reason == (
+        "1 pod(s), none on a node yet"), "no scheduler verdict yet: nothing invented"

@@ -89,6 +89,8 @@ WEIGHT_CACHE_MODELS_OUTPUT = "models"
 
 #: Every object of one catalog entry carries it; the Services and NetworkPolicies select on it.
 MODEL_LABEL = "tkf.io/model"
+#: The well-known label every kubelet sets to its node's hostname: the domain of the pins' spread (one per node).
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 #: The first 12 characters of the served revision (label); the full revision (annotation).
 REVISION_KEY = "tkf.io/revision"
 #: The catalog entry's Hugging Face repository (annotation).

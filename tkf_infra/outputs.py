@@ -172,7 +172,7 @@ def footprint_output(plan: FleetPlan, m: ModelPlan) -> dict[str, Any]:
     fp = plan.footprints.get(m.entry.name)
     if not fp:
         return {}
-    keys = ("pod", "podsPerReplica", "nodes", "nodesFrom", "weightCache", "weightCacheGiB")
+    keys = ("pod", "podsPerReplica", "nodes", "pin", "nodesFrom", "weightCache", "weightCacheGiB")
     return {"footprint": {k: fp[k] for k in keys if k in fp}}
 
 

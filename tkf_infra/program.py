@@ -27,9 +27,10 @@ from tkf_infra.config.reader import read_api_keys
 from tkf_infra.hub.lock import Lock, load_lock
 from tkf_infra.layer_edge import LayerRun
 from tkf_infra.layers import Layer
-from tkf_infra.outputs import DEPLOYED_OUTPUT, GPU_LAYOUT_OUTPUT
+from tkf_infra.outputs import DEPLOYED_OUTPUT, ENDPOINTS_OUTPUT, GPU_LAYOUT_OUTPUT
 from tkf_infra.plan import FleetPlan, LiveFindings, plan_fleet
 from tkf_infra.plan.admission import ClusterState, Footprints
+from tkf_infra.plan.pins import read_pins
 from tkf_infra.sizing.ec2 import InstanceGpus
 
 
@@ -187,7 +188,10 @@ def footprints(catalog: Catalog) -> Footprints:
     from tkf_infra.names import weight_cache
 
     headroom = catalog.settings.serving.weight_cache_headroom
-    return Footprints(pod=pod_requests, cache_gib=lambda b: cache_gib(b, headroom), cache_name=weight_cache)
+    from components.weight_cache import DOWNLOAD_CPU_MILLIS, DOWNLOAD_MEMORY_MIB
+
+    return Footprints(pod=pod_requests, cache_gib=lambda b: cache_gib(b, headroom), cache_name=weight_cache,
+                      download_job=(DOWNLOAD_CPU_MILLIS, DOWNLOAD_MEMORY_MIB))
 
 
 def cluster_facts(catalog: Catalog) -> ClusterState | None:
@@ -282,7 +286,7 @@ def plan(edge: Edge | None = None, run: LayerRun | None = None, outputs: dict[st
     return plan_fleet(catalog, lock=lock, ec2=found, ec2_errors=errors, live=live_findings(catalog),
                       refused_by_policy=policy_refusals(), previous=previous_deployment(last), cluster=cluster,
                       footprints=footprints(catalog), refused_by_platform=refused(run, catalog),
-                      previous_layout=last.get(GPU_LAYOUT_OUTPUT))
+                      previous_layout=last.get(GPU_LAYOUT_OUTPUT), previous_pins=read_pins(last.get(ENDPOINTS_OUTPUT)))
 
 
 def report(plan: FleetPlan) -> None:

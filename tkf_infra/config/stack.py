@@ -160,6 +160,11 @@ class Serving(SettingsModel):
         None, description="The vLLM release inside vllmImage, when its tag does not say (e.g. a digest).")
     allow_cpu: bool = Field(False, description="Allow the CPU profile (gpusPerNode 0). Dev stacks only.")
     storage_class: str | None = Field(None, description="StorageClass of weight-cache PVCs; None = cluster default.")
+    storage_multi_node: bool | None = Field(
+        None, description="Whether pods on several nodes can mount one volume of storageClass (ReadWriteMany: EFS, "
+                          "FSx for Lustre, NFS, CephFS). false for block and node-local classes (EBS, local-path, "
+                          "TopoLVM): every reader of a weight cache then runs on the cache's node, or is refused. "
+                          "None: read from the cluster's StorageClass provisioner, else not checked.")
     weight_cache_headroom: float = Field(1.25, ge=1.0, le=4.0)
     weight_cache_budget_gib: float | None = Field(
         None, gt=0, alias="weightCacheBudgetGiB",

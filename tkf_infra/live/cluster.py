@@ -1,4 +1,5 @@
-"""The cluster's own word on room: Nodes, storage (CSIStorageCapacity, ResourceQuota, PVCs) and served APIs.
+"""The cluster's own word on room: Nodes (less their DaemonSet pods), storage (CSIStorageCapacity, ResourceQuota,
+PVCs, StorageClass provisioners) and served APIs.
 
 Why a reader of our own over httpx (already a pin) instead of the `kubernetes` client: five GET
 requests need no generated client, and the kubeconfig forms a preview meets (bearer token or token
@@ -17,13 +18,14 @@ import ssl
 import subprocess
 import tempfile
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
 
-from tkf_infra.config.quantity import GIB, parse_quantity
+from tkf_infra.config.quantity import GIB, mebibytes, millicores, parse_quantity
 from tkf_infra.plan.admission import ClusterState, LiveNode, LivePvc, QuotaLimit, StorageCapacity
 
 TIMEOUT_S = 10.0
@@ -151,6 +153,37 @@ def _node(item: Mapping[str, Any]) -> LiveNode:
                     bool(spec.get("unschedulable")))
 
 
+def pod_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
+    """(CPU millicores, memory MiB) the scheduler counts for a pod: the larger of its containers' sum and each
+    init container, plus its overhead (kubernetes pkg/api/v1/resource PodRequests)."""
+    spec = pod.get("spec") or {}
+
+    def of(c: Mapping[str, Any]) -> tuple[int, int]:
+        r = (c.get("resources") or {}).get("requests") or {}
+        return millicores(r.get("cpu", 0)), mebibytes(r.get("memory", 0))
+
+    main = [of(c) for c in spec.get("containers") or []]
+    init = [of(c) for c in spec.get("initContainers") or []]
+    extra = spec.get("overhead") or {}
+    return (max(sum(c for c, _ in main), max((c for c, _ in init), default=0)) + millicores(extra.get("cpu", 0)),
+            max(sum(m for _, m in main), max((m for _, m in init), default=0)) + mebibytes(extra.get("memory", 0)))
+
+
+def daemon_pods(client: httpx.Client) -> dict[str, tuple[int, int, int]]:
+    """Node → (CPU millicores, memory MiB, pods) of the DaemonSet pods bound to it and not finished: room the
+    serving pods never get (the GPU Operator's, the CNI's, the CSI node plugins', kube-proxy)."""
+    path = "/api/v1/pods?fieldSelector=status.phase!%3DSucceeded,status.phase!%3DFailed"
+    out: dict[str, tuple[int, int, int]] = {}
+    for pod in _get(client, path).get("items") or []:
+        owners = (pod.get("metadata") or {}).get("ownerReferences") or []
+        where = (pod.get("spec") or {}).get("nodeName")
+        if where and any(o.get("kind") == "DaemonSet" for o in owners):
+            cpu, mem = pod_requests(pod)
+            c, m, n = out.get(where, (0, 0, 0))
+            out[where] = (c + cpu, m + mem, n + 1)
+    return out
+
+
 def read_cluster(client: httpx.Client, source: str, namespace: str) -> ClusterState:
     """Nodes, storage and served APIs; each part that fails carries its error (never raises)."""
     nodes: tuple[LiveNode, ...] | None = None
@@ -163,10 +196,18 @@ def read_cluster(client: httpx.Client, source: str, namespace: str) -> ClusterSt
                             api_error=why)
     except ValueError as exc:
         nodes_error = str(exc)
-    default_class, caps, quotas, pvcs = None, [], [], {}
+    daemons_error = None
+    if nodes is not None:
+        try:
+            daemons = daemon_pods(client)
+            nodes = tuple(replace(n, daemons=daemons.get(n.name, (0, 0, 0))) for n in nodes)
+        except ValueError as exc:
+            daemons_error = str(exc)
+    default_class, caps, quotas, pvcs, provisioners = None, [], [], {}, {}
     try:
         for sc in _get(client, "/apis/storage.k8s.io/v1/storageclasses").get("items") or []:
             meta = sc.get("metadata") or {}
+            provisioners[str(meta.get("name"))] = str(sc.get("provisioner", ""))
             if (meta.get("annotations") or {}).get(DEFAULT_CLASS_ANNOTATION) == "true":
                 default_class = str(meta.get("name"))
         for c in _get(client, "/apis/storage.k8s.io/v1/csistoragecapacities").get("items") or []:
@@ -194,8 +235,8 @@ def read_cluster(client: httpx.Client, source: str, namespace: str) -> ClusterSt
         api_versions = frozenset({"v1"} | {str(v.get("groupVersion")) for g in groups for v in g.get("versions") or []})
     except ValueError as exc:
         api_error = str(exc)
-    return ClusterState(source, nodes, nodes_error, storage_error, default_class, tuple(caps), tuple(quotas), pvcs,
-                        api_versions, api_error)
+    return ClusterState(source, nodes, nodes_error, storage_error, default_class, provisioners, tuple(caps),
+                        tuple(quotas), pvcs, api_versions, api_error, daemons_error)
 
 
 def cluster_state(kubeconfig: str, context: str | None, namespace: str) -> ClusterState:

@@ -9,7 +9,8 @@ phases are the TKF design's status block:
 |---|---|
 | Failed | the download failed; KServe could not combine presets or reconcile; the rollout passed its deadline |
 | Downloading | the weight cache's download Job has not completed |
-| Pending | no replica is ready and no pod of the model is on a node yet (unschedulable, or waiting for one) |
+| Pending | no replica is ready and no pod of the model is on a node yet (`unschedulable`: "waiting for GPUs" … |
+|         | with the scheduler's own message when a pod's PodScheduled is False; else waiting for one)               |
 | Loading | pods are on nodes, none ready yet (vLLM loading weights, compiling) |
 | Degraded | some replicas ready, fewer than desired |
 | Ready | every desired replica ready |
@@ -128,6 +129,28 @@ def _failure(w: Workload) -> str | None:
     return None
 
 
+#: What a scheduler's "0/N nodes are available: ..." message says a pod waits for (first match wins).
+_WAITING_FOR = (("Insufficient nvidia.com/mig-", "MIG slices"), ("Insufficient nvidia.com/gpu", "GPUs"),
+                ("Insufficient cpu", "CPU"), ("Insufficient memory", "memory"),
+                ("untolerated taint", "a node whose taints it tolerates"),
+                ("didn't match pod topology spread constraints", "room on the nodes it is pinned to"),
+                ("didn't match Pod's node affinity/selector", "a node its pool selector and pin allow"),
+                ("Too many pods", "a node under its maxPods"))
+
+
+def unschedulable(pods: Iterable[Mapping[str, Any]]) -> str | None:
+    """"waiting for GPUs (or what else): <the scheduler's own message>" when a pod of the model is Pending with
+    PodScheduled False (reason Unschedulable); None when none is."""
+    for p in pods:
+        cond = _conditions(p).get("PodScheduled", {})
+        if (p.get("spec") or {}).get("nodeName") or cond.get("status") != "False":
+            continue
+        message = str(cond.get("message") or cond.get("reason") or "unschedulable")
+        what = next((w for key, w in _WAITING_FOR if key in message), "a node")
+        return f"waiting for {what}: {message}"
+    return None
+
+
 def judge(model: str, w: Workload) -> Lifecycle:
     """The phase of one model from its objects (see the module docstring's table)."""
     cache = cache_state(w.job)
@@ -138,7 +161,9 @@ def judge(model: str, w: Workload) -> Lifecycle:
         if ready >= desired:
             return Lifecycle(model, Phase.READY, desired, ready, cache, f"{ready}/{desired} replicas ready")
         if ready > 0:
-            return Lifecycle(model, Phase.DEGRADED, desired, ready, cache, f"{ready}/{desired} replicas ready")
+            waiting = unschedulable(w.pods)
+            return Lifecycle(model, Phase.DEGRADED, desired, ready, cache,
+                             f"{ready}/{desired} replicas ready" + (f"; {waiting}" if waiting else ""))
     if desired == 0 and not w.pods and cache is not CacheState.DOWNLOADING:
         return Lifecycle(model, Phase.IDLE, desired, ready, cache,
                          "scaled to zero; the gateway's next request wakes it (endpoints: coldStartSeconds)")
@@ -150,7 +175,7 @@ def judge(model: str, w: Workload) -> Lifecycle:
     if placed:
         return Lifecycle(model, Phase.LOADING, desired, ready, cache,
                          f"{len(placed)} pod(s) on nodes, none ready yet")
-    reason = f"{len(w.pods)} pod(s), none on a node yet" if w.pods else "no pod yet"
+    reason = unschedulable(w.pods) or (f"{len(w.pods)} pod(s), none on a node yet" if w.pods else "no pod yet")
     return Lifecycle(model, Phase.PENDING, desired, ready, cache, reason)
 
 

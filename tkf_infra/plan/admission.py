@@ -9,12 +9,13 @@ settings, and hands it here as data; every refusal becomes one `Exclusion` of it
 stage, and a source that could not be read is a named warning, never a silent pass.
 
 Rules (docs/admission.md):
-- Nodes: replicas are packed in admission order (deployed models, then `priority`, then catalog
-  order), first fit, on every resource at once (GPUs, CPU, memory; pods ask for no ephemeral
-  storage); a multi-node replica puts each of its pods on a different node; a MIG layout's pods
-  take the room of the nodes it placed them on first. A model one of whose replicas fits on no
-  node is refused whole, with the pod's asks, the largest free node and which resource ran out;
-  the models after it are still packed.
+- Nodes: each pool's nodes and their room come from here (live Nodes less their DaemonSet pods, or
+  the settings); the packing itself, spread the way the kube-scheduler may place pods and pinned so
+  it must, is `tkf_infra.plan.pins`: in admission order (deployed models, then `priority`, then
+  catalog order), on every resource at once (GPUs, CPU, memory; pods ask for no ephemeral storage);
+  a MIG layout's pods take the room of the nodes it placed them on first. A model one of whose
+  replicas does not fit is refused whole, with the pod's asks, the largest free node and what ran
+  out; the models after it are still packed.
 - Storage (`tkf_infra.plan.storage_room`): one cache per repo@revision (shared caches count once),
   in admission order of their first model; an existing PVC of that name costs only its growth
   against a quota (it is already counted) and nothing against CSIStorageCapacity once bound. Caches
@@ -45,6 +46,7 @@ W_STORAGE_NOT_LIVE = "storage-not-live"
 W_STORAGE_UNREAD = "storage-unreadable"
 W_STORAGE_UNCHECKED = "storage-unchecked"
 W_APIS_UNREAD = "topology-unreadable"
+W_DAEMONS_UNREAD = "node-daemonsets-unreadable"
 
 
 def named(code: str, text: str) -> str:
@@ -66,6 +68,8 @@ class LiveNode:
     allocatable: Mapping[str, str] | None = None
     ready: bool = False
     unschedulable: bool = False
+    daemons: tuple[int, int, int] = (0, 0, 0)
+    """(CPU millicores, memory MiB, pods) of the DaemonSet pods running there: room serving pods never get."""
 
 
 @dataclass(frozen=True)
@@ -105,11 +109,15 @@ class ClusterState:
     nodes_error: str | None = None
     storage_error: str | None = None
     default_storage_class: str | None = None
+    provisioners: Mapping[str, str] = field(default_factory=dict)
+    """StorageClass → its provisioner (whether its volumes can be mounted on several nodes)."""
     capacities: tuple[StorageCapacity, ...] = ()
     quotas: tuple[QuotaLimit, ...] = ()
     pvcs: Mapping[str, LivePvc] = field(default_factory=dict)
     api_versions: frozenset[str] | None = None
     api_error: str | None = None
+    daemons_error: str | None = None
+    """Why the DaemonSet pods could not be read (then nodes count at their whole allocatable, named)."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +146,8 @@ class Footprints:
     """weight bytes → the weight cache PVC's GiB."""
     cache_name: Callable[[str, str], str]
     """(repo, revision) → the PVC's name."""
+    download_job: tuple[int, int] | None = None
+    """(CPU millicores, memory MiB) the download Job's pod requests, reserved on the node it is pinned to."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -154,6 +164,8 @@ class PoolNodes:
     """False when only GPUs are known (no Node, EC2 or nodeResources figure): CPU and memory unchecked."""
     gpus: bool = True
     """False on MIG pools (the layout planner places their GPUs)."""
+    named: bool = False
+    """True when the node names are real (live Nodes, or the pool's `nodes` list): pins may name them."""
 
 
 def tolerated(taint: Mapping[str, str], tolerations: Sequence[Mapping[str, object]]) -> bool:
@@ -172,10 +184,11 @@ def node_room(node: LiveNode, gpus: bool, gpus_if_unadvertised: int = 0) -> Node
     alloc = node.allocatable or {}
     eph = alloc.get("ephemeral-storage")
     count = int(millicores(alloc[GPU_RESOURCE]) // 1000) if GPU_RESOURCE in alloc else gpus_if_unadvertised
-    return NodeRoom(node.name, millicores(alloc.get("cpu", 0)), mebibytes(alloc.get("memory", 0)),
+    cpu, mem, pods = node.daemons  # the DaemonSets' pods hold their room on every node they run on
+    return NodeRoom(node.name, millicores(alloc.get("cpu", 0)) - cpu, mebibytes(alloc.get("memory", 0)) - mem,
                     count if gpus else 0,
                     mebibytes(eph) if eph is not None else None,
-                    int(alloc["pods"]) if str(alloc.get("pods", "")).isdigit() else None)
+                    int(alloc["pods"]) - pods if str(alloc.get("pods", "")).isdigit() else None)
 
 
 def live_pool_nodes(pool: str, listed: Sequence[str], selector: Mapping[str, str],
@@ -214,7 +227,7 @@ def live_pool_nodes(pool: str, listed: Sequence[str], selector: Mapping[str, str
         warnings.append(named(W_NODES_NO_GPUS, f"nodePool {pool}: node(s) {', '.join(silent)} advertise no "
                               f"{GPU_RESOURCE} yet; {counted}"))
     rooms = tuple(node_room(n, gpus, gpus_per_node if operator_installed_here else 0) for n in usable)
-    return PoolNodes(pool, rooms, f"{len(rooms)} Node(s) of {source}", gpus=gpus), warnings
+    return PoolNodes(pool, rooms, f"{len(rooms)} Node(s) of {source}", gpus=gpus, named=True), warnings
 
 
 def settings_pool_nodes(pool: str, count: int, gpus_per_node: int, cpu: str | float | None,
@@ -229,7 +242,7 @@ def settings_pool_nodes(pool: str, count: int, gpus_per_node: int, cpu: str | fl
                            room.ephemeral_mib, room.pods) for i in range(count))
     source = (f"nodePools[{pool}].nodeResources ({count} x {cpu_text(room.cpu_millis)}, {gib_text(room.memory_mib)})"
               if known else f"nodePools[{pool}] nodeCount x gpusPerNode")
-    return PoolNodes(pool, nodes, source, cpu_memory=known, gpus=gpus)
+    return PoolNodes(pool, nodes, source, cpu_memory=known, gpus=gpus, named=bool(listed))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -245,107 +258,3 @@ class Demand:
     ask: PodAsk
     count_key: str = "replicas"
     """The field the count comes from, for the way out: `scaling.maxReplicas` for an autoscaled model."""
-
-
-@dataclass(eq=False)
-class _Free:
-    """A node's room left while packing; compared by identity (two nodes may have equal figures)."""
-
-    name: str
-    cpu: int
-    mem: int
-    gpus: int
-    pods: int | None
-
-    def holds(self, ask: PodAsk, pools: PoolNodes) -> bool:
-        return ((not pools.cpu_memory or (ask.cpu_millis <= self.cpu and ask.memory_mib <= self.mem))
-                and (not pools.gpus or ask.gpus <= self.gpus) and (self.pods is None or self.pods >= 1))
-
-    def take(self, ask: PodAsk, sign: int = 1) -> None:
-        self.cpu -= sign * ask.cpu_millis
-        self.mem -= sign * ask.memory_mib
-        self.gpus -= sign * ask.gpus
-        if self.pods is not None:
-            self.pods -= sign
-
-
-def _ran_out(ask: PodAsk, free: Sequence[_Free], pools: PoolNodes) -> tuple[_Free | None, list[str]]:
-    if not free:
-        return None, ["nodes (the pool has no usable node)"]
-    short = []
-    best_cpu, best_mem, best_gpu = max(f.cpu for f in free), max(f.mem for f in free), max(f.gpus for f in free)
-    if pools.gpus and ask.gpus > best_gpu:
-        short.append(f"GPUs (asked {ask.gpus}, at most {max(best_gpu, 0)} free on a node)")
-    if pools.cpu_memory and ask.cpu_millis > best_cpu:
-        short.append(f"CPU (asked {cpu_text(ask.cpu_millis)}, at most {cpu_text(max(best_cpu, 0))} free on a node)")
-    if pools.cpu_memory and ask.memory_mib > best_mem:
-        short.append(f"memory (asked {gib_text(ask.memory_mib)}, at most {gib_text(max(best_mem, 0))} free on a "
-                     "node)")
-    if any(f.pods is not None and f.pods < 1 for f in free) and not short:
-        short.append("pods (the kubelet's maxPods)")
-
-    def score(f: _Free) -> tuple[int, int, int, int]:
-        fits = ((ask.gpus <= f.gpus) if pools.gpus else 1) + (ask.cpu_millis <= f.cpu) + (ask.memory_mib <= f.mem)
-        return fits, f.gpus, f.mem, f.cpu
-
-    return max(free, key=score), short or ["no single node has all of them free at once"]
-
-
-def pack_pool(pools: PoolNodes, demands: Sequence[Demand], pinned: Mapping[str, list[list[str]]] | None = None,
-              ) -> tuple[dict[str, str], dict[str, list[list[str]]]]:
-    """(model → refusal reason, model → nodes of each replica), replicas first fit in the given order.
-
-    `pinned`: model → the nodes of each replica already chosen (a MIG layout's, which checked their room):
-    those pods take their nodes' room first, whatever the order."""
-    free = [_Free(n.name, n.cpu_millis, n.memory_mib, n.gpus, n.pods) for n in pools.nodes]
-    refused: dict[str, str] = {}
-    placed: dict[str, list[list[str]]] = {}
-    by_name = {f.name: f for f in free}
-    fixed = pinned or {}
-    for d in demands:
-        for name in (n for nodes in fixed.get(d.model, []) for n in nodes):
-            if name in by_name:
-                by_name[name].take(d.ask)
-        if d.model in fixed:
-            placed[d.model] = fixed[d.model]
-    for d in demands:
-        if d.model in fixed:
-            continue
-        taken: list[tuple[_Free, PodAsk]] = []
-        where: list[list[str]] = []
-        failed: str | None = None
-        for r in range(d.replicas):
-            group: list[_Free] = []
-            for _ in range(d.pods_per_replica):
-                node = next((f for f in free if f not in group and f.holds(d.ask, pools)), None)
-                if node is None:
-                    failed = _refusal(pools, d, r, [f for f in free if f not in group])
-                    break
-                node.take(d.ask)
-                taken.append((node, d.ask))
-                group.append(node)
-            if failed:
-                break
-            where.append([g.name for g in group])
-        if failed:
-            for node, ask in taken:
-                node.take(ask, -1)
-            refused[d.model] = failed
-        else:
-            placed[d.model] = where
-    return refused, placed
-
-
-def _refusal(pools: PoolNodes, d: Demand, replica: int, free: Sequence[_Free]) -> str:
-    best, short = _ran_out(d.ask, free, pools)
-    pods = f" ({d.pods_per_replica} pods on different nodes)" if d.pods_per_replica > 1 else ""
-    left = (f"the largest free node, {best.name}, has {cpu_text(max(best.cpu, 0))}, {gib_text(max(best.mem, 0))} "
-            f"memory{f', {max(best.gpus, 0)} GPU(s)' if pools.gpus else ''} left after the models before it in "
-            "admission order (deployed, priority, catalog)" if best is not None else "the pool has no usable node")
-    ways = [f"lower {d.count_key} to {replica}" if replica else "",
-            f"add nodes to pool {pools.pool} (nodeCount, or more Ready nodes matching its selector) or use nodes "
-            "with more of what ran out", "move it to another nodePool",
-            "or give models before it in the catalog fewer replicas"]
-    return (f"model {d.model}: replica {replica + 1} of {d.replicas}{pods} fits on no node of pool {pools.pool} "
-            f"(nodes from {pools.source}): each pod asks {d.ask.text()}; {left}; ran out of: {'; '.join(short)}. "
-            f"Way out: {', '.join(w for w in ways if w)}")

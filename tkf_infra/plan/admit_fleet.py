@@ -27,10 +27,11 @@ from tkf_infra.config.quantity import cpu_text, gib_text
 from tkf_infra.plan import admission as adm
 from tkf_infra.plan.layout import plan_mig
 from tkf_infra.plan.model_plan import ModelPlan
+from tkf_infra.plan.pins import Pin, Storage, not_binding, pack_pool
 from tkf_infra.plan.pool_layout import Demand, PoolLayout
 from tkf_infra.plan.pools import PoolFacts
 from tkf_infra.plan.share import context_gib
-from tkf_infra.plan.storage_room import Cache, admit_storage, storage_limits
+from tkf_infra.plan.storage_room import Cache, admit_storage, multi_node_mounts, storage_limits
 from tkf_infra.plan.time_slicing import SliceDemand, prove_time_slicing
 from tkf_infra.sizing.ec2 import InstanceGpus
 from tkf_infra.sizing.node_room import EKS_AMI_TAG, eks_node_room
@@ -49,6 +50,12 @@ class Admitted:
     layouts: dict[str, PoolLayout] = field(default_factory=dict)
     laid_out_refused: frozenset[str] = frozenset()
     """Models the first layouts refused (placement, or capacity on a MIG pool's nodes)."""
+    pins: dict[str, Pin] = field(default_factory=dict)
+    """Model → the nodes its pods are pinned to (only where the node names are real: `tkf_infra.plan.pins`)."""
+    downloads: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Weight cache (PVC name) → (pool, node) its download Job is pinned to (same condition)."""
+    multi_node_cache: bool | None = None
+    """Whether pods on several nodes can mount one weight cache (None: not known)."""
 
 
 def pool_nodes(pf: PoolFacts, cluster: adm.ClusterState | None, ec2: Mapping[str, InstanceGpus],
@@ -198,11 +205,12 @@ def _pinned(layout: PoolLayout | None, models: Sequence[ModelPlan]) -> dict[str,
 def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: Catalog,
           cluster: adm.ClusterState | None, fp: adm.Footprints, ec2: Mapping[str, InstanceGpus],
           held: frozenset[str] = frozenset(), floors: frozenset[str] = frozenset(),
-          previous_layout: Any = None) -> Admitted:
+          previous_layout: Any = None, previous_pins: Mapping[str, Pin] | None = None) -> Admitted:
     """Topology, layouts, node capacity and storage for the planned models, in the given order (module docstring).
 
     `floors`: autoscaled models held at minReplicas rather than maxReplicas (`reserved`). `previous_layout`:
-    the last run's `gpuLayout` output, which the MIG layouts keep what they can of (`plan_layouts`)."""
+    the last run's `gpuLayout` output, which the MIG layouts keep what they can of (`plan_layouts`).
+    `previous_pins`: the last run's pins (`tkf_infra.plan.pins.read_pins`), kept where they still hold."""
     s = catalog.settings
     render = s.cluster.mode == "render"
     refused, warnings = topology(models, catalog, cluster)
@@ -216,12 +224,22 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
         if any(m.pool is not None and m.pool.name == name and m.entry.name not in refused for m in models):
             rooms[name], notes = pool_nodes(pf, cluster, ec2, render, "gpuOperator" in installed)
             warnings += notes
+    if rooms and cluster is not None and cluster.nodes is not None and cluster.daemons_error:
+        warnings.append(adm.named(adm.W_DAEMONS_UNREAD, f"node capacity: the DaemonSet pods on the nodes could not "
+                                  f"be read ({cluster.daemons_error}); nodes count at their whole allocatable, so a "
+                                  "pod packed to a node's last cores may stay Pending; let the credentials list pods"))
     alive = [m for m in models if m.entry.name not in refused]
     layouts = plan_layouts(alive, pools, s.serving.version, asks, rooms, held, floors, previous_layout)
     laid_out = _layout_refusals(layouts)
     refused.update(laid_out)
     before = set(refused)  # what the layouts already left out (topology, their own refusals)
-    # Node capacity, per pool: a MIG layout's pods where it put them, the others first fit.
+    multi = multi_node_mounts(cluster, s.serving.storage_class, s.serving.storage_multi_node)
+    storage = Storage({m.entry.name: fp.cache_name(m.entry.repo, m.entry.revision) for m in models},
+                      adm.PodAsk(*fp.download_job, 0) if fp.download_job else None, multi,
+                      s.serving.storage_class or (cluster.default_storage_class if cluster else None) or "")
+    pins: dict[str, Pin] = {}
+    downloads: dict[str, tuple[str, str]] = {}
+    # Node capacity, per pool: a MIG layout's pods where it put them, the others spread as the scheduler may.
     for name, nodes in rooms.items():
         pf = pools[name]
         on = [m for m in models if m.pool is not None and m.pool.name == name and m.entry.name not in refused]
@@ -237,10 +255,18 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
             prints[m.entry.name] = {"pool": name, "pod": {"cpuMillis": cpu, "memoryMiB": mem, "gpus": gpus},
                                     "podsPerReplica": m.entry.node_count, "replicas": reserved(m, floors),
                                     "nodesFrom": nodes.source}
-        no_room, placed = adm.pack_pool(nodes, demands, _pinned(layouts.get(name), on))
-        refused.update({model: ("capacity", reason) for model, reason in no_room.items()})
-        for model, where in placed.items():
+        fixed = _pinned(layouts.get(name), on)
+        packed = pack_pool(nodes, demands, fixed, previous_pins, storage)
+        refused.update(packed.refused)
+        for model, where in packed.placed.items():
             prints[model]["nodes"] = where
+        if nodes.named:
+            pins.update(packed.pins)
+            downloads.update({cache: (name, node) for cache, node in packed.jobs.items()})
+            for model, pin in packed.pins.items():
+                prints[model]["pin"] = pin.published()
+        elif packed.pins and len(nodes.nodes) > 1:  # one node: nowhere else to go, the plan is the placement
+            warnings.append(not_binding(name, nodes.source))
     refused.update(_storage(models, refused, catalog, cluster, fp, prints, warnings))
     # The mig-parted config carves only what is deployed: lay out again the MIG pools that lost a model since.
     again = {name for name, lay in layouts.items() if lay.kind == "mig" and any(
@@ -256,7 +282,8 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
             for model, where in _pinned(lay, kept).items():
                 prints[model]["nodes"] = where
     warnings += [w for lay in layouts.values() for w in lay.warnings]  # of the layouts applied, once each
-    return Admitted(refused, warnings, prints, layouts, frozenset(laid_out))
+    return Admitted(refused, warnings, prints, layouts, frozenset(laid_out),
+                    {m: p for m, p in pins.items() if m not in refused}, downloads, multi)
 
 
 def _storage(models: Sequence[ModelPlan], refused: Mapping[str, tuple[str, str]], catalog: Catalog,

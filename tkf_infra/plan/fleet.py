@@ -26,6 +26,7 @@ from tkf_infra.plan.admit_fleet import admit, plan_layouts, reserved
 from tkf_infra.plan.exclusion import Exclusion, Refusal, Stage, verdict
 from tkf_infra.plan.lora import adapter_problems
 from tkf_infra.plan.model_plan import ModelPlan
+from tkf_infra.plan.pins import Pin
 from tkf_infra.plan.pool_layout import PoolLayout
 from tkf_infra.plan.pools import PoolFacts, PoolProblem, resolve_pool
 from tkf_infra.plan.scaling import at_maximum, at_minimum, over_maximum, overcommitted, scaling_checks
@@ -63,6 +64,12 @@ class FleetPlan:
     """Model → what it asks of nodes and storage (pod CPU/memory/GPUs, nodes per replica, cache GiB)."""
     floors: frozenset[str] = frozenset()
     """Autoscaled models admitted with room for minReplicas only (`serving.overcommit: allow`)."""
+    pins: Mapping[str, Pin] = field(default_factory=dict)
+    """Model → the nodes its pods are pinned to, where node names are real (`tkf_infra.plan.pins`)."""
+    downloads: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    """Weight cache (PVC name) → (pool, node) its download Job is pinned to (same condition)."""
+    multi_node_cache: bool | None = None
+    """Whether pods on several nodes can mount one weight cache (False: one node's; None: not known)."""
 
     @property
     def deployed(self) -> set[str]:
@@ -225,7 +232,7 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
                previous: Mapping[str, Any] | None = None, cluster: adm.ClusterState | None = None,
                footprints: adm.Footprints | None = None,
                refused_by_platform: Mapping[str, Sequence[str]] | None = None,
-               previous_layout: Any = None) -> FleetPlan:
+               previous_layout: Any = None, previous_pins: Mapping[str, Pin] | None = None) -> FleetPlan:
     """Decide the fleet from validated settings and the edge's data; no I/O, no resources.
 
     `refused_by_policy`: models the platform owner's policy pack refused at the preview before this
@@ -237,7 +244,8 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
     (model → reasons, `tkf_infra.platform_contract.unmet_needs`), left out at the topology stage.
     `previous_layout`: the last run's `gpuLayout` output; each MIG pool keeps what it placed where it was
     (`tkf_infra.plan.mig_sticky`) so an added model re-partitions only the nodes it lands on. None (or a first
-    run's nothing): laid out from scratch; unreadable: from scratch with a warning.
+    run's nothing): laid out from scratch; unreadable: from scratch with a warning. `previous_pins`: the last
+    run's pins (`tkf_infra.plan.pins.read_pins`), which a model keeps while its nodes still hold it.
     """
     s = catalog.settings
     errors = [str(p) for p in catalog.pool_problems]
@@ -301,19 +309,21 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
         order = sorted(planned, key=lambda m: (m.entry.name not in (previous or {}), -(m.entry.priority or 0),
                                                positions.get(m.entry.name, -1)))
         done = admit(order, pools, catalog, cluster, footprints, ec2 or {}, frozenset(previous or {}),
-                     previous_layout=previous_layout)
+                     previous_layout=previous_layout, previous_pins=previous_pins)
         if s.serving.overcommit is Overcommit.ALLOW and (floors := over_maximum(done.refused, entries)):
             at_max = done.refused  # the same order again, those models at their floor
             done = admit(order, pools, catalog, cluster, footprints, ec2 or {}, frozenset(previous or {}), floors,
-                         previous_layout)
+                         previous_layout, previous_pins)
             warnings += [overcommitted(entries[n], at_max[n][1]) for n in sorted(floors) if n not in done.refused]
         layouts, refusals, prints, laid_out = done.layouts, done.refused, done.prints, done.laid_out_refused
+        pins, downloads, multi_node = done.pins, done.downloads, done.multi_node_cache
         warnings += done.warnings
     else:
         layouts = plan_layouts(planned, pools, s.serving.version, previous=previous_layout)
         warnings += [w for lay in layouts.values() for w in lay.warnings]
         refusals = {name: ("placement", reason) for lay in layouts.values() for name, reason in lay.refused.items()}
         laid_out = frozenset(refusals)
+        pins, downloads, multi_node = {}, {}, None
     excluded += [Exclusion.of(name, positions.get(name, -1), Stage(stage),
                               ((at_minimum if name in floors else at_maximum)(entries[name], reason)
                                if name in entries else reason,))
@@ -326,7 +336,7 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
     return FleetPlan(catalog=catalog, pools=pools, models=tuple(placed),
                      excluded=tuple(sorted(excluded, key=lambda e: (e.index, e.name))),
                      errors=tuple(errors), warnings=tuple(warnings), layouts=layouts, footprints=prints,
-                     floors=floors - set(refusals))
+                     floors=floors - set(refusals), pins=pins, downloads=downloads, multi_node_cache=multi_node)
 
 
 def capacity_errors(models: list[ModelPlan], pools: Mapping[str, PoolFacts],

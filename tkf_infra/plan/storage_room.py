@@ -124,3 +124,30 @@ def admit_storage(caches: Sequence[Cache], limits: Sequence[StorageLimit], exist
             free[lim.name] -= costs[lim.name]
         claimed += max(costs.values(), default=float(c.gib))
     return refused
+
+
+#: Provisioners whose volumes one node mounts at a time: block devices (attached to one node) and node-local
+#: storage (which lives on one node). Their weight cache serves the pods of one node (tkf_infra/plan/pins.py).
+SINGLE_NODE_PROVISIONERS = frozenset({
+    "ebs.csi.aws.com", "kubernetes.io/aws-ebs", "pd.csi.storage.gke.io", "kubernetes.io/gce-pd",
+    "disk.csi.azure.com", "kubernetes.io/azure-disk", "rancher.io/local-path", "kubernetes.io/no-provisioner",
+    "topolvm.io", "openebs.io/local", "local.csi.openebs.io"})
+#: Provisioners of shared file systems, which pods on any number of nodes mount (ReadWriteMany).
+MULTI_NODE_PROVISIONERS = frozenset({
+    "efs.csi.aws.com", "fsx.csi.aws.com", "file.csi.azure.com", "filestore.csi.storage.gke.io", "nfs.csi.k8s.io",
+    "cephfs.csi.ceph.com", "rook-ceph.cephfs.csi.ceph.com", "k8s-sigs.io/nfs-subdir-external-provisioner"})
+
+
+def multi_node_mounts(state: ClusterState | None, storage_class: str | None,
+                      setting: bool | None) -> bool | None:
+    """Whether pods on several nodes can mount one weight cache: `serving.storageMultiNode`, else what the
+    cluster's StorageClass provisioner is known to do, else None (not checked: no pin keeps readers together)."""
+    if setting is not None:
+        return setting
+    klass = storage_class or (state.default_storage_class if state else None)
+    provisioner = state.provisioners.get(klass or "") if state is not None else None
+    if provisioner in SINGLE_NODE_PROVISIONERS:
+        return False
+    if provisioner in MULTI_NODE_PROVISIONERS:
+        return True
+    return None
