@@ -88,7 +88,7 @@ def test_mtp_on_a_checkpoint_without_mtp_layers_is_left_out_while_its_sibling_de
 
 
 def test_mtp_on_a_checkpoint_with_mtp_layers_is_not_this_rules() -> None:
-    from tkf_infra.plan.fleet import _speculative_problem
+    from tkf_infra.plan.one_model import speculative_problem as _speculative_problem
 
     deepseek = next(f for f in LOCK.entries.values() if f.repo == "deepseek-ai/DeepSeek-V3")
     entry = validate_catalog(stack_doc({**SINGLE_GPU, "repo": deepseek.repo, "revision": deepseek.revision,

@@ -4,8 +4,9 @@ Its modules and what they may import: docs/architecture.md (checked by tests/tes
 """
 
 from tkf_infra.plan.exclusion import Exclusion, Refusal, Stage, verdict
-from tkf_infra.plan.fleet import FleetPlan, LiveFindings, plan_fleet, sizing_params
+from tkf_infra.plan.fleet import FleetPlan, plan_fleet
 from tkf_infra.plan.model_plan import ModelPlan
+from tkf_infra.plan.one_model import LiveFindings, sizing_params
 from tkf_infra.plan.pools import PoolFacts, PoolProblem, resolve_pool
 
 __all__ = ["Exclusion", "FleetPlan", "LiveFindings", "ModelPlan", "PoolFacts", "PoolProblem", "Refusal", "Stage",

@@ -7,46 +7,31 @@ check, so refusals are decided here, in plain Python, from data gathered at the 
 GPUs report, the lock, gated access, the fit check — becomes one `Exclusion` of that model; the
 outputs, the program's error log and the CLI's per-model summary all read these, so they cannot
 disagree.
+
+`plan_fleet` reads as its stages: pools, each model alone (`plan.one_model`), the autoscalers the
+cluster can run, admission of the fleet together (`plan.admit_fleet`), the refusals recorded.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
-
-from tkf_infra.config import Catalog, ModelEntry
-from tkf_infra.config.flags import row, sized_fields
+from tkf_infra.config import Catalog
 from tkf_infra.config.scaling import Overcommit
 from tkf_infra.hub.lock import Lock
 from tkf_infra.plan import admission as adm
 from tkf_infra.plan.admit_fleet import admit, plan_layouts, reserved
 from tkf_infra.plan.exclusion import Exclusion, Refusal, Stage, verdict
-from tkf_infra.plan.lora import adapter_problems
 from tkf_infra.plan.model_plan import ModelPlan
+from tkf_infra.plan.one_model import LiveFindings, ModelContext, keep_last_good, plan_model
 from tkf_infra.plan.pins import Pin
 from tkf_infra.plan.pool_layout import PoolLayout
 from tkf_infra.plan.pools import PoolFacts, PoolProblem, resolve_pool
 from tkf_infra.plan.scaling import at_maximum, at_minimum, over_maximum, overcommitted, scaling_checks
-from tkf_infra.plan.share import ShareProblem, size_share
-from tkf_infra.sizing.arch import parse_arch
-from tkf_infra.sizing.contract import FitInputs
 from tkf_infra.sizing.ec2 import InstanceGpus
 from tkf_infra.sizing.estimate import sized_once
-from tkf_infra.sizing.facts import ModelFacts
-from tkf_infra.sizing.params import SizingError, SizingParams
-from tkf_infra.sizing.weights import checkpoint_bytes
-
-
-@dataclass(frozen=True)
-class LiveFindings:
-    """What the program's edge learned from DCGM (see `tkf_infra.live`), as plain data."""
-
-    warnings: tuple[str, ...] = ()
-    pool_errors: Mapping[str, list[str]] = field(default_factory=dict)
-    model_problems: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -83,149 +68,6 @@ class FleetPlan:
         return next(m for m in self.models if m.entry.name == name)
 
 
-def sizing_params(entry: ModelEntry, vllm_version: str) -> SizingParams:
-    """The entry's sized flags, as vLLM will receive them (rendered through the flag table)."""
-    values: dict[str, Any] = {}
-    for name in sized_fields():
-        r = row(name)
-        if not r.applies_to(entry.is_cpu):
-            continue
-        value = getattr(entry, name)
-        values[name] = type(value)(r.text(value)) if r.flag.fmt is not None and value is not None else value
-    return SizingParams(vllm_version=vllm_version, **values)
-
-
-def _facts_problem(entry: ModelEntry, lock: Lock) -> tuple[ModelFacts | None, int, Stage | None, str]:
-    facts = lock.get(entry.repo, entry.revision)
-    fix = f"run `python -m tkf_infra lock {entry.model_ref}` on a machine with Hub access and commit the lock"
-    if facts is None:
-        why = lock.problem(entry.repo, entry.revision) or f"{entry.model_ref} is not in models.lock.json"
-        return None, 0, Stage.LOCK, f"{why}, so it cannot be sized; {fix}"
-    try:
-        weight_bytes = checkpoint_bytes(facts, quantization=entry.quantization)
-    except (SizingError, KeyError, ValueError) as exc:
-        return None, 0, Stage.LOCK, f"the lock entry of {entry.model_ref} gives no weight size ({exc}); {fix}"
-    if facts.gated and not entry.hf_token_secret:
-        return facts, weight_bytes, Stage.ACCESS, (
-            f"{entry.repo} is gated on the Hugging Face Hub but hfTokenSecret is not set; create a Secret with key "
-            "HF_TOKEN in the serving namespace and name it in hfTokenSecret")
-    return facts, weight_bytes, None, ""
-
-
-def _speculative_problem(entry: ModelEntry, facts: ModelFacts) -> str | None:
-    """`mtp` drafts with the checkpoint's own multi-token-prediction layers, which it must have.
-
-    vLLM 0.32 takes the target checkpoint as the MTP draft (vllm/config/speculative.py@v0.32.0:1147-1163)
-    and maps its model type to the `*_mtp` twin with `n_predict = num_nextn_predict_layers` (lines 663-1040);
-    a checkpoint without MTP layers has nothing to draft with, while the fit check would size one MTP
-    layer (tkf_infra/sizing/weights.py `draft_bytes`: `max(mtp_layers, 1)`) that does not exist."""
-    sc = entry.speculative_config or {}
-    if sc.get("method") != "mtp" or sc.get("model"):
-        return None
-    try:
-        layers = parse_arch(facts.text_config(), facts.config).mtp_layers
-    except Exception:  # an unreadable config is the fit check's to name, with its own message
-        return None
-    if layers > 0:
-        return None
-    return (f"speculativeConfig.method mtp drafts with the checkpoint's own multi-token-prediction layers, but "
-            f"{entry.model_ref}'s config.json declares none (num_nextn_predict_layers, mtp_num_hidden_layers, "
-            "num_mtp_layers are absent or 0); use method eagle or eagle3 with a draft `model`, or ngram, or remove "
-            "speculativeConfig")
-
-
-@dataclass(frozen=True)
-class _Context:
-    """What planning one model needs besides the entry."""
-
-    lock: Lock
-    vllm_version: str
-    pools: Mapping[str, PoolFacts]
-    pool_problems: Mapping[str, str]
-    live: LiveFindings | None
-    strict: bool = False
-    """`strict: true`: a tight fit is refused (Stage.TIGHT) instead of deployed with its warning."""
-
-
-def _plan_model(entry: ModelEntry, index: int, ctx: _Context) -> ModelPlan | Exclusion:
-    """One model: planned, or left out with the stage and reason."""
-
-    def leave_out(stage: Stage, reason: str, field: str | None = "") -> Exclusion:
-        return Exclusion.of(entry.name, index, stage, (f"model {entry.name}: {reason}",), field)
-
-    if entry.node_pool is not None and entry.node_pool in ctx.pool_problems:
-        return leave_out(Stage.POOL, "not deployed because its node pool is wrong: "
-                         f"{ctx.pool_problems[entry.node_pool]}")
-    if ctx.live and entry.name in ctx.live.model_problems:
-        return Exclusion.of(entry.name, index, Stage.LIVE, (ctx.live.model_problems[entry.name],))
-    facts, weight_bytes, stage, why = _facts_problem(entry, ctx.lock)
-    if stage is not None or facts is None:
-        return leave_out(stage or Stage.LOCK, why)
-    if spec := _speculative_problem(entry, facts):
-        return leave_out(Stage.CATALOG, spec, "speculativeConfig")
-    refused_adapters: tuple[str, ...] = ()
-    if bad := adapter_problems(entry, facts, ctx.lock):
-        if bad.base:
-            return Exclusion.of(entry.name, index, Stage.LOCK if bad.missing else Stage.CATALOG,
-                                tuple(f"model {entry.name}: {r}" for r in bad.reasons), "lora")
-        entry = entry.without_adapters(bad.adapters)
-        refused_adapters = tuple(f"model {entry.name}: {r}; deployed without that adapter"
-                                 for rs in bad.adapters.values() for r in rs)
-    pool = ctx.pools.get(entry.node_pool or "")
-    gpu = pool.gpu if pool is not None and not entry.is_cpu else None
-    inputs = FitInputs(model=entry.name, repo=entry.repo, revision=entry.revision, facts=facts, gpu=gpu,
-                       params=sizing_params(entry, ctx.vllm_version),
-                       max_tensor_parallel=(pool.gpus_per_node if pool else 0) or 8)
-    try:
-        sized = size_share(entry, pool, inputs)
-    except ShareProblem as exc:
-        return Exclusion.of(entry.name, index, Stage.CATALOG, (str(exc),), "gpuShare")
-    if not sized.fit.fits:
-        return Exclusion.of(entry.name, index, Stage.FIT, (sized.fit.message or "does not fit",))
-    if sized.fit.verdict == "tight" and ctx.strict:
-        return Exclusion.of(entry.name, index, Stage.TIGHT, (
-            f"{sized.fit.message or f'model {entry.name}: ' + '; '.join(sized.fit.tight)}; the stack is strict "
-            "(strict: true), "
-            "which refuses a tight fit: make it fit on the bound as said, or set strict: false to deploy it with "
-            "the warning",))
-    return ModelPlan(sized.entry, facts, weight_bytes, pool, sized.inputs, sized.fit, sized.share, refused_adapters)
-
-
-def _keep_last_good(excluded: list[Exclusion], planned: list[ModelPlan], previous: Mapping[str, Any],
-                    ctx: _Context) -> list[Exclusion]:
-    """A model refused now but deployed before keeps serving at its last deployed settings.
-
-    Why: leaving a refused model out of the program would make `up` delete the running one, so a bad
-    edit (a typo, a context that no longer fits, a pool the owner closed) would take a live model
-    down. Its last deployed entry is re-planned instead (so nothing of it changes) while the refusal
-    is still reported and the run still ends non-zero. Removing an entry from the catalog removes the
-    model as before; only refused entries are kept.
-    """
-    names = {m.entry.name for m in planned}
-    served = {n for m in planned for n in _client_names(m.entry)}
-    out: list[Exclusion] = []
-    for x in excluded:
-        raw = previous.get(x.name)
-        kept: ModelPlan | Exclusion | None = None
-        if isinstance(raw, Mapping) and x.name not in names:
-            try:
-                kept = _plan_model(ModelEntry.model_validate(raw), x.index, ctx)
-            except ValidationError:
-                kept = None
-        if isinstance(kept, ModelPlan) and not served & _client_names(kept.entry):
-            planned.append(kept)
-            names.add(kept.entry.name)
-            served |= _client_names(kept.entry)
-            x = replace(x, kept=True)
-        out.append(x)
-    return out
-
-
-def _client_names(entry: ModelEntry) -> set[str]:
-    """Every model name clients may send to this entry: its served name and its LoRA adapters'."""
-    return {entry.served_name, *(a.served_name for a in (entry.lora.adapters if entry.lora else ()))}
-
-
 def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] | None = None,
                ec2_errors: Mapping[str, str] | None = None, live: LiveFindings | None = None,
                refused_by_policy: Mapping[str, Sequence[str]] | None = None,
@@ -248,95 +90,165 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
     run's pins (`tkf_infra.plan.pins.read_pins`), which a model keeps while its nodes still hold it.
     """
     s = catalog.settings
-    errors = [str(p) for p in catalog.pool_problems]
-    errors += [f"{p}; deployed without that adapter" for p in catalog.adapter_problems]
-    warnings = list(live.warnings) if live else []
-    shared = s.platform.gpu_operator.time_slicing_replicas > 1
-    pools: dict[str, PoolFacts] = {}
-    pool_problems: dict[str, str] = {}
-    for settings_pool in catalog.pools:
-        itype = str(settings_pool.instance_type)
-        try:
-            if settings_pool.kind == "eks" and ec2_errors and itype in ec2_errors:
-                raise PoolProblem(f"node pool {settings_pool.name}: instanceType: {ec2_errors[itype]}")
-            pools[settings_pool.name] = resolve_pool(settings_pool, ec2 or {}, shared,
-                                                     mig_strategy=s.platform.gpu_operator.mig_strategy,
-                                                     time_slices=s.platform.gpu_operator.time_slicing_replicas)
-        except PoolProblem as exc:
-            pool_problems[settings_pool.name] = str(exc)
-            errors.append(str(exc))
-    if live:
-        errors += [m for msgs in live.pool_errors.values() for m in msgs]
-    ctx = _Context(lock, s.serving.version, pools, pool_problems, live, strict=s.strict)
+    run = _Run(_positions(catalog), errors=[str(p) for p in catalog.pool_problems] +
+               [f"{p}; deployed without that adapter" for p in catalog.adapter_problems],
+               warnings=list(live.warnings) if live else [])
+    pools, pool_problems = _resolve_pools(catalog, ec2 or {}, ec2_errors or {}, live, run)
+    ctx = ModelContext(lock, s.serving.version, pools, pool_problems, live, strict=s.strict)
+    plan_models(catalog, ctx, run, refused_by_policy or {}, refused_by_platform or {}, previous or {})
+    _check_scaling(run, catalog, cluster)
+    placed = _admit(run, catalog, pools, cluster, footprints, ec2 or {}, previous or {}, previous_layout,
+                    previous_pins)
+    _record_refusals(run, placed, pools)
+    return FleetPlan(catalog=catalog, pools=pools, models=tuple(m for m in run.planned
+                                                                if m.entry.name not in placed.refusals),
+                     excluded=tuple(sorted(run.excluded, key=lambda e: (e.index, e.name))),
+                     errors=tuple(run.errors), warnings=tuple(run.warnings), layouts=placed.layouts,
+                     footprints=placed.prints, floors=placed.floors - set(placed.refusals), pins=placed.pins,
+                     downloads=placed.downloads, multi_node_cache=placed.multi_node)
 
-    excluded = [Exclusion(r.name or f"models[{r.index}]", r.index, Stage.CATALOG,
-                          tuple(Refusal(p.field or None, str(p)) for p in r.problems)) for r in catalog.rejected]
-    planned: list[ModelPlan] = []
-    policy = refused_by_policy or {}
-    # Positions in the stack file, found once (a search per model grew with the catalog's square).
+
+# ------------------------------------------------------------------------------------------------
+# plan_fleet's stages in the order they run, each leaving out what it refuses by name on the run
+# (stage 2, each model alone, is `plan.one_model`)
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Run:
+    """What the stages hand on: the models still planned, and what each stage left out, warned of or found wrong."""
+
+    positions: Mapping[str, int]
+    """Model name → its index in the stack file's models (found once: a search per model grew with the square)."""
+    errors: list[str]
+    warnings: list[str]
+    planned: list[ModelPlan] = field(default_factory=list)
+    excluded: list[Exclusion] = field(default_factory=list)
+
+    def leave_out(self, name: str, stage: Stage, reasons: Sequence[str], field_name: str | None = "") -> None:
+        """`field_name` "": the stage's usual field (`Exclusion.of`)."""
+        self.excluded.append(Exclusion.of(name, self.positions.get(name, -1), stage, reasons, field_name))
+
+
+def _positions(catalog: Catalog) -> dict[str, int]:
     positions: dict[str, int] = {}
     for i, raw in enumerate(catalog.settings.models):
         if isinstance(raw, Mapping) and isinstance(raw.get("name"), str):
             positions.setdefault(raw["name"], i)
+    return positions
+
+
+def _resolve_pools(catalog: Catalog, ec2: Mapping[str, InstanceGpus], ec2_errors: Mapping[str, str],
+                   live: LiveFindings | None, run: _Run) -> tuple[dict[str, PoolFacts], dict[str, str]]:
+    """Stage 1, pools: what each pool is; a wrong pool is an error of the stack and of the models on it."""
+    s = catalog.settings
+    shared = s.platform.gpu_operator.time_slicing_replicas > 1
+    pools: dict[str, PoolFacts] = {}
+    problems: dict[str, str] = {}
+    for settings_pool in catalog.pools:
+        itype = str(settings_pool.instance_type)
+        try:
+            if settings_pool.kind == "eks" and itype in ec2_errors:
+                raise PoolProblem(f"node pool {settings_pool.name}: instanceType: {ec2_errors[itype]}")
+            pools[settings_pool.name] = resolve_pool(settings_pool, ec2, shared,
+                                                     mig_strategy=s.platform.gpu_operator.mig_strategy,
+                                                     time_slices=s.platform.gpu_operator.time_slicing_replicas)
+        except PoolProblem as exc:
+            problems[settings_pool.name] = str(exc)
+            run.errors.append(str(exc))
+    if live:
+        run.errors += [m for msgs in live.pool_errors.values() for m in msgs]
+    return pools, problems
+
+
+def plan_models(catalog: Catalog, ctx: ModelContext, run: _Run, policy: Mapping[str, Sequence[str]],
+                 platform: Mapping[str, Sequence[str]], previous: Mapping[str, Any]) -> None:
+    """Stage 2, each model alone: the catalog's rejects, the policy pack's, what the platform cannot serve,
+    then each entry's lock, adapters, share and fit; a refused model deployed before keeps its last good
+    settings."""
+    run.excluded += [Exclusion(r.name or f"models[{r.index}]", r.index, Stage.CATALOG,
+                               tuple(Refusal(p.field or None, str(p)) for p in r.problems)) for r in catalog.rejected]
     with sized_once():  # many entries of few checkpoints at few settings: each estimate computed once
         for entry in catalog.models:
-            index = positions.get(entry.name, -1)
             if entry.name in policy:
-                excluded.append(Exclusion.of(entry.name, index, Stage.POLICY, policy[entry.name]))
+                run.leave_out(entry.name, Stage.POLICY, policy[entry.name])
                 continue
-            if refused_by_platform and entry.name in refused_by_platform:
-                excluded.append(Exclusion.of(entry.name, index, Stage.TOPOLOGY, refused_by_platform[entry.name]))
+            if entry.name in platform:
+                run.leave_out(entry.name, Stage.TOPOLOGY, platform[entry.name])
                 continue
-            result = _plan_model(entry, index, ctx)
+            result = plan_model(entry, run.positions.get(entry.name, -1), ctx)
             if isinstance(result, Exclusion):
-                excluded.append(result)
+                run.excluded.append(result)
             else:
-                planned.append(result)
+                run.planned.append(result)
         if previous:
-            excluded = _keep_last_good(excluded, planned, previous, ctx)
+            run.excluded = keep_last_good(run.excluded, run.planned, previous, ctx)
 
-    # An autoscaler the cluster cannot run refuses its models before they take any room.
-    scale_refused, scale_warnings = scaling_checks([m.entry for m in planned], s, cluster)
-    excluded += [Exclusion.of(n, positions.get(n, -1), Stage.TOPOLOGY, (r,), "scaling")
-                 for n, r in scale_refused.items()]
-    warnings += scale_warnings
-    planned = [m for m in planned if m.entry.name not in scale_refused]
-    prints: dict[str, dict[str, Any]] = {}
-    entries = {m.entry.name: m.entry for m in planned}
+
+def _check_scaling(run: _Run, catalog: Catalog, cluster: adm.ClusterState | None) -> None:
+    """Stage 3: an autoscaler the cluster cannot run refuses its models before they take any room."""
+    refused, warnings = scaling_checks([m.entry for m in run.planned], catalog.settings, cluster)
+    for name, reason in refused.items():
+        run.leave_out(name, Stage.TOPOLOGY, (reason,), "scaling")
+    run.warnings += warnings
+    run.planned = [m for m in run.planned if m.entry.name not in refused]
+
+
+@dataclass(frozen=True)
+class _Placed:
+    """What admission decided (stage 4): layouts, refusals by stage name, footprints, pins."""
+
+    layouts: Mapping[str, PoolLayout]
+    refusals: Mapping[str, tuple[str, str]]
+    laid_out: frozenset[str]
+    """Models the layout planner refused (their fit warnings are not reported: they are not sized as deployed)."""
+    prints: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    pins: Mapping[str, Pin] = field(default_factory=dict)
+    downloads: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    multi_node: bool | None = None
     floors: frozenset[str] = frozenset()
-    if footprints is not None:
-        # Models the last run deployed hold their room; the others follow by priority, then catalog order.
-        order = sorted(planned, key=lambda m: (m.entry.name not in (previous or {}), -(m.entry.priority or 0),
-                                               positions.get(m.entry.name, -1)))
-        done = admit(order, pools, catalog, cluster, footprints, ec2 or {}, frozenset(previous or {}),
-                     previous_layout=previous_layout, previous_pins=previous_pins)
-        if s.serving.overcommit is Overcommit.ALLOW and (floors := over_maximum(done.refused, entries)):
-            at_max = done.refused  # the same order again, those models at their floor
-            done = admit(order, pools, catalog, cluster, footprints, ec2 or {}, frozenset(previous or {}), floors,
-                         previous_layout, previous_pins)
-            warnings += [overcommitted(entries[n], at_max[n][1]) for n in sorted(floors) if n not in done.refused]
-        layouts, refusals, prints, laid_out = done.layouts, done.refused, done.prints, done.laid_out_refused
-        pins, downloads, multi_node = done.pins, done.downloads, done.multi_node_cache
-        warnings += done.warnings
-    else:
-        layouts = plan_layouts(planned, pools, s.serving.version, previous=previous_layout)
-        warnings += [w for lay in layouts.values() for w in lay.warnings]
+
+
+def _admit(run: _Run, catalog: Catalog, pools: Mapping[str, PoolFacts], cluster: adm.ClusterState | None,
+           footprints: adm.Footprints | None, ec2: Mapping[str, InstanceGpus], previous: Mapping[str, Any],
+           previous_layout: Any, previous_pins: Mapping[str, Pin] | None) -> _Placed:
+    """Stage 4, the fleet together: layouts, node room, storage and pins (`admit_fleet`); without footprints
+    (no sizes for pods and caches) only the layouts."""
+    s = catalog.settings
+    if footprints is None:
+        layouts = plan_layouts(run.planned, pools, s.serving.version, previous=previous_layout)
+        run.warnings += [w for lay in layouts.values() for w in lay.warnings]
         refusals = {name: ("placement", reason) for lay in layouts.values() for name, reason in lay.refused.items()}
-        laid_out = frozenset(refusals)
-        pins, downloads, multi_node = {}, {}, None
-    excluded += [Exclusion.of(name, positions.get(name, -1), Stage(stage),
-                              ((at_minimum if name in floors else at_maximum)(entries[name], reason)
-                               if name in entries else reason,))
-                 for name, (stage, reason) in refusals.items()]
-    sized = [m for m in planned if m.entry.name not in laid_out]
-    warnings += [f"model {m.entry.name}: {w}" for m in sized for w in m.fit.warnings]
-    errors += capacity_errors(sized, pools, floors)
-    errors += [r for m in planned for r in m.refused_adapters]
-    placed = [m for m in planned if m.entry.name not in refusals]
-    return FleetPlan(catalog=catalog, pools=pools, models=tuple(placed),
-                     excluded=tuple(sorted(excluded, key=lambda e: (e.index, e.name))),
-                     errors=tuple(errors), warnings=tuple(warnings), layouts=layouts, footprints=prints,
-                     floors=floors - set(refusals), pins=pins, downloads=downloads, multi_node_cache=multi_node)
+        return _Placed(layouts, refusals, frozenset(refusals))
+    # Models the last run deployed hold their room; the others follow by priority, then catalog order.
+    order = sorted(run.planned, key=lambda m: (m.entry.name not in previous, -(m.entry.priority or 0),
+                                               run.positions.get(m.entry.name, -1)))
+    entries = {m.entry.name: m.entry for m in run.planned}
+    done = admit(order, pools, catalog, cluster, footprints, ec2, frozenset(previous),
+                 previous_layout=previous_layout, previous_pins=previous_pins)
+    floors: frozenset[str] = frozenset()
+    if s.serving.overcommit is Overcommit.ALLOW and (floors := over_maximum(done.refused, entries)):
+        at_max = done.refused  # the same order again, those models at their floor
+        done = admit(order, pools, catalog, cluster, footprints, ec2, frozenset(previous), floors,
+                     previous_layout, previous_pins)
+        run.warnings += [overcommitted(entries[n], at_max[n][1]) for n in sorted(floors) if n not in done.refused]
+    run.warnings += done.warnings
+    return _Placed(done.layouts, done.refused, done.laid_out_refused, done.prints, done.pins, done.downloads,
+                   done.multi_node_cache, floors)
+
+
+def _record_refusals(run: _Run, placed: _Placed, pools: Mapping[str, PoolFacts]) -> None:
+    """Stage 5: admission's refusals as exclusions (at the floor or the maximum they were asked at), the sized
+    models' fit warnings, the pools asked for more GPUs than they have, the adapters left out."""
+    entries = {m.entry.name: m.entry for m in run.planned}
+    for name, (stage, reason) in placed.refusals.items():
+        asked_at = at_minimum if name in placed.floors else at_maximum
+        told = asked_at(entries[name], reason) if name in entries else reason
+        run.leave_out(name, Stage(stage), (told,))
+    sized = [m for m in run.planned if m.entry.name not in placed.laid_out]
+    run.warnings += [f"model {m.entry.name}: {w}" for m in sized for w in m.fit.warnings]
+    run.errors += capacity_errors(sized, pools, placed.floors)
+    run.errors += [r for m in run.planned for r in m.refused_adapters]
 
 
 def capacity_errors(models: list[ModelPlan], pools: Mapping[str, PoolFacts],
