@@ -6,6 +6,7 @@ node is labelled with. Every test makes its own nodes (``make_nodes``) and selec
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,11 +16,12 @@ from tests.cluster.conftest import MakeNodes, node_group
 from tests.cluster.harness import (
     condition,
     pod_ready,
+    running_cluster,
     set_pod_fault,
     unscheduled,
     wait_pods,
 )
-from tests.cluster.nodes import mark_not_ready, mark_ready, mig_resources, node_ready
+from tests.cluster.nodes import create_nodes, mark_not_ready, mark_ready, mig_resources, node_ready, pool_nodes
 from tests.cluster.storage import LOCAL_CLASS, SELECTED_NODE, SHARED_CLASS
 from tests.kube.client import KubeClient, Obj
 from tkf_infra import names
@@ -188,3 +190,25 @@ def test_mig_slices_are_advertised_for_the_layout_a_node_is_labelled_with(
     kube.create(pod("slice", cluster_namespace, node_group(kube, node), resources={"nvidia.com/mig-1g.10gb": "1"}))
     [placed] = wait_pods(kube, cluster_namespace, "app=slice")
     assert placed["spec"]["nodeName"] == node
+
+
+def test_another_scheduler_profile_runs_when_given(tmp_path: Path) -> None:
+    """``running_cluster(scheduler_config=…)``: kube-scheduler runs that KubeSchedulerConfiguration (here
+    bin-packing, MostAllocated), on a cluster of its own: two pods share a node the default profile
+    (LeastAllocated) puts them on two (checked by hand with ``scheduler_config=None``: the second pod went
+    to the emptier node)."""
+    config = tmp_path / "scheduler.yaml"
+    config.write_text(yaml.safe_dump({
+        "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+        "profiles": [{"schedulerName": "default-scheduler", "pluginConfig": [{"name": "NodeResourcesFit", "args": {
+            "scoringStrategy": {"type": "MostAllocated", "resources": [
+                {"name": names.GPU_RESOURCE, "weight": 1}, {"name": "cpu", "weight": 1}]}}}]}]}))
+    with running_cluster(tmp_path / "cluster", scheduler_config=config) as cluster, cluster.client() as kube:
+        made = create_nodes(kube, pool_nodes({**H100_POOL, "nodeCount": 2}))
+        kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "packed"}})
+        for i in range(2):
+            kube.create(pod(f"p{i}", "packed", {}, gpus=1, resources={"cpu": "60"}))
+            wait_pods(kube, "packed", f"app=p{i}")  # one after the other: the second sees the first's GPUs used
+        placed = {p["spec"]["nodeName"] for p in kube.list_objects("v1", "Pod", "packed")}
+        assert len(placed) == 1 and placed <= set(made), placed
+        cluster.check_alive()
