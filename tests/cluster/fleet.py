@@ -76,10 +76,31 @@ class UpRun:
     stuck: dict[str, str] = field(default_factory=dict)
     """Pod → the scheduler's message, for every pod unschedulable at the end."""
     pods: list[Obj] = field(default_factory=list)
+    workloads: dict[str, str] = field(default_factory=dict)
+    """Each LLMInferenceService and LeaderWorkerSet → its conditions (``Type=Status``), as `up` left them."""
 
     def explain(self) -> str:
         return (f"up exit {self.returncode} after {self.seconds:.0f} s (stopped by the watchdog: {self.stopped}); "
-                f"unschedulable: {self.stuck}; pods: {describe_pods(self.pods)}; stderr tail: {self.stderr[-1500:]}")
+                f"unschedulable: {self.stuck}; pods: {describe_pods(self.pods)}; workloads: {self.workloads}; "
+                f"stderr tail: {self.stderr[-1500:]}")
+
+
+#: The custom resources whose conditions `UpRun.workloads` shows.
+WORKLOAD_KINDS = (("serving.kserve.io/v1alpha2", "LLMInferenceService"),
+                  ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"))
+
+
+def workload_conditions(kube: KubeClient, namespace: str) -> dict[str, str]:
+    out = {}
+    for api_version, kind in WORKLOAD_KINDS:
+        try:
+            objs = kube.list_objects(api_version, kind, namespace)
+        except LookupError:  # not served: the platform was not installed
+            continue
+        for o in objs:
+            conds = (o.get("status") or {}).get("conditions") or []
+            out[f"{kind}/{o['metadata']['name']}"] = ", ".join(f"{c['type']}={c['status']}" for c in conds)
+    return out
 
 
 def _snapshot(kube: KubeClient, namespace: str) -> tuple[dict[str, str], frozenset[tuple[str, str, bool]]]:
@@ -120,7 +141,7 @@ def cli_up(es: EngineStack, kube: KubeClient, namespace: str, *, timeout: float 
         summary = {}
     stuck, _ = _snapshot(kube, namespace)
     return UpRun(proc.returncode, summary, err, time.monotonic() - t0, stopped, stuck,
-                 kube.list_objects("v1", "Pod", namespace))
+                 kube.list_objects("v1", "Pod", namespace), workload_conditions(kube, namespace))
 
 
 @dataclass

@@ -8,7 +8,13 @@ KServe's and LWS's real managers, `up` waiting for every model (``cluster.skipAw
 - weight-download Jobs on a pool whose every node carries the GPU taint must run.
 
 Each is expected to fail on a render that leaves placement to the default scheduler (issue 39); a failure
-names every pod left Pending with the scheduler's own message (``fleet.UpRun.explain``).
+names every pod left Pending with the scheduler's own message (``fleet.UpRun.explain``). On main's render
+(2026-12-07, 7 min for the three): the prod-like fleet's small pods spread over the four nodes (2/5/8/1
+GPUs used) and the 405B's worker pod stayed Pending ("0/5 nodes are available: 1 node(s) didn't match Pod's
+node affinity/selector, 4 Insufficient nvidia.com/gpu. … 4 No preemption victims found for incoming pod."),
+yet `up` exited 0 in 145 s; in the full pool one 8-GPU model stayed Pending the same way (the eight
+single-GPU replicas went four and four on two nodes) and `up` waited until the watchdog stopped it; the
+download Job stayed Pending ("0/4 nodes are available: 4 node(s) had untolerated taint(s).").
 """
 
 from __future__ import annotations
