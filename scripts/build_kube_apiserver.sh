@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Build tkf-kube-apiserver (embedded etcd + kube-apiserver + GC/namespace controllers, for the
-# `apiserver`-marked tests) from the Go module proxy into
+# Build tkf-kube-apiserver (embedded etcd + kube-apiserver + kube-controller-manager, and kube-scheduler for
+# the cluster tier's `--cluster`, for the `apiserver`-marked tests) from the Go module proxy into
 # ${TKF_TOOLS_HOME:-~/.cache/tkf-infra}/bin/tkf-kube-apiserver.
 #
 # The Kubernetes version is the k8s.io/kubernetes pin in tools/kube-apiserver/go.mod; it is stamped
 # into the binary so /version reports it (unstamped, /version says v0.0.0 and the Pulumi Kubernetes
 # provider then treats the cluster as pre-1.24). A stamp file records a hash of the module files and
 # the Go version: re-running is instant unless one of them changed. A cold build takes long
-# (~all of Kubernetes' apiserver + controller-manager code); the Go build cache makes rebuilds quick.
+# (~all of Kubernetes' apiserver, controller-manager and scheduler code); the Go build cache makes rebuilds quick.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,7 +32,7 @@ if [ -x "$out" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 
-log "building Kubernetes $kube_version kube-apiserver + etcd (cold: many minutes on 2 cores; cached: about a minute)"
+log "building Kubernetes $kube_version kube-apiserver + etcd + controller-manager + scheduler (cold: many minutes on 2 cores; cached: about a minute)"
 t0=$(date +%s)
 mkdir -p "$bin_dir"
 pkg=k8s.io/component-base/version

@@ -2,7 +2,8 @@
 # Everything a fresh clone needs, idempotent (seconds when already done):
 #   scripts/setup.sh          the virtualenv with runtime deps + the Pulumi engine
 #   scripts/setup.sh --dev    also test tools, a Prometheus server, Chromium (the report's browser test), the test
-#                             kube-apiserver and the KServe and LWS controllers it runs in tests/controllers
+#                             kube-apiserver, the KServe and LWS controllers it runs in tests/controllers and kwok
+#                             (tests/cluster's simulated nodes)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -38,6 +39,7 @@ bash scripts/bootstrap.sh
 if [ $dev = 1 ]; then
   if [ -f scripts/build_kube_apiserver.sh ]; then bash scripts/build_kube_apiserver.sh; fi
   bash scripts/build_controllers.sh  # KServe's and LWS's controller managers for tests/controllers
+  bash scripts/build_kwok.sh  # kwok's simulated kubelets for tests/cluster
 fi
 failed=0
 for job in "${background[@]}"; do

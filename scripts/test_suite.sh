@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole pytest suite (`make unit`): three pytest processes, two side by side, then one alone.
 #
-#   servers  tests/kube (the API-server tier), the controllers' reconcile tests and tests/engine: API
-#            servers, the controllers and the engine's `up`s of the platform's charts (22 min of a serial run);
+#   servers  tests/kube (the API-server tier), the controllers' reconcile tests, tests/cluster (the real
+#            scheduler, controllers and kwok's nodes) and tests/engine: API servers, the controllers and the
+#            engine's `up`s of the platform's charts (22 min of a serial run, before tests/cluster);
 #   rest     everything else but the solo tests (24 min): mocks, faults, Prometheus, and every test that
 #            starts a real vLLM (the vLLM tier and tests/controllers/test_vllm_controller_pods.py), so that
 #            no two vLLM run from different processes (the /dev/shm leak check of tests/vllm/server.py
@@ -22,7 +23,7 @@ cd "$root"
 # shellcheck source=scripts/env.sh
 source scripts/env.sh
 
-SERVERS=(tests/kube tests/controllers/test_reconcile.py tests/engine)
+SERVERS=(tests/kube tests/controllers/test_reconcile.py tests/cluster tests/engine)
 ignore=()
 for path in "${SERVERS[@]}"; do ignore+=("--ignore=$path"); done
 

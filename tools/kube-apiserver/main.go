@@ -1,19 +1,22 @@
 // Command tkf-kube-apiserver runs a real, throw-away Kubernetes control plane for tests: an embedded
 // etcd, kube-apiserver, and a kube-controller-manager that runs, by default, only the garbage-collector and
-// namespace controllers (without them foreground deletes and namespace deletes never finish).
+// namespace controllers (without them foreground deletes and namespace deletes never finish); with
+// --scheduler (or the --cluster preset, see cluster.go) also the real kube-scheduler.
 // Everything listens on 127.0.0.1 only; state lives in a temp dir removed on exit.
 //
 // Usage:
 //
 //	tkf-kube-apiserver --kubeconfig PATH [--data-dir DIR] [--secure-port N] [--controllers LIST]
+//	    [--cluster] [--scheduler [--scheduler-config FILE]] [--kcm-arg FLAG ...]
 //	    [--admission-webhooks [--webhook-service NS/NAME=HOST:PORT ...] [--webhook-ca-file PEM] [--webhook-wait D]]
 //	    [-- extra kube-apiserver flags]
 //
 // The kubeconfig (admin token, CA of the generated serving cert) is written only once /readyz
 // answers 200, then one JSON line {"server":…,"kubeconfig":…} is printed on stdout. SIGTERM/SIGINT
 // stop everything. The binary re-executes itself as `tkf-kube-apiserver controller-manager …` for
-// the controllers: running both cobra commands in one process would share global feature gates,
-// metrics registries and the once-only signal handler.
+// the controllers and `tkf-kube-apiserver scheduler …` for the scheduler: running several cobra
+// commands in one process would share global feature gates, metrics registries and the once-only
+// signal handler.
 package main
 
 import (
@@ -44,11 +47,15 @@ import (
 	"k8s.io/client-go/util/keyutil"
 	apiserverapp "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	schedulerapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "controller-manager" {
+	if len(os.Args) > 1 && (os.Args[1] == "controller-manager" || os.Args[1] == "scheduler") {
 		cmd := kcmapp.NewControllerManagerCommand()
+		if os.Args[1] == "scheduler" {
+			cmd = schedulerapp.NewSchedulerCommand()
+		}
 		cmd.SetArgs(os.Args[2:])
 		if err := cmd.Execute(); err != nil {
 			os.Exit(1)
@@ -80,7 +87,27 @@ func run() error {
 		"PEM CA trusted for webhook servers whose configuration has no caBundle (cainjector's stand-in)")
 	webhookWait := flag.Duration("webhook-wait", 60*time.Second,
 		"how long a call to a --webhook-service waits for its port to accept connections")
+	cluster := flag.Bool("cluster", false,
+		"the cluster tier's control plane: the scheduler and the controllers simulated kubelets (kwok) need "+
+			"(clusterControllers in cluster.go), with node-health timings for kwok's leases; --controllers, "+
+			"when given too, replaces the controller list")
+	withScheduler := flag.Bool("scheduler", false, "run the real kube-scheduler (a re-exec of this binary)")
+	schedulerConfig := flag.String("scheduler-config", "",
+		"a KubeSchedulerConfiguration (YAML) for the scheduler, e.g. another scoring profile; its "+
+			"clientConnection.kubeconfig is filled in (implies --scheduler)")
+	kcmArgs := stringList{}
+	flag.Var(&kcmArgs, "kcm-arg", "an extra kube-controller-manager flag, e.g. --kcm-arg=--node-monitor-grace-period=30s (repeatable)")
 	flag.Parse()
+	controllersSet := false
+	flag.Visit(func(f *flag.Flag) { controllersSet = controllersSet || f.Name == "controllers" })
+	if *cluster {
+		*withScheduler = true
+		if !controllersSet {
+			*controllers = clusterControllers
+		}
+		kcmArgs = append(append(stringList{}, clusterKCMArgs...), kcmArgs...) // later flags win
+	}
+	*withScheduler = *withScheduler || *schedulerConfig != ""
 	if *kubeconfigPath == "" {
 		return errors.New("--kubeconfig is required")
 	}
@@ -168,9 +195,17 @@ func run() error {
 	if err := writeKubeconfig(internalKubeconfig, server, creds); err != nil {
 		return err
 	}
-	kcmDone, kcm, err := startControllerManager(internalKubeconfig, *controllers)
+	kcmDone, kcm, err := startControllerManager(internalKubeconfig, *controllers, kcmArgs)
 	if err != nil {
 		return err
+	}
+	var schedDone chan error
+	var sched *exec.Cmd
+	if *withScheduler {
+		if schedDone, sched, err = startScheduler(dir, internalKubeconfig, *schedulerConfig); err != nil {
+			_ = kcm.Process.Kill()
+			return err
+		}
 	}
 	if err := writeKubeconfig(*kubeconfigPath, server, creds); err != nil {
 		return err
@@ -192,14 +227,15 @@ func run() error {
 	case err := <-kcmDone:
 		failure = fmt.Errorf("controller-manager stopped: %v", err)
 		kcmDone <- nil
+	case err := <-schedDone: // nil channel (blocks forever) without --scheduler
+		failure = fmt.Errorf("scheduler stopped: %v", err)
+		schedDone <- nil
 	}
 	// Stop in reverse order; the apiserver's own handler has seen the same signal.
-	_ = kcm.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-kcmDone:
-	case <-time.After(5 * time.Second):
-		_ = kcm.Process.Kill()
+	if sched != nil {
+		stopChild(sched, schedDone)
 	}
+	stopChild(kcm, kcmDone)
 	select {
 	case <-apiserverDone:
 	case <-time.After(15 * time.Second):
@@ -338,22 +374,28 @@ func writeKubeconfig(path, server string, c *credentials) error {
 // without them).
 const defaultControllers = "garbage-collector-controller,namespace-controller"
 
-// startControllerManager runs this binary's `controller-manager` mode with only the controllers
-// deletions need. Pdeathsig kills it if this process dies without cleaning up (even SIGKILL);
+// startControllerManager runs this binary's `controller-manager` mode with the given controllers
+// (by default only those deletions need). Pdeathsig kills it if this process dies without cleaning up (even SIGKILL);
 // Pdeathsig fires when the *thread* that forked exits, so that goroutine keeps its thread locked
 // for the child's whole life.
-func startControllerManager(kubeconfig, controllers string) (chan error, *exec.Cmd, error) {
+func startControllerManager(kubeconfig, controllers string, extra []string) (chan error, *exec.Cmd, error) {
+	args := []string{
+		"--kubeconfig=" + kubeconfig,
+		"--controllers=" + controllers,
+		"--leader-elect=false",
+		"--secure-port=0", // no HTTPS endpoint: nothing scrapes it
+		"--use-service-account-credentials=false",
+	}
+	return startChild("controller-manager", append(args, extra...))
+}
+
+// startChild re-executes this binary as `self mode args…`, its output on our stderr, killed with us.
+func startChild(mode string, args []string) (chan error, *exec.Cmd, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, nil, err
 	}
-	cmd := exec.Command(self, "controller-manager",
-		"--kubeconfig="+kubeconfig,
-		"--controllers="+controllers,
-		"--leader-elect=false",
-		"--secure-port=0", // no HTTPS endpoint: nothing scrapes it
-		"--use-service-account-credentials=false",
-	)
+	cmd := exec.Command(self, append([]string{mode}, args...)...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	started, done := make(chan error, 1), make(chan error, 1)
@@ -370,6 +412,16 @@ func startControllerManager(kubeconfig, controllers string) (chan error, *exec.C
 		return nil, nil, err
 	}
 	return done, cmd, nil
+}
+
+// stopChild sends SIGTERM, then SIGKILL after 5 s.
+func stopChild(cmd *exec.Cmd, done chan error) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = cmd.Process.Kill()
+	}
 }
 
 func freePort() (int, error) {
