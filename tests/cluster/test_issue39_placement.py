@@ -41,7 +41,7 @@ from tkf_infra import names
 #: on what the cluster did are expected to fail: any other exception (the harness, `up` itself) fails.
 ISSUE_39 = pytest.mark.xfail(strict=True, raises=AssertionError,
                              reason="issue 39: the plan admits what the default scheduler cannot place")
-pytestmark = [pytest.mark.apiserver, pytest.mark.engine, pytest.mark.cluster, ISSUE_39]
+pytestmark = [pytest.mark.apiserver, pytest.mark.engine, pytest.mark.cluster]
 
 #: Pulumi.prod.yaml's pool as committed: 4 nodes x 8 H100, the NVIDIA taint, p5.48xlarge's allocatable.
 PROD_POOL: dict[str, Any] = yaml.safe_load((names.PROJECT_ROOT / "Pulumi.prod.yaml").read_text())[
