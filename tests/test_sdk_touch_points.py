@@ -144,8 +144,9 @@ def test_the_fit_checks_type_token_is_the_one_the_cli_recognises() -> None:
 
     h = program(stack_doc(SINGLE_GPU))
     types = {r.type for r in h.resources if r.name == names.FIT_CHECK}
-    assert types == {"pulumi-python:dynamic/tkf:FitCheck"}, why(f"the FitCheck registers as {types}")
-    old = f"urn:pulumi:s::p::pulumi-python:dynamic/tkf:FitCheck::m{names.FIT_CHECK_SUFFIX}"
+    assert types == {names.FIT_CHECK_TYPE}, why(f"the FitCheck registers as {types}, a targeted run names it "
+                                                f"{names.FIT_CHECK_TYPE}")
+    old = f"urn:pulumi:s::p::{names.FIT_CHECK_TYPE}::m{names.FIT_CHECK_SUFFIX}"
     assert summary.models_of(old, {}, {}) == ["m"]
 
 

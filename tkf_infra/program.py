@@ -31,6 +31,7 @@ from tkf_infra.outputs import DEPLOYED_OUTPUT, GPU_LAYOUT_OUTPUT
 from tkf_infra.plan import FleetPlan, LiveFindings, plan_fleet
 from tkf_infra.plan.admission import ClusterState, Footprints
 from tkf_infra.sizing.ec2 import InstanceGpus
+from tkf_infra.targeted import targeted_refusal
 
 
 @dataclass(frozen=True)
@@ -344,11 +345,14 @@ def deploy(edge: Edge | None = None) -> Any:
     edge = edge or Edge()
     run = layer_run(edge)
     api_keys = None if run.layer == Layer.PLATFORM else runtime_api_keys(edge)
-    outputs = last_outputs() if run.layer == Layer.ALL else None  # read once: the deployment and the contract
+    outputs = last_outputs() if run.layer != Layer.PLATFORM else None  # read once: the deployment and the contract
     fleet_plan = plan(edge, run, outputs)
     for warning in run.warnings:
         pulumi.log.warn(warning)
     report(fleet_plan)
+    last = previous_deployment(outputs or {})
+    if run.layer != Layer.PLATFORM and (stale := targeted_refusal(fleet_plan.models, last)):
+        raise pulumi.RunError(stale)  # a targeted run would leave these models as they were (tkf_infra/targeted.py)
     kubeconfig = kubeconfig_text(fleet_plan.catalog)
     check_render_dir(fleet_plan.catalog)
     set_process_state()
