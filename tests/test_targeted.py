@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.mocks import CPU, QWEN_05B, Harness, Registered, program, stack_doc
 from tkf_infra import names
@@ -133,19 +136,15 @@ def test_the_target_list_in_the_environment_is_checked() -> None:
 
 
 class FakeStack:
-    """What `tkf_infra.ops.targets.resolve` asks of an Automation API stack: its config and its outputs."""
+    """What `tkf_infra.ops.targets.resolve` asks of an Automation API stack: its stack file and its outputs."""
 
     name = "s"
 
-    def __init__(self, models: list[dict[str, Any]], deployed: dict[str, Any]) -> None:
-        from pulumi import automation as auto
-
-        self.config = {"tkf-infra:models": auto.ConfigValue(json.dumps(models)),
-                       "tkf-infra:modelDefaults": auto.ConfigValue(json.dumps({"revision": QWEN_05B["revision"]}))}
+    def __init__(self, tmp: Path, models: list[dict[str, Any]], deployed: dict[str, Any]) -> None:
+        self.workspace = SimpleNamespace(work_dir=str(tmp))
+        (tmp / "Pulumi.s.yaml").write_text(yaml.safe_dump({"config": {
+            "tkf-infra:models": models, "tkf-infra:modelDefaults": {"revision": QWEN_05B["revision"]}}}))
         self.deployed = deployed
-
-    def get_all_config(self) -> dict[str, Any]:
-        return self.config
 
     def outputs(self) -> dict[str, Any]:
         from pulumi import automation as auto
@@ -153,22 +152,23 @@ class FakeStack:
         return {DEPLOYED_OUTPUT: auto.OutputValue(self.deployed, False)}
 
 
-def test_the_cli_refuses_an_unknown_model_naming_it_and_the_known_ones() -> None:
+def test_the_cli_refuses_an_unknown_model_naming_it_and_the_known_ones(tmp_path: Path) -> None:
     from tkf_infra.ops.stacks import UsageError
     from tkf_infra.ops.targets import parse_models, resolve
 
-    stack: Any = FakeStack([{"name": "a", "repo": QWEN_05B["repo"]}], {"gone": {"repo": "x/y", "revision": "1" * 40}})
+    gone = {"repo": "x/y", "revision": "1" * 40}
+    stack: Any = FakeStack(tmp_path, [{"name": "a", "repo": QWEN_05B["repo"]}], {"gone": gone})
     with pytest.raises(UsageError, match=r"no model named 'nope' in stack 's' .*known: a, gone"):
         resolve(stack, parse_models("a,nope"))
     with pytest.raises(UsageError, match="--models 'a,,b'"):
         parse_models("a,,b")
 
 
-def test_the_cli_targets_a_models_cache_as_it_is_now_and_as_it_was_deployed() -> None:
+def test_the_cli_targets_a_models_cache_as_it_is_now_and_as_it_was_deployed(tmp_path: Path) -> None:
     from tkf_infra.ops.targets import resolve
 
     old: dict[str, str] = {"repo": "Qwen/Qwen2.5-0.5B-Instruct", "revision": "1" * 40}
-    stack: Any = FakeStack([{"name": "a", "repo": QWEN_05B["repo"]}], {"a": old, "gone": C})
+    stack: Any = FakeStack(tmp_path, [{"name": "a", "repo": QWEN_05B["repo"]}], {"a": old, "gone": C})
     t = resolve(stack, ("a", "gone"))
     for repo, revision in ((QWEN_05B["repo"], QWEN_05B["revision"]), (old["repo"], old["revision"]),
                            (C["repo"], C["revision"])):

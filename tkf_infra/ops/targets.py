@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
 from pulumi import automation as auto
 
 from tkf_infra import names
+from tkf_infra.config.reader import read_stack_file
 from tkf_infra.config.validate import deep_merge
 from tkf_infra.ops.stacks import UsageError, project_name, stack_outputs
 from tkf_infra.outputs import DEPLOYED_OUTPUT
@@ -43,18 +45,22 @@ def parse_models(text: str) -> tuple[str, ...]:
     return found
 
 
-def raw_entries(stack: auto.Stack) -> dict[str, dict[str, Any]]:
-    """The stack's catalog entries by name, `modelDefaults` merged under each (unvalidated)."""
-    config = stack.get_all_config()
+def stack_settings(stack: auto.Stack) -> dict[str, Any]:
+    """The stack's `tkf-infra:` settings: from its stack file when the workspace has one (no engine call: a
+    targeted run is the quick loop), else from the engine's config."""
+    path = Path(stack.workspace.work_dir) / f"Pulumi.{stack.name}.yaml"
+    if path.exists():
+        return read_stack_file(path)
+    out: dict[str, Any] = {}
+    for key, item in stack.get_all_config().items():
+        if key.startswith("tkf-infra:") and not item.secret:
+            out[key.split(":", 1)[1]] = yaml.safe_load(item.value) if isinstance(item.value, str) else item.value
+    return out
 
-    def value(key: str, default: Any) -> Any:
-        item = config.get(f"tkf-infra:{key}")
-        if item is None:
-            return default
-        return yaml.safe_load(item.value) if isinstance(item.value, str) else item.value
 
-    defaults = value("modelDefaults", {})
-    entries = value("models", [])
+def raw_entries(settings: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The catalog's entries by name, `modelDefaults` merged under each (unvalidated)."""
+    defaults, entries = settings.get("modelDefaults") or {}, settings.get("models") or []
     out: dict[str, dict[str, Any]] = {}
     for entry in entries if isinstance(entries, list) else []:
         if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
@@ -76,7 +82,7 @@ def resolve(stack: auto.Stack, models: tuple[str, ...]) -> Targeting:
     """The targets of `models` on `stack`; a name neither in its catalog nor in its last deployment is a usage
     error naming it and the names there are. Each model's weight cache is targeted as the catalog names it now
     and as the last run deployed it: a removed model, or a new revision, leaves a cache to update or delete."""
-    entries = raw_entries(stack)
+    entries = raw_entries(stack_settings(stack))
     try:
         found = stack_outputs(stack).get(DEPLOYED_OUTPUT)
     except auto.CommandError:
