@@ -65,6 +65,7 @@ from bench.engine_preview import (  # noqa: E402
     untimed_up,
 )
 from tkf_infra.ops.stacks import copy_project, pulumi_home  # noqa: E402
+from tkf_infra.ops.targets import resolve  # noqa: E402
 
 
 def fleet_env(tmp: Path, n: int, platform: bool, checkout: Path = ROOT, prefix: str = "f") -> tuple[
@@ -240,11 +241,28 @@ def timed(run: Callable[[], Any]) -> tuple[float, Any]:
 
 @dataclass
 class Measured:
-    """One program of one size, and how to make its one change."""
+    """One program of one size, and how to make its one change; `targeted`: the models `--models` names (the
+    fleet's targeted runs, `tkf_infra/targeted.py`)."""
 
     key: str
     program: Program
     change: Callable[[], None]
+    targeted: tuple[str, ...] = ()
+
+    def run(self, operation: str) -> Any:
+        """`preview` or `up`, as `python -m tkf_infra … --models` runs it when targeted: the targets resolved from
+        the stack file and its last deployment (timed with the run), the program told which models they are."""
+        stack = self.program.stack
+        call = stack.preview if operation == "preview" else stack.up
+        if not self.targeted:
+            return call()
+        targeting = resolve(stack, self.targeted)
+        saved = stack.workspace.env_vars
+        stack.workspace.env_vars = {**saved, **targeting.env}
+        try:
+            return call(target=targeting.urns)
+        finally:
+            stack.workspace.env_vars = saved
 
 
 PHASES = ("total", "startup", "imports_plan", "registration", "k8s_provider", "dynamic_provider", "stack_reads",
@@ -293,7 +311,9 @@ def main() -> None:
             floor.resources = sum(floor.stack.preview().change_summary.values())
             payload = payload_program(tmp, f"payload-{n}", fleet)
             payload.resources = sum(payload.stack.preview().change_summary.values())
+            first = yaml.safe_load(path.read_text())["config"]["tkf-infra:models"][0]["name"]
             measured = [Measured("fleet", fleet, partial(toggle_model, path)),
+                        Measured("fleet --models", fleet, partial(toggle_model, path), (first,)),
                         Measured("count floor", floor, partial(toggle_salt, floor)),
                         Measured("payload floor", payload, partial(toggle_salt, payload))]
             if ref is not None:
@@ -308,11 +328,11 @@ def main() -> None:
         for _ in range(args.repeat):  # interleaved: every program once per round
             for n, measured in programs.items():
                 for m in measured:
-                    t, _ = timed(m.program.stack.preview)
+                    t, _ = timed(partial(m.run, "preview"))
                     best[(n, m.key, "preview")] = min(best.get((n, m.key, "preview"), float("inf")), t)
                 for m in measured:
                     m.change()
-                    t, res = timed(m.program.stack.up)
+                    t, res = timed(partial(m.run, "up"))
                     best[(n, m.key, "up")] = min(best.get((n, m.key, "up"), float("inf")), t)
                     changed = {k: v for k, v in (res.summary.resource_changes or {}).items() if k != "same"}
                     rows.append({"models": n, "program": m.key, "changes": changed})
@@ -333,6 +353,7 @@ def main() -> None:
                 row[f"{kind}: fleet/payload"] = round(fleet_s / payload_s, 2)
                 if ref is not None:
                     row[f"{kind}: ref/fleet"] = round(best[(n, "ref fleet", kind)] / fleet_s, 2)
+                row[f"{kind}: targeted/fleet"] = round(best[(n, "fleet --models", kind)] / fleet_s, 2)
             table.append(row)
         print(f"\nBest of {args.repeat} (s); ratios: fleet / count floor (the issue's), payload floor / count floor, "
               "fleet / payload floor")
@@ -348,11 +369,20 @@ def main() -> None:
                 if ref is not None:
                     cells += [r[f"ref fleet {kind}"], r[f"{kind}: ref/fleet"]]
                 print("| " + " | ".join(str(c) for c in cells) + " |")
+        print("\ntargeted (--models, the first model): best (s), against the full run of its size, and its up against "
+              "the targeted up of the smallest size")
+        print("| models | preview | /fleet | up | /fleet | up / smallest |\n|---|---|---|---|---|---|")
+        for r in table:
+            up_s = r["fleet --models up"]
+            print(f"| {r['models']} | {r['fleet --models preview']} | {r['preview: targeted/fleet']} | "
+                  f"{up_s} | {r['up: targeted/fleet']} | {round(up_s / table[0]['fleet --models up'], 2)} |")
         print("\nlast round's changes:", json.dumps(rows[-(len(programs[sizes[-1]]) + 1):]), flush=True)
         if args.trace:  # after the timed table, while the environments still exist
             phases = []
             for n, measured in programs.items():
                 for m in measured:
+                    if m.targeted:  # the traced CLI runs below take no target list
+                        continue
                     phases.append((n, f"{m.key} preview", traced_preview(m.program, tmp / "trace.json")))
                     m.change()
                     phases.append((n, f"{m.key} up", traced_preview(m.program, tmp / "trace.json", UP)))
