@@ -68,9 +68,10 @@ from tkf_infra.ops.stacks import copy_project, pulumi_home  # noqa: E402
 from tkf_infra.ops.targets import resolve  # noqa: E402
 
 
-def fleet_env(tmp: Path, n: int, platform: bool, checkout: Path = ROOT, prefix: str = "f") -> tuple[
-        Program, auto.Stack, Path]:
-    """Environment `<prefix><n>`: its platform applied, its fleet of `n` generated models applied once."""
+def fleet_env(tmp: Path, n: int, platform: bool, checkout: Path = ROOT, prefix: str = "f",
+              engine_env: dict[str, str] | None = None) -> tuple[Program, auto.Stack, Path]:
+    """Environment `<prefix><n>`: its platform applied, its fleet of `n` generated models applied once;
+    `engine_env`: more of the engine's environment for its runs (an engine switch measured against the fleet)."""
     env_name = f"{prefix}{n}"
     project = copy_project(tmp / env_name, checkout)
     doc = dev_stack_config(platform)
@@ -81,6 +82,8 @@ def fleet_env(tmp: Path, n: int, platform: bool, checkout: Path = ROOT, prefix: 
     path = project / f"Pulumi.{env_name}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     env, opts = _workspace(project, tmp / f"state-{env_name}")
+    env.update(engine_env or {})
+    opts.env_vars = env
     plat = auto.create_stack(f"{env_name}-platform", work_dir=str(project), opts=opts)
     untimed_up(plat)
     fleet = auto.create_stack(env_name, work_dir=str(project), opts=opts)
@@ -291,6 +294,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--platform", action="store_true", help="the dev platform's charts in the platform stack")
     ap.add_argument("--compare-with", metavar="REF", help="also measure the fleet of this git ref, interleaved")
+    ap.add_argument("--engine-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="also measure the fleet with this in the engine's environment (PULUMI_PARALLEL_DIFF=true),"
+                         " in environments of its own, interleaved; repeatable")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument("--trace", action="store_true", help="also break one preview and one up of each down by phase")
     args = ap.parse_args()
@@ -320,6 +326,11 @@ def main() -> None:
                 other, _, other_path = fleet_env(tmp, n, args.platform, ref, "r")
                 other.resources = sum(other.stack.preview().change_summary.values())
                 measured.append(Measured("ref fleet", other, partial(toggle_model, other_path)))
+            for i, setting in enumerate(args.engine_env):
+                key, _, value = setting.partition("=")
+                other, _, other_path = fleet_env(tmp, n, args.platform, prefix=f"e{i}-", engine_env={key: value})
+                other.resources = fleet.resources
+                measured.append(Measured(f"fleet {setting}", other, partial(toggle_model, other_path)))
             programs[n] = measured
             print(f"# {n} models ready: " + ", ".join(f"{m.key} {m.program.resources} resources, state "
                                                       f"{state_bytes(m.program) / 1e6:.2f} MB" for m in measured),
@@ -368,6 +379,15 @@ def main() -> None:
                          r[f"{kind}: fleet/payload"]]
                 if ref is not None:
                     cells += [r[f"ref fleet {kind}"], r[f"{kind}: ref/fleet"]]
+                print("| " + " | ".join(str(c) for c in cells) + " |")
+        for setting in args.engine_env:
+            print(f"\nthe fleet with {setting} against the fleet as shipped (best of {args.repeat}, s)")
+            print("| models | preview | ratio | up | ratio |\n|---|---|---|---|---|")
+            for n in sizes:
+                cells = [n]
+                for kind in ("preview", "up"):
+                    mine = best[(n, f"fleet {setting}", kind)]
+                    cells += [round(mine, 2), round(mine / best[(n, "fleet", kind)], 2)]
                 print("| " + " | ".join(str(c) for c in cells) + " |")
         print("\ntargeted (--models, the first model): best (s), against the full run of its size, and its up against "
               "the targeted up of the smallest size")
