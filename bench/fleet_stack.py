@@ -19,6 +19,14 @@ fleet / count floor is the issue's ratio; payload floor / count floor is what th
 size costs the engine and the provider whatever program registers them; fleet / payload floor is
 tkf-infra's own overhead (plan, FitCheck, component outputs, stack outputs and reads).
 
+The fleet's **targeted** runs are measured beside its full ones, on the same stack: `preview` and the same
+one-model `up` with `--models` of that model (tkf_infra/targeted.py), the targets resolved as the CLI resolves
+them (the stack file, the last deployment) inside the timed run. The issue's bar: a targeted one-model `up` at
+200 models within 1.5x of the same edit at 2.
+
+`--engine-env KEY=VALUE` (repeatable) also measures the fleet with that in the engine's environment (an engine
+switch such as `PULUMI_PARALLEL_DIFF=true`), in environments of its own, interleaved with the others.
+
 `--compare-with REF` also measures the fleet of a git ref (`git archive REF`, the same virtualenv), in
 environments of its own, interleaved with the others: a before/after in one run.
 
