@@ -39,17 +39,25 @@ CONFIGMAP_TYPE = "kubernetes:core/v1:ConfigMap"
 def urn_patterns(stack: str, project: str, models: Iterable[str], caches: Iterable[str]) -> list[str]:
     """The engine's `--target` list for these models and weight caches (their components and every object under
     them), with the stack's shared objects: the FitCheck, the plan-facts and sidecar-source ConfigMaps, the MIG
-    sharing component and what it holds."""
+    sharing component and what it holds.
+
+    Every entry is a glob: the engine refuses a literal target that no resource of the run or of the state has
+    (a stack without MIG pools has no sharing component, a refused new model registers nothing), but not a glob
+    that matches nothing. The `*` after a type matches nothing in our URNs (a type is followed by `::`, and a
+    child's `$type` holds a colon), so `<type>*::<name>` is that one resource."""
     base = f"urn:pulumi:{stack}::{project}::"
+
+    def one(rtype: str, name: str) -> str:
+        return f"{base}{rtype}*::{name}"
+
     out: list[str] = []
     for model in sorted(set(models)):
-        out += [f"{base}{names.MODEL_SERVING_TYPE}::{model}", f"{base}{names.MODEL_SERVING_TYPE}$**::{model}-*"]
+        out += [one(names.MODEL_SERVING_TYPE, model), f"{base}{names.MODEL_SERVING_TYPE}$**::{model}-*"]
     for cache in sorted(set(caches)):
-        out += [f"{base}{names.WEIGHT_CACHE_TYPE}::{cache}", f"{base}{names.WEIGHT_CACHE_TYPE}$**::{cache}-*"]
-    shared = [f"{names.FIT_CHECK_TYPE}::{names.FIT_CHECK}", f"{CONFIGMAP_TYPE}::{names.FLEET_FACTS_RESOURCE}",
-              f"{CONFIGMAP_TYPE}::{names.METRICS_PROXY_RESOURCE}",
-              f"{names.GPU_SHARING_TYPE}::{names.GPU_SHARING_RESOURCE}", f"{names.GPU_SHARING_TYPE}$**"]
-    return [*out, *(base + s for s in shared)]
+        out += [one(names.WEIGHT_CACHE_TYPE, cache), f"{base}{names.WEIGHT_CACHE_TYPE}$**::{cache}-*"]
+    return [*out, one(names.FIT_CHECK_TYPE, names.FIT_CHECK), one(CONFIGMAP_TYPE, names.FLEET_FACTS_RESOURCE),
+            one(CONFIGMAP_TYPE, names.METRICS_PROXY_RESOURCE), one(names.GPU_SHARING_TYPE, names.GPU_SHARING_RESOURCE),
+            f"{base}{names.GPU_SHARING_TYPE}$**"]
 
 
 def targeted_models(environ: Mapping[str, str] = os.environ) -> frozenset[str] | None:

@@ -103,9 +103,9 @@ def test_targeted_edits_end_in_the_objects_and_outputs_of_full_runs(kube: KubeCl
             es.set_models(models)
         args = ("up", "--models", named) if named else ("up",)
         code, summary, err = cli(targeted, *args)
-        assert code == 0, f"{label}: {err}"
+        assert code == 0, f"{label}: {err} {json.dumps(summary)[:3000]}"
         code, _, err = cli(full, "up")
-        assert code == 0, f"{label}: {err}"
+        assert code == 0, f"{label}: {err} {json.dumps(summary)[:3000]}"
         if named:
             stepped = {k: v for k, v in summary["preview"]["changeSummary"].items() if k != "same"}
             assert stepped, f"{label}: the targeted preview stepped nothing"
