@@ -72,7 +72,7 @@ def changed(summary: dict[str, Any]) -> dict[str, int]:
 
 
 def test_targeted_edits_end_where_full_runs_would_and_refuse_what_they_would_leave_stale(project: Project) -> None:
-    code, first, err = project.run("up")
+    code, _, err = project.run("up")
     assert code == 0, err
 
     # 1. One model edited, one added: only their objects (and the shared ones) are stepped.

@@ -2,10 +2,10 @@
 applied by targeted runs to one stack and by full runs to another ends, after every step, in the same objects
 on the server and the same outputs, and a full preview of the targeted stack then has nothing to do.
 
-The edits: a model's setting changed, a model added, a model removed, a model moved to other weights (its old
-weight cache loses its last consumer, its new one is created). The two stacks are the dev CPU catalog on the
-vllm backend, the platform `alreadyInstalled` (no chart: what is compared is the models' objects), each in a
-serving namespace of its own on this folder's server.
+The edits: a model's setting changed, a model added (sharing another's weight cache), a model removed, a
+model moved to other weights (its old weight cache loses its last consumer and goes, the other gains one).
+The two stacks are the dev CPU catalog on the vllm backend, the platform `alreadyInstalled` (no chart: what
+is compared is the models' objects), each in a serving namespace of its own on this folder's server.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ from tkf_infra.ops.stacks import DEV_PASSPHRASE
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.engine]
 
-MODELS: list[dict[str, Any]] = dev_config()["config"]["tkf-infra:models"]
+# Two replicas each: every weight cache is read-write-many from the start, so a cache that gains a consumer is
+# updated, not replaced (a read-write-once PVC's access mode is immutable on a real server, targeted or not).
+MODELS: list[dict[str, Any]] = [{**m, "replicas": 2} for m in dev_config()["config"]["tkf-infra:models"]]
 A, B = MODELS[0], MODELS[1]
 C = {**B, "name": "coder-copy", "servedName": "coder-copy"}
 #: Fields the server or its (absent) controllers set per object: never the program's.
@@ -85,7 +87,7 @@ def outputs(es: EngineStack, serving: str) -> dict[str, Any]:
     proc = subprocess.run([str(es.project / ".venv" / "bin" / "python"), "-m", "tkf_infra", "outputs", "--stack",
                            es.stack.name], cwd=es.project, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    return dict(json.loads(proc.stdout.replace(serving, "NAMESPACE")))
+    return dict(json.loads(proc.stdout.replace(serving, "NAMESPACE").replace(es.stack.name, "STACK")))
 
 
 def test_targeted_edits_end_in_the_objects_and_outputs_of_full_runs(kube: KubeClient,
