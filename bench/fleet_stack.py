@@ -19,6 +19,14 @@ fleet / count floor is the issue's ratio; payload floor / count floor is what th
 size costs the engine and the provider whatever program registers them; fleet / payload floor is
 tkf-infra's own overhead (plan, FitCheck, component outputs, stack outputs and reads).
 
+The fleet's **targeted** runs are measured beside its full ones, on the same stack: `preview` and the same
+one-model `up` with `--models` of that model (tkf_infra/targeted.py), the targets resolved as the CLI resolves
+them (the stack file, the last deployment) inside the timed run. The issue's bar: a targeted one-model `up` at
+200 models within 1.5x of the same edit at 2.
+
+`--engine-env KEY=VALUE` (repeatable) also measures the fleet with that in the engine's environment (an engine
+switch such as `PULUMI_PARALLEL_DIFF=true`), in environments of its own, interleaved with the others.
+
 `--compare-with REF` also measures the fleet of a git ref (`git archive REF`, the same virtualenv), in
 environments of its own, interleaved with the others: a before/after in one run.
 
@@ -65,11 +73,13 @@ from bench.engine_preview import (  # noqa: E402
     untimed_up,
 )
 from tkf_infra.ops.stacks import copy_project, pulumi_home  # noqa: E402
+from tkf_infra.ops.targets import resolve  # noqa: E402
 
 
-def fleet_env(tmp: Path, n: int, platform: bool, checkout: Path = ROOT, prefix: str = "f") -> tuple[
-        Program, auto.Stack, Path]:
-    """Environment `<prefix><n>`: its platform applied, its fleet of `n` generated models applied once."""
+def fleet_env(tmp: Path, n: int, platform: bool, checkout: Path = ROOT, prefix: str = "f",
+              engine_env: dict[str, str] | None = None) -> tuple[Program, auto.Stack, Path]:
+    """Environment `<prefix><n>`: its platform applied, its fleet of `n` generated models applied once;
+    `engine_env`: more of the engine's environment for its runs (an engine switch measured against the fleet)."""
     env_name = f"{prefix}{n}"
     project = copy_project(tmp / env_name, checkout)
     doc = dev_stack_config(platform)
@@ -80,6 +90,8 @@ def fleet_env(tmp: Path, n: int, platform: bool, checkout: Path = ROOT, prefix: 
     path = project / f"Pulumi.{env_name}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     env, opts = _workspace(project, tmp / f"state-{env_name}")
+    env.update(engine_env or {})
+    opts.env_vars = env
     plat = auto.create_stack(f"{env_name}-platform", work_dir=str(project), opts=opts)
     untimed_up(plat)
     fleet = auto.create_stack(env_name, work_dir=str(project), opts=opts)
@@ -240,11 +252,28 @@ def timed(run: Callable[[], Any]) -> tuple[float, Any]:
 
 @dataclass
 class Measured:
-    """One program of one size, and how to make its one change."""
+    """One program of one size, and how to make its one change; `targeted`: the models `--models` names (the
+    fleet's targeted runs, `tkf_infra/targeted.py`)."""
 
     key: str
     program: Program
     change: Callable[[], None]
+    targeted: tuple[str, ...] = ()
+
+    def run(self, operation: str) -> Any:
+        """`preview` or `up`, as `python -m tkf_infra … --models` runs it when targeted: the targets resolved from
+        the stack file and its last deployment (timed with the run), the program told which models they are."""
+        stack = self.program.stack
+        call = stack.preview if operation == "preview" else stack.up
+        if not self.targeted:
+            return call()
+        targeting = resolve(stack, self.targeted)
+        saved = stack.workspace.env_vars
+        stack.workspace.env_vars = {**saved, **targeting.env}
+        try:
+            return call(target=targeting.urns)
+        finally:
+            stack.workspace.env_vars = saved
 
 
 PHASES = ("total", "startup", "imports_plan", "registration", "k8s_provider", "dynamic_provider", "stack_reads",
@@ -273,6 +302,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--platform", action="store_true", help="the dev platform's charts in the platform stack")
     ap.add_argument("--compare-with", metavar="REF", help="also measure the fleet of this git ref, interleaved")
+    ap.add_argument("--engine-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="also measure the fleet with this in the engine's environment (PULUMI_PARALLEL_DIFF=true),"
+                         " in environments of its own, interleaved; repeatable")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument("--trace", action="store_true", help="also break one preview and one up of each down by phase")
     args = ap.parse_args()
@@ -293,13 +325,20 @@ def main() -> None:
             floor.resources = sum(floor.stack.preview().change_summary.values())
             payload = payload_program(tmp, f"payload-{n}", fleet)
             payload.resources = sum(payload.stack.preview().change_summary.values())
+            first = yaml.safe_load(path.read_text())["config"]["tkf-infra:models"][0]["name"]
             measured = [Measured("fleet", fleet, partial(toggle_model, path)),
+                        Measured("fleet --models", fleet, partial(toggle_model, path), (first,)),
                         Measured("count floor", floor, partial(toggle_salt, floor)),
                         Measured("payload floor", payload, partial(toggle_salt, payload))]
             if ref is not None:
                 other, _, other_path = fleet_env(tmp, n, args.platform, ref, "r")
                 other.resources = sum(other.stack.preview().change_summary.values())
                 measured.append(Measured("ref fleet", other, partial(toggle_model, other_path)))
+            for i, setting in enumerate(args.engine_env):
+                key, _, value = setting.partition("=")
+                other, _, other_path = fleet_env(tmp, n, args.platform, prefix=f"e{i}-", engine_env={key: value})
+                other.resources = fleet.resources
+                measured.append(Measured(f"fleet {setting}", other, partial(toggle_model, other_path)))
             programs[n] = measured
             print(f"# {n} models ready: " + ", ".join(f"{m.key} {m.program.resources} resources, state "
                                                       f"{state_bytes(m.program) / 1e6:.2f} MB" for m in measured),
@@ -308,11 +347,11 @@ def main() -> None:
         for _ in range(args.repeat):  # interleaved: every program once per round
             for n, measured in programs.items():
                 for m in measured:
-                    t, _ = timed(m.program.stack.preview)
+                    t, _ = timed(partial(m.run, "preview"))
                     best[(n, m.key, "preview")] = min(best.get((n, m.key, "preview"), float("inf")), t)
                 for m in measured:
                     m.change()
-                    t, res = timed(m.program.stack.up)
+                    t, res = timed(partial(m.run, "up"))
                     best[(n, m.key, "up")] = min(best.get((n, m.key, "up"), float("inf")), t)
                     changed = {k: v for k, v in (res.summary.resource_changes or {}).items() if k != "same"}
                     rows.append({"models": n, "program": m.key, "changes": changed})
@@ -333,6 +372,7 @@ def main() -> None:
                 row[f"{kind}: fleet/payload"] = round(fleet_s / payload_s, 2)
                 if ref is not None:
                     row[f"{kind}: ref/fleet"] = round(best[(n, "ref fleet", kind)] / fleet_s, 2)
+                row[f"{kind}: targeted/fleet"] = round(best[(n, "fleet --models", kind)] / fleet_s, 2)
             table.append(row)
         print(f"\nBest of {args.repeat} (s); ratios: fleet / count floor (the issue's), payload floor / count floor, "
               "fleet / payload floor")
@@ -348,11 +388,29 @@ def main() -> None:
                 if ref is not None:
                     cells += [r[f"ref fleet {kind}"], r[f"{kind}: ref/fleet"]]
                 print("| " + " | ".join(str(c) for c in cells) + " |")
+        for setting in args.engine_env:
+            print(f"\nthe fleet with {setting} against the fleet as shipped (best of {args.repeat}, s)")
+            print("| models | preview | ratio | up | ratio |\n|---|---|---|---|---|")
+            for n in sizes:
+                cells = [n]
+                for kind in ("preview", "up"):
+                    mine = best[(n, f"fleet {setting}", kind)]
+                    cells += [round(mine, 2), round(mine / best[(n, "fleet", kind)], 2)]
+                print("| " + " | ".join(str(c) for c in cells) + " |")
+        print("\ntargeted (--models, the first model): best (s), against the full run of its size, and its up against "
+              "the targeted up of the smallest size")
+        print("| models | preview | /fleet | up | /fleet | up / smallest |\n|---|---|---|---|---|---|")
+        for r in table:
+            up_s = r["fleet --models up"]
+            print(f"| {r['models']} | {r['fleet --models preview']} | {r['preview: targeted/fleet']} | "
+                  f"{up_s} | {r['up: targeted/fleet']} | {round(up_s / table[0]['fleet --models up'], 2)} |")
         print("\nlast round's changes:", json.dumps(rows[-(len(programs[sizes[-1]]) + 1):]), flush=True)
         if args.trace:  # after the timed table, while the environments still exist
             phases = []
             for n, measured in programs.items():
                 for m in measured:
+                    if m.targeted:  # the traced CLI runs below take no target list
+                        continue
                     phases.append((n, f"{m.key} preview", traced_preview(m.program, tmp / "trace.json")))
                     m.change()
                     phases.append((n, f"{m.key} up", traced_preview(m.program, tmp / "trace.json", UP)))

@@ -74,7 +74,7 @@ def _metrics_proxy_source(namespace_name: str, provider: k8s.Provider,
     is deleted) and the pods that run it roll."""
     source = va.metrics_proxy_source()
     return k8s.core.v1.ConfigMap(
-        "metrics-proxy",
+        names.METRICS_PROXY_RESOURCE,
         metadata=k8s.meta.v1.ObjectMetaArgs(name=pod_meta.metrics_proxy_configmap(source), namespace=namespace_name,
                                             labels={names.PART_OF_LABEL: names.PART_OF}),
         immutable=True,
@@ -230,7 +230,7 @@ def build_fleet(plan: FleetPlan, *, api_keys: ApiKeys | None, stack: str, layer:
     platform: list[pulumi.Resource] = [*([gpu_operator] if gpu_operator else []), *pools.values()]
     # MIG pools only: the geometries and node labels mig-manager applies (nothing otherwise).
     sharing = GpuSharing(
-        "gpu-sharing", GpuSharingArgs(plan.layouts, s.namespaces.gpu_operator),
+        names.GPU_SHARING_RESOURCE, GpuSharingArgs(plan.layouts, s.namespaces.gpu_operator),
         opts=pulumi.ResourceOptions(providers=[provider], depends_on=platform),
     ) if mig else None
 

@@ -69,7 +69,7 @@ def fleet_facts_configmap(plan: FleetPlan, namespace_name: str, provider: k8s.Pr
     for it). Mutable on purpose: the file changes in place under running pods."""
     text = json.dumps(fleet_facts(plan), indent=1, sort_keys=True) + "\n"
     return k8s.core.v1.ConfigMap(
-        "fleet-facts",
+        names.FLEET_FACTS_RESOURCE,
         metadata=k8s.meta.v1.ObjectMetaArgs(name=names.FLEET_FACTS_CONFIGMAP, namespace=namespace_name,
                                             labels={names.PART_OF_LABEL: names.PART_OF}),
         data={pod_meta.FLEET_FACTS_FILE: text},

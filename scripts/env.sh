@@ -19,6 +19,8 @@ export PULUMI_SKIP_UPDATE_CHECK=true
 # - no automatic plugin downloads (the aws plugin pulumi-aws declares, fetched before every run even
 #   without an EKS pool; see engine_env in tkf_infra/ops/stacks.py); set it to false to allow them;
 export PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION="${PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION:-true}"
+# - diffs in parallel (engine_env in tkf_infra/ops/stacks.py says why); set it to false to turn it off;
+export PULUMI_PARALLEL_DIFF="${PULUMI_PARALLEL_DIFF:-true}"
 export PULUMI_BACKEND_URL="${PULUMI_BACKEND_URL:-file://$_tkf_root/.pulumi-state}"
 export PULUMI_PYTHON_CMD="$_tkf_root/.venv/bin/python"
 mkdir -p "$_tkf_root/.pulumi-state"

@@ -187,6 +187,15 @@ DASHBOARD_PREFIX = "tkf-dashboard-"
 
 #: Pulumi name of the stack's one FitCheck (not a Kubernetes object; it belongs to no single model).
 FIT_CHECK = "fit-checks"
+#: Its type token: the SDK's dynamic-provider package and the `module=`/`name=` of `providers.fit.FitCheck`
+#: (tests/test_fit_provider.py holds the two together).
+FIT_CHECK_TYPE = "pulumi-python:dynamic/tkf:FitCheck"
+#: Pulumi names of the fleet stack's objects that belong to no single model but change with any of them (or
+#: with none): the plan-facts ConfigMap, the metrics sidecar's source, the MIG pools' sharing component. A
+#: targeted run (`--models`, tkf_infra/targeted.py) steps them with the models it names.
+FLEET_FACTS_RESOURCE = "fleet-facts"
+METRICS_PROXY_RESOURCE = "metrics-proxy"
+GPU_SHARING_RESOURCE = "gpu-sharing"
 #: Suffix of a model's own FitCheck before issue 18 (one per model, `<model>-fit`): the CLI still maps
 #: such a resource, deleted by the first `up` after the change, back to its model (ops/summary.py).
 FIT_CHECK_SUFFIX = "-fit"

@@ -32,6 +32,7 @@ from tkf_infra.plan import FleetPlan, LiveFindings, plan_fleet
 from tkf_infra.plan.admission import ClusterState, Footprints
 from tkf_infra.plan.pins import read_pins
 from tkf_infra.sizing.ec2 import InstanceGpus
+from tkf_infra.targeted import targeted_refusal
 
 
 @dataclass(frozen=True)
@@ -147,10 +148,12 @@ def last_outputs() -> dict[str, Any]:
     Uses the engine's built-in `readStackOutputs` invoke on this very stack, which loads the stack's whole
     state file (megabytes at a few hundred models, docs/performance.md): a run reads it once.
     """
-    name = f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
+    from tkf_infra.early_reads import read_outputs, stack_path
+
     try:
-        result = pulumi.runtime.invoke("pulumi:pulumi:readStackOutputs", {"name": name})
+        result = read_outputs(pulumi.get_stack())  # begun before the imports when __main__.py runs the program
     except Exception as exc:  # the engine's own error text is the useful part
+        name = stack_path(pulumi.get_stack())
         pulumi.log.warn(f"could not read the last deployment of {name} ({exc}); a refused model that was deployed "
                         "before will be removed instead of kept at its last settings")
         return {}
@@ -348,11 +351,14 @@ def deploy(edge: Edge | None = None) -> Any:
     edge = edge or Edge()
     run = layer_run(edge)
     api_keys = None if run.layer == Layer.PLATFORM else runtime_api_keys(edge)
-    outputs = last_outputs() if run.layer == Layer.ALL else None  # read once: the deployment and the contract
+    outputs = last_outputs() if run.layer != Layer.PLATFORM else None  # read once: the deployment and the contract
     fleet_plan = plan(edge, run, outputs)
     for warning in run.warnings:
         pulumi.log.warn(warning)
     report(fleet_plan)
+    last = previous_deployment(outputs or {})
+    if run.layer != Layer.PLATFORM and (stale := targeted_refusal(fleet_plan.models, last)):
+        raise pulumi.RunError(stale)  # a targeted run would leave these models as they were (tkf_infra/targeted.py)
     kubeconfig = kubeconfig_text(fleet_plan.catalog)
     check_render_dir(fleet_plan.catalog)
     set_process_state()

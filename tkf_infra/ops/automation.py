@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pulumi import automation as auto
 
@@ -21,6 +21,10 @@ from tkf_infra.ops import policy_report
 from tkf_infra.ops.stacks import UsageError, engine_error, last_error_line, stack_outputs
 from tkf_infra.ops.summary import RunTracker, summarize
 from tkf_infra.program import POLICY_REFUSALS_ENV
+from tkf_infra.targeted import TARGET_MODELS_ENV
+
+if TYPE_CHECKING:
+    from tkf_infra.ops.targets import Targeting
 
 
 @dataclass
@@ -35,7 +39,7 @@ class RunResult:
 
 def run_operation(stack: auto.Stack, operation: str, *, on_output: Callable[[str], None] | None = None,
                   after: RunTracker | None = None, refused_by_policy: dict[str, list[str]] | None = None,
-                  clear_pending_creates: bool = False) -> RunResult:
+                  clear_pending_creates: bool = False, targeting: Targeting | None = None) -> RunResult:
     """Run preview / up / refresh / destroy with event tracking; never raises for a failed plan.
 
     Raises `OperatorError` when the run could not start or finish for a reason outside the plan: a
@@ -47,8 +51,14 @@ def run_operation(stack: auto.Stack, operation: str, *, on_output: Callable[[str
     `refused_by_policy`: the models the pack refused at that preview; the program is told, so it
     leaves them out (stage `policy` in the `rejected` output) or keeps them at their last deployed
     settings, and never publishes a route to them.
+    `targeting`: a targeted preview or up (`--models`, tkf_infra/targeted.py): the engine steps only its URNs.
+    The preview's failed resources are then not excluded from the up (the engine takes no exclude list beside a
+    target list): the program leaves the policy's refusals out or at their last settings, and continue-on-error
+    keeps any other failure to its model.
     """
-    stack.workspace.env_vars = {**stack.workspace.env_vars, POLICY_REFUSALS_ENV: json.dumps(refused_by_policy or {})}
+    stack.workspace.env_vars = {**stack.workspace.env_vars, POLICY_REFUSALS_ENV: json.dumps(refused_by_policy or {}),
+                                **(targeting.env if targeting else {TARGET_MODELS_ENV: ""})}
+    target = targeting.urns if targeting else None
     tracker = RunTracker(operation)
     excluded: list[str] = []
     if after is not None:
@@ -64,13 +74,14 @@ def run_operation(stack: auto.Stack, operation: str, *, on_output: Callable[[str
     extra: dict[str, Any] = {}
     try:
         if operation == "preview":
-            res = stack.preview(on_event=on_event, on_output=on_output, diff=False,
+            res = stack.preview(on_event=on_event, on_output=on_output, diff=False, target=target,
                                 policy_packs=policy.pack.policy_packs,
                                 policy_pack_configs=policy.pack.policy_pack_configs)
             extra["changeSummary"] = {str(getattr(k, "value", k)): v for k, v in res.change_summary.items()}
         elif operation == "up":
-            up = stack.up(on_event=on_event, on_output=on_output, continue_on_error=True,
-                          exclude=excluded or None, exclude_dependents=True if excluded else None,
+            exclude = [] if target else excluded
+            up = stack.up(on_event=on_event, on_output=on_output, continue_on_error=True, target=target,
+                          exclude=exclude or None, exclude_dependents=True if exclude else None,
                           policy_packs=policy.pack.policy_packs,
                           policy_pack_configs=policy.pack.policy_pack_configs)
             extra["changeSummary"] = dict(up.summary.resource_changes or {})

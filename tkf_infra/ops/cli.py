@@ -42,10 +42,16 @@ class Format(StrEnum):
 
 
 def _operation(stack_name: str, operation: str, as_json: bool, create: bool = False,
-               clear_pending_creates: bool = False) -> None:
+               clear_pending_creates: bool = False, models: str | None = None) -> None:
     from tkf_infra.ops import automation, engine, locks, stacks, summary
 
     stack = open_stack(stack_name, create=create)
+    targeting = None
+    if models is not None:  # a targeted run (tkf_infra/targeted.py): the engine steps these models' objects only
+        from tkf_infra.ops import targets
+
+        with operator_errors(stack_name):
+            targeting = targets.resolve(stack, targets.parse_models(models))
     if operation != "preview":  # the engine locks these: refuse before a long preview, naming the holder
         held = stacks.read_locks(stack_name, stack.workspace.env_vars["PULUMI_BACKEND_URL"])
         if held:
@@ -63,12 +69,12 @@ def _operation(stack_name: str, operation: str, as_json: bool, create: bool = Fa
     refused: dict[str, list[str]] = {}
     with engine.forwarding_interrupts(notify) as interrupts, operator_errors(stack_name):
         if operation == "up":  # preview first: Automation `up` skips the preview, and CI wants it
-            preview_run = automation.run_operation(stack, "preview", on_output=stream)
+            preview_run = automation.run_operation(stack, "preview", on_output=stream, targeting=targeting)
             before, refused = preview_run.tracker, preview_run.policy_refusals
             results.append(preview_run.summary)
         if not interrupts.received:
             results.append(automation.run_operation(stack, operation, on_output=stream, after=before,
-                                                    refused_by_policy=refused,
+                                                    refused_by_policy=refused, targeting=targeting,
                                                     clear_pending_creates=clear_pending_creates).summary)
         final = results[-1]
         if interrupts.received:
@@ -114,13 +120,24 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
 OnlyOpt = Annotated[Only, typer.Option(
     "--only", help="A split environment (docs/stacks.md): both stacks, platform first (the default), or one.")]
+ModelsOpt = Annotated[str | None, typer.Option(
+    "--models", metavar="NAME[,NAME]",
+    help="Step only these models' objects (and the stack's shared ones and outputs); the plan still sees the "
+         "whole fleet. A split environment's platform stack is not run. Refused when another model changed.")]
 
 
-def _operations(stack: str, operation: str, as_json: bool, only: Only) -> None:
+def _operations(stack: str, operation: str, as_json: bool, only: Only, models: str | None = None) -> None:
     """Each stack in turn; the fleet does not run when its platform's run failed. With --json, one document
-    on stdout as before: the last stack's summary, with the platform's under `platform`."""
+    on stdout as before: the last stack's summary, with the platform's under `platform`. A targeted run
+    (`--models`) runs the fleet's stack alone: a catalog edit never reaches the platform stack."""
     import io
 
+    if models is not None:
+        from tkf_infra import layers
+
+        if only == Only.platform or layers.is_platform_stack(stack):
+            raise fail("--models names models, which the platform stack does not hold; drop --only platform")
+        only = Only.fleet
     names = layer_stacks(stack, only)
     earlier: dict[str, Any] = {}
     for name in names[:-1]:
@@ -137,7 +154,7 @@ def _operations(stack: str, operation: str, as_json: bool, only: Only) -> None:
         if as_json:
             earlier[name] = json.loads(out.getvalue())
     if not earlier:
-        _operation(names[-1], operation, as_json, create=True)
+        _operation(names[-1], operation, as_json, create=True, models=models)
         return
     out = io.StringIO()
     try:
@@ -150,17 +167,19 @@ def _operations(stack: str, operation: str, as_json: bool, only: Only) -> None:
 
 
 @app.command()
-def preview(stack: StackOpt = "dev", as_json: JsonOpt = False, only: OnlyOpt = Only.both) -> None:
+def preview(stack: StackOpt = "dev", as_json: JsonOpt = False, only: OnlyOpt = Only.both,
+            models: ModelsOpt = None) -> None:
     """Preview the stack (a split environment: its platform, then its fleet): every fit check runs; bad models are
     named."""
-    _operations(stack, "preview", as_json, only)
+    _operations(stack, "preview", as_json, only, models)
 
 
 @app.command()
-def up(stack: StackOpt = "dev", as_json: JsonOpt = False, only: OnlyOpt = Only.both) -> None:
+def up(stack: StackOpt = "dev", as_json: JsonOpt = False, only: OnlyOpt = Only.both,
+       models: ModelsOpt = None) -> None:
     """Preview, then deploy (a split environment: its platform, then its fleet); a failed model does not stop the
     others (continue-on-error)."""
-    _operations(stack, "up", as_json, only)
+    _operations(stack, "up", as_json, only, models)
 
 
 @app.command("split")
