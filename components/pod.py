@@ -41,11 +41,15 @@ class Placement:
 
 
 def pinned_to(nodes: tuple[str, ...]) -> core.AffinityArgs:
-    """A REQUIRED node affinity to these nodes, by name (`metadata.name`, whatever their hostname label says)."""
-    term = core.NodeSelectorTermArgs(match_fields=[core.NodeSelectorRequirementArgs(
-        key="metadata.name", operator="In", values=list(nodes))])
+    """A REQUIRED node affinity to these nodes, by name (`metadata.name`, whatever their hostname label says).
+
+    One term per node, the terms ORed: the API server allows a `metadata.name` field selector only one value
+    (`must be only one value when operator is 'In'`, apis/core/validation ValidateNodeFieldSelectorRequirement),
+    so a single term listing two nodes is refused when the workload controller writes the pods' owner."""
+    terms = [core.NodeSelectorTermArgs(match_fields=[core.NodeSelectorRequirementArgs(
+        key="metadata.name", operator="In", values=[node])]) for node in nodes]
     return core.AffinityArgs(node_affinity=core.NodeAffinityArgs(
-        required_during_scheduling_ignored_during_execution=core.NodeSelectorArgs(node_selector_terms=[term])))
+        required_during_scheduling_ignored_during_execution=core.NodeSelectorArgs(node_selector_terms=terms)))
 
 
 def spread(model: str) -> core.TopologySpreadConstraintArgs:

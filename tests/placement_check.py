@@ -83,6 +83,8 @@ class Workload:
 
 def _term(term: Mapping[str, Any], n: Node) -> bool:
     for r in term.get("matchFields") or []:
+        # The API server's rule (ValidateNodeFieldSelectorRequirement): a node field selector has one value.
+        assert len(r.get("values", [])) == 1, f"a metadata.name field selector with {r.get('values')}: refused"
         if r.get("key") != "metadata.name" or r.get("operator") != "In" or n.name not in r.get("values", []):
             return False
     for r in term.get("matchExpressions") or []:

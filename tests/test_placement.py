@@ -75,9 +75,9 @@ def _pin(obj: dict[str, Any]) -> tuple[list[str], dict[str, Any]] | None:
     aff = (pod.get("affinity") or {}).get("nodeAffinity")
     if not aff:
         return None
-    (term,) = aff["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    terms = aff["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     (spread,) = pod["topologySpreadConstraints"]
-    return term["matchFields"][0]["values"], spread
+    return [v for term in terms for (v,) in [term["matchFields"][0]["values"]]], spread
 
 
 def test_the_pin_and_spread_are_what_the_plan_reserved() -> None:

@@ -6,8 +6,9 @@ nodes by least allocation and spreads one workload's pods, so it put four small 
 where the plan had packed them on one, no node kept 8 free GPUs, and a 405B the plan admitted
 stayed Pending. The plan is therefore made binding, with two fields every scheduler honours:
 
-- a REQUIRED node affinity of each model's pods to the nodes the plan chose for it (`matchFields`
-  `metadata.name In [...]`: the node's name itself, whatever its hostname label says);
+- a REQUIRED node affinity of each model's pods to the nodes the plan chose for it (one term per node,
+  ORed, each `matchFields` `metadata.name In [node]`: the node's name itself, whatever its hostname label
+  says; the API server allows a name selector one value);
 - a topologySpreadConstraint over `kubernetes.io/hostname`, `maxSkew: 1`, `whenUnsatisfiable:
   DoNotSchedule`, selecting this model's pods (`tkf.io/model`), `nodeAffinityPolicy: Honor` (only
   the pinned nodes are domains), `nodeTaintsPolicy: Ignore` (a pinned node that is tainted or

@@ -65,9 +65,8 @@ def pod_spec(kube: KubeClient, kind: str, name: str) -> tuple[dict[str, Any], in
 
 
 def pinned(spec: dict[str, Any]) -> list[str]:
-    (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    values: list[str] = term["matchFields"][0]["values"]
-    return values
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    return [str(v) for term in terms for v in term["matchFields"][0]["values"]]
 
 
 def test_pins_are_accepted_read_back_from_the_engine_and_kept(server: KubeAPIServer,
