@@ -15,7 +15,6 @@ import subprocess
 from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
 
 import pulumi
 import pytest
@@ -220,29 +219,3 @@ def test_every_private_sdk_reach_is_a_row_of_the_table() -> None:
     unlisted = [f for f in found if f"`{f}" not in table]
     assert not unlisted, (f"{', '.join(unlisted)} reach past the Pulumi SDK's public surface but are not rows of "
                           "docs/architecture.md's 'Private SDK touch points' table; add a row and a guard here")
-
-
-# ---------------------------------------------------------------------------------------------
-# tkf_infra/early_reads.py: the SDK's invoke from a thread running in a copy of the program's context
-# ---------------------------------------------------------------------------------------------
-
-
-def test_the_sdks_invoke_answers_from_a_thread_in_the_programs_context() -> None:
-    """`early_reads.start` runs `readStackOutputs` in threads before the program's imports; the SDK keeps the
-    engine's address in context variables, so a thread must run in a copy of the program's context."""
-    from tests.mocks import run
-    from tkf_infra import early_reads
-
-    seen: dict[str, Any] = {}
-
-    def build() -> Any:
-        early_reads.start()
-        seen["begun"] = sorted(early_reads._EARLY)
-        seen["thread"] = early_reads._EARLY[pulumi.get_stack()]
-        return early_reads.read_outputs(pulumi.get_stack()).value
-
-    h = run(build, stack_outputs={"deployed": {"a": {"maxNumSeqs": 8}}})
-    assert seen["begun"] == ["test"], why("start() began no read of this stack")
-    assert seen["thread"].done() and h.result is not None, why("the read in a thread did not answer")
-    assert h.result["outputs"] == {"deployed": {"a": {"maxNumSeqs": 8}}}, why(f"the thread's read: {h.result}")
-    assert "test" not in early_reads._EARLY  # taken once: the next run of this process reads again

@@ -49,10 +49,11 @@ def read_env_file(env: str) -> dict[str, Any] | None:
 
 def engine_outputs(stack: str) -> dict[str, Any] | None:
     """A stack's outputs through the engine's `readStackOutputs` (None when it has none or does not exist)."""
-    from tkf_infra.early_reads import read_outputs
+    import pulumi
 
+    name = f"{pulumi.get_organization()}/{pulumi.get_project()}/{stack}"
     try:
-        result = read_outputs(stack)  # begun before the imports when __main__.py runs the program
+        result = pulumi.runtime.invoke("pulumi:pulumi:readStackOutputs", {"name": name})
     except Exception:  # no such stack: the callers say what that means for them
         return None
     outputs = (result.value or {}).get("outputs")

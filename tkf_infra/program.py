@@ -148,12 +148,10 @@ def last_outputs() -> dict[str, Any]:
     Uses the engine's built-in `readStackOutputs` invoke on this very stack, which loads the stack's whole
     state file (megabytes at a few hundred models, docs/performance.md): a run reads it once.
     """
-    from tkf_infra.early_reads import read_outputs, stack_path
-
+    name = f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
     try:
-        result = read_outputs(pulumi.get_stack())  # begun before the imports when __main__.py runs the program
+        result = pulumi.runtime.invoke("pulumi:pulumi:readStackOutputs", {"name": name})
     except Exception as exc:  # the engine's own error text is the useful part
-        name = stack_path(pulumi.get_stack())
         pulumi.log.warn(f"could not read the last deployment of {name} ({exc}); a refused model that was deployed "
                         "before will be removed instead of kept at its last settings")
         return {}
