@@ -7,7 +7,7 @@ KServe's and LWS's real managers, `up` waiting for every model (``cluster.skipAw
 - a fleet that exactly fills the 32 GPUs (8 single-GPU replicas, 3 eight-GPU models) must all be bound;
 - weight-download Jobs on a pool whose every node carries the GPU taint must run.
 
-Each is expected to fail on a render that leaves placement to the default scheduler (issue 39); a failure
+Each failed on the render before pins (placement left to the default scheduler, issue 39); a failure
 names every pod left Pending with the scheduler's own message (``fleet.UpRun.explain``). On main's render
 (2026-12-07, 7 min for the three): the prod-like fleet's small pods spread over the four nodes (2/5/8/1
 GPUs used) and the 405B's worker pod stayed Pending ("0/5 nodes are available: 1 node(s) didn't match Pod's
@@ -36,11 +36,6 @@ from tests.kube.client import KubeClient
 from tests.kube.platform.test_up_against_apiserver import LLAMA_405B, QWEN3_8B, QWEN_72B
 from tkf_infra import names
 
-#: Expected to fail until the render makes placement binding (issue 39; the `placement` branch): strict, so
-#: the fix turns each into an XPASS that fails the suite until this marker is removed. Only the assertions
-#: on what the cluster did are expected to fail: any other exception (the harness, `up` itself) fails.
-ISSUE_39 = pytest.mark.xfail(strict=True, raises=AssertionError,
-                             reason="issue 39: the plan admits what the default scheduler cannot place")
 pytestmark = [pytest.mark.apiserver, pytest.mark.engine, pytest.mark.cluster]
 
 #: Pulumi.prod.yaml's pool as committed: 4 nodes x 8 H100, the NVIDIA taint, p5.48xlarge's allocatable.
