@@ -11,7 +11,8 @@ Each is expected to fail on a render that leaves placement to the default schedu
 names every pod left Pending with the scheduler's own message and the workloads' conditions
 (``fleet.UpRun.explain``). Downloads are paced by their size (``fleet.pace_downloads``), so the 405B starts
 last, as on a cluster: unpaced, the prod-like test passed in 1 of 2 runs on main's render (its pods were
-bound first). On main's render, paced (2026-12-07, 5.2 min for the first two): the four small models went
+bound first), and passed again in 1 of 2 paced runs: not strict. On main's render, paced (2026-12-07, 5.2 min
+for the first two): the four small models went
 one per node and both 405B pods stayed Pending ("0/5 nodes are available: 1 node(s) didn't match Pod's
 node affinity/selector, 4 Insufficient nvidia.com/gpu. … 4 No preemption victims found for incoming pod.";
 its LLMInferenceService WorkerWorkloadReady=False), `up` waiting until the watchdog stopped it; in the full
@@ -105,6 +106,10 @@ def assert_all_ready(run: UpRun, pods: int) -> None:
     assert len([p for p in serving if pod_ready(p)]) >= pods, run.explain()
 
 
+#: Not strict: on main's render the outcome depends on the order the scheduler meets the pods in (failed
+#: 2 of 4 runs here, paced or not); make it strict once placement is binding.
+@pytest.mark.xfail(strict=False, raises=AssertionError,
+                   reason="issue 39: order-dependent on the default scheduler (failed 2 of 4 runs on main's render)")
 def test_a_prod_like_fleet_with_a_multi_node_model_is_all_ready(fleet_up: Callable[..., UpRun]) -> None:
     """24 of 32 GPUs: the 405B's two 8-GPU pods need two nodes left whole by the small models' pods."""
     models = [small("qwen-72b", 4, QWEN_72B), small("qwen3-8b-tp2", 2), small("qwen3-8b-a", 1),
