@@ -31,10 +31,16 @@ from tests.controllers.webhooks import StartWhenServed, Webhooks, WebhookServer
 from tests.engine_fixtures import EngineStack
 from tests.kube.client import KubeClient, Obj
 from tests.kube.platform.readback import GATEWAY_NS, MONITORING_NS
+from tkf_infra import names
+from tkf_infra.config.quantity import parse_quantity
 from tkf_infra.ops.stacks import DEV_PASSPHRASE
 
 #: Seconds the same pods stay unschedulable, with no pod changing, before the watchdog stops `up`.
 STUCK_S = 45.0
+#: The simulated download bandwidth (GiB/s): a download Job's pod completes after its cache's size / this.
+DOWNLOAD_GIB_PER_S = 20.0
+COMPLETE_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
+COMPLETE_JITTER = "pod-complete.stage.kwok.x-k8s.io/jitter-delay"
 LWS_CRDS = ["leaderworkersets.leaderworkerset.x-k8s.io"]
 KSERVE_CRDS = ["llminferenceservices.serving.kserve.io", "llminferenceserviceconfigs.serving.kserve.io",
                "httproutes.gateway.networking.k8s.io", "gateways.gateway.networking.k8s.io", *LWS_CRDS]
@@ -103,6 +109,27 @@ def workload_conditions(kube: KubeClient, namespace: str) -> dict[str, str]:
     return out
 
 
+def pace_downloads(kube: KubeClient, namespace: str, paced: set[str], gib_per_s: float = DOWNLOAD_GIB_PER_S) -> None:
+    """kwok completes a Job's pod 2–4 s after it is Ready; a weight download takes as long as its checkpoint
+    (the 405B's last: on a cluster the order models start in). Each new download pod gets kwok's
+    pod-complete delay (and its upper bound: kwok takes the jitter bound when it is below the delay) =
+    its cache's size / ``gib_per_s``; kwok re-plans a pod's pending stage when the pod changes."""
+    selector = f"{names.COMPONENT_LABEL}={names.WEIGHT_CACHE_COMPONENT}"
+    for pod in kube.list_objects("v1", "Pod", namespace, selector):
+        name = pod["metadata"]["name"]
+        claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["spec"].get("volumes") or []
+                  if "persistentVolumeClaim" in v]
+        if name in paced or not claims:
+            continue
+        pvc = kube.get("v1", "PersistentVolumeClaim", claims[0], namespace) or {}
+        gib = float(parse_quantity(pvc["spec"]["resources"]["requests"]["storage"])) / 2**30
+        delay = f"{max(1, round(gib / gib_per_s))}s"
+        kube.request("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}",
+                     json={"metadata": {"annotations": {COMPLETE_DELAY: delay, COMPLETE_JITTER: delay}}},
+                     headers={"Content-Type": "application/merge-patch+json"})
+        paced.add(name)
+
+
 def _snapshot(kube: KubeClient, namespace: str) -> tuple[dict[str, str], frozenset[tuple[str, str, bool]]]:
     pods = kube.list_objects("v1", "Pod", namespace)
     state = frozenset((p["metadata"]["name"], str(p["status"].get("phase")), pod_ready(p)) for p in pods)
@@ -111,7 +138,8 @@ def _snapshot(kube: KubeClient, namespace: str) -> tuple[dict[str, str], frozens
 
 def cli_up(es: EngineStack, kube: KubeClient, namespace: str, *, timeout: float = 600.0,
            stuck_s: float = STUCK_S) -> UpRun:
-    """`python -m tkf_infra up --json` in the project copy (as CI runs it), watched (module doc)."""
+    """`python -m tkf_infra up --json` in the project copy (as CI runs it), watched (module doc), its
+    downloads paced by their size (:func:`pace_downloads`)."""
     env = {**os.environ, **es.env, "PULUMI_CONFIG_PASSPHRASE": DEV_PASSPHRASE}
     t0 = time.monotonic()
     proc = subprocess.Popen([str(es.project / ".venv" / "bin" / "python"), "-m", "tkf_infra", "up", "--stack",
@@ -119,9 +147,14 @@ def cli_up(es: EngineStack, kube: KubeClient, namespace: str, *, timeout: float 
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     stopped = False
     last: tuple[dict[str, str], frozenset[tuple[str, str, bool]]] | None = None
-    since = time.monotonic()
+    since = looked = time.monotonic()
+    paced: set[str] = set()
     while proc.poll() is None:
-        time.sleep(2)
+        time.sleep(0.3)
+        pace_downloads(kube, namespace, paced)
+        if time.monotonic() - looked < 2:
+            continue
+        looked = time.monotonic()
         snap = _snapshot(kube, namespace)
         if snap != last:
             last, since = snap, time.monotonic()

@@ -7,14 +7,18 @@ KServe's and LWS's real managers, `up` waiting for every model (``cluster.skipAw
 - a fleet that exactly fills the 32 GPUs (8 single-GPU replicas, 3 eight-GPU models) must all be bound;
 - weight-download Jobs on a pool whose every node carries the GPU taint must run.
 
-Each failed on the render before pins (placement left to the default scheduler, issue 39); a failure
-names every pod left Pending with the scheduler's own message (``fleet.UpRun.explain``). On main's render
-(2026-12-07, 7 min for the three): the prod-like fleet's small pods spread over the four nodes (2/5/8/1
-GPUs used) and the 405B's worker pod stayed Pending ("0/5 nodes are available: 1 node(s) didn't match Pod's
-node affinity/selector, 4 Insufficient nvidia.com/gpu. … 4 No preemption victims found for incoming pod."),
-yet `up` exited 0 in 145 s; in the full pool one 8-GPU model stayed Pending the same way (the eight
-single-GPU replicas went four and four on two nodes) and `up` waited until the watchdog stopped it; the
-download Job stayed Pending ("0/4 nodes are available: 4 node(s) had untolerated taint(s).").
+Each failed on the render before pins (placement left to the default scheduler, issue 39) and passes with
+them; a failure
+names every pod left Pending with the scheduler's own message and the workloads' conditions
+(``fleet.UpRun.explain``). Downloads are paced by their size (``fleet.pace_downloads``), so the 405B starts
+last, as on a cluster: unpaced, the prod-like test passed in 1 of 2 runs on main's render (its pods were
+bound first), and passed again in 1 of 2 paced runs: not strict. On main's render, paced (2026-12-07, 5.2 min
+for the first two): the four small models went
+one per node and both 405B pods stayed Pending ("0/5 nodes are available: 1 node(s) didn't match Pod's
+node affinity/selector, 4 Insufficient nvidia.com/gpu. … 4 No preemption victims found for incoming pod.";
+its LLMInferenceService WorkerWorkloadReady=False), `up` waiting until the watchdog stopped it; in the full
+pool the eight single-GPU replicas spread and none of the three 8-GPU models was placed (same message);
+the download Job stayed Pending ("0/4 nodes are available: 4 node(s) had untolerated taint(s).").
 """
 
 from __future__ import annotations
