@@ -124,3 +124,20 @@ def test_weight_downloads_run_on_a_pool_whose_every_node_has_the_gpu_taint(fleet
     run = fleet_up([small("qwen3-8b", 1)], system_node=False, backend="vllm", platform=False)
     assert not run.stuck, run.explain()
     assert_all_ready(run, pods=1)
+
+
+#: Pulumi.prod.yaml's catalog as committed, with its modelDefaults applied as the stack applies them.
+_PROD = yaml.safe_load((names.PROJECT_ROOT / "Pulumi.prod.yaml").read_text())["config"]
+PROD_MODELS: list[dict[str, Any]] = [{**_PROD.get("tkf-infra:modelDefaults", {}), **m}
+                                     for m in _PROD["tkf-infra:models"]]
+
+
+@pytest.mark.parametrize("backend", ["kserve", "vllm"])
+def test_the_prod_stacks_own_catalog_is_all_ready_on_its_pool(fleet_up: Callable[..., UpRun], backend: str) -> None:
+    """The prod stack's models (two 1-GPU replicas, TP 4, TP 2, the 405B over two nodes) on its 4 x 8 H100 pool:
+    `up` waits for every one and ends with all of them Ready, on both backends."""
+    run = fleet_up(PROD_MODELS, backend=backend)
+    assert not run.stuck, run.explain()
+    assert_all_ready(run, pods=6)
+    models = run.summary.get("models") or {}
+    assert run.summary.get("ok") is True and sorted(models) == sorted(m["name"] for m in PROD_MODELS), run.explain()
