@@ -25,7 +25,7 @@ from components import pod_meta
 from components import vllm_args as va
 from components.fleet_facts import fleet_facts_configmap
 from components.gpu_operator import GpuOperator, GpuOperatorArgs
-from components.gpu_sharing import MIG_CONFIG_NAME, GpuSharing, GpuSharingArgs, has_mig
+from components.gpu_sharing import GpuSharing, GpuSharingArgs, has_mig
 from components.model_serving import ModelServing, ModelServingArgs
 from components.node_pool import GpuNodePool, GpuNodePoolArgs
 from components.pod import ApiKeyRef, CacheRef, Placement
@@ -36,6 +36,7 @@ from tkf_infra import names
 from tkf_infra.config import Backend, ClusterTarget
 from tkf_infra.config.api_keys import ApiKeys
 from tkf_infra.layers import Layer
+from tkf_infra.names import MIG_CONFIG_NAME
 from tkf_infra.plan import FleetPlan, ModelPlan
 from tkf_infra.sizing.contract import fit_record
 

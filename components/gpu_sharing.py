@@ -23,11 +23,7 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from tkf_infra import names
-from tkf_infra.names import MIG_CONFIG_KEY, MIG_CONFIG_LABEL
-
-# Re-exported for components/fleet.py (issue 39's branch owns it): import it from tkf_infra.names there,
-# then drop this line (issue 41).
-from tkf_infra.names import MIG_CONFIG_NAME as MIG_CONFIG_NAME
+from tkf_infra.names import MIG_CONFIG_KEY, MIG_CONFIG_LABEL, MIG_CONFIG_NAME
 from tkf_infra.plan.pool_layout import ALL_DISABLED, PoolLayout
 
 
