@@ -17,13 +17,13 @@ node-lifecycle controller then taints it, and taint eviction moves its pods afte
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from tests.cluster.sync_loop import SyncLoop
 from tests.kube.client import KubeAPIError, KubeClient, Obj
 from tkf_infra import names
 from tkf_infra.config.node_pool import NodePool
@@ -137,30 +137,14 @@ def mig_resources(spec: Sequence[Mapping[str, Any]], gpus: int) -> dict[str, int
     return out
 
 
-class DevicePlugin:
+class DevicePlugin(SyncLoop):
     """Every second: each kwok node with an ``nvidia.com/mig.config`` label gets the resources of that
     config (from the mig-parted ConfigMap ``names.MIG_CONFIG_NAME``, any namespace), its stale MIG
     resources removed and ``nvidia.com/mig.config.state=success``; a node whose label names no config
     it can find waits (``pending``), as mig-manager does. Errors stop the loop and are kept in ``error``."""
 
     def __init__(self, kubeconfig: Path, interval: float = 1.0) -> None:
-        self.error: BaseException | None = None
-        self._kubeconfig, self._interval = kubeconfig, interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="device-plugin", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        try:
-            with KubeClient.from_kubeconfig(self._kubeconfig) as kube:
-                while not self._stop.wait(self._interval):
-                    self.sync(kube)
-        except BaseException as exc:  # kept for Cluster.check_alive
-            self.error = exc
+        super().__init__(kubeconfig, interval, "device-plugin")
 
     def sync(self, kube: KubeClient) -> None:
         configs: dict[str, Any] = {}

@@ -18,10 +18,10 @@ provisioner (``volume.kubernetes.io/storage-provisioner``) and binds claim and v
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
+from tests.cluster.sync_loop import SyncLoop
 from tests.kube.client import KubeAPIError, KubeClient, Obj
 
 PROVISIONER = "tkf.test/local-path"
@@ -68,30 +68,14 @@ def volume_for(claim: Obj, node: str | None) -> Obj:
             "spec": {**pv_spec, **source}}
 
 
-class Provisioner:
+class Provisioner(SyncLoop):
     """Every half second: a volume for each pending claim of the tier's classes that is ready for one
     (module doc), and released volumes deleted. Errors stop the loop and are kept in ``error``;
     ``provisioned`` records claim → node ("" for shared) for tests to read."""
 
     def __init__(self, kubeconfig: Path, interval: float = 0.5) -> None:
-        self.error: BaseException | None = None
         self.provisioned: dict[str, str] = {}
-        self._kubeconfig, self._interval = kubeconfig, interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="provisioner", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        try:
-            with KubeClient.from_kubeconfig(self._kubeconfig) as kube:
-                while not self._stop.wait(self._interval):
-                    self.sync(kube)
-        except BaseException as exc:  # kept for Cluster.check_alive
-            self.error = exc
+        super().__init__(kubeconfig, interval, "provisioner")
 
     def sync(self, kube: KubeClient) -> None:
         modes = {LOCAL_CLASS: True, SHARED_CLASS: False}
