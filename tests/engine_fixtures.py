@@ -7,6 +7,7 @@ never land in the checkout), its own file backend, and a stack configured like `
 from __future__ import annotations
 
 import contextlib
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -58,13 +59,40 @@ class EngineStack:
         self.edit_config(lambda c: c.update({"tkf-infra:models": models}))
 
     def manifests(self) -> dict[tuple[str, str], dict[str, Any]]:
-        """Rendered objects by (kind, name)."""
-        out: dict[tuple[str, str], dict[str, Any]] = {}
-        for path in sorted(self.render_dir.rglob("*.yaml")):
-            for doc in yaml.safe_load_all(path.read_text()):
-                if doc:
-                    out[(doc["kind"], doc["metadata"]["name"])] = doc
-        return out
+        return rendered_manifests(self.render_dir)
+
+
+def rendered_manifests(render_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """The objects a render-mode run wrote, by (kind, name)."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for path in sorted(render_dir.rglob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                out[(doc["kind"], doc["metadata"]["name"])] = doc
+    return out
+
+
+def cli_project(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
+    """A project copy whose dev stack renders into its own directory, on a file state backend of its own,
+    for tests that run the CLI as a user does: (project root, render directory, environment without a
+    passphrase, so the CLI's own default applies)."""
+    root = copy_project(tmp_path / "project")
+    doc = dev_config()
+    render = tmp_path / "rendered"
+    doc["config"]["tkf-infra:cluster"]["renderDir"] = str(render)
+    (root / "Pulumi.dev.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    (tmp_path / "state").mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PULUMI_CONFIG_PASSPHRASE")}
+    env["PULUMI_BACKEND_URL"] = f"file://{tmp_path / 'state'}"
+    return root, render, env
+
+
+def set_dev_models(root: Path, models: list[dict[str, Any]]) -> None:
+    """Replace the dev stack file's catalog, as a person editing it would."""
+    path = root / "Pulumi.dev.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["config"]["tkf-infra:models"] = models
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
 def dev_config(platform: bool = False) -> dict[str, Any]:
@@ -84,29 +112,37 @@ def dev_config(platform: bool = False) -> dict[str, Any]:
     return doc
 
 
+def new_stack(workdir: Path, backend_url: str | None = None, extra_env: dict[str, str] | None = None,
+              platform: bool = False) -> EngineStack:
+    """A project copy under ``workdir`` with a stack of the dev settings (``platform``: keep the dev stack's
+    platform, see `dev_config`), rendering into its own directory, on a file backend of its own unless
+    ``backend_url``."""
+    name = f"t{uuid.uuid4().hex[:8]}"
+    project = copy_project(workdir / f"project-{name}")
+    render_dir = workdir / f"rendered-{name}"
+    doc = dev_config(platform)
+    doc["config"]["tkf-infra:cluster"]["renderDir"] = str(render_dir)
+    (project / f"Pulumi.{name}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    state = workdir / f"state-{name}"
+    state.mkdir()
+    env = engine_env("dev", project, backend_url or f"file://{state}")
+    env["PULUMI_CONFIG_PASSPHRASE"] = DEV_PASSPHRASE
+    env.update(extra_env or {})
+    opts = auto.LocalWorkspaceOptions(env_vars=env, pulumi_command=auto.PulumiCommand(root=str(pulumi_home())))
+    stack = auto.create_stack(name, work_dir=str(project), opts=opts)
+    return EngineStack(stack, project, render_dir, env)
+
+
 @pytest.fixture
 def make_stack(engine_ready: None, tmp_path: Path) -> Iterator[Callable[..., EngineStack]]:
+    """``make_stack(backend_url=None, extra_env=None, platform=False)``: `new_stack` in the test's directory,
+    destroyed and removed afterwards."""
     created: list[EngineStack] = []
 
     def make(backend_url: str | None = None, extra_env: dict[str, str] | None = None,
              platform: bool = False) -> EngineStack:
-        """``platform``: keep the dev stack's platform (see `dev_config`)."""
-        project = copy_project(tmp_path / f"project-{len(created)}")
-        name = f"t{uuid.uuid4().hex[:8]}"
-        render_dir = tmp_path / f"rendered-{len(created)}"
-        doc = dev_config(platform)
-        doc["config"]["tkf-infra:cluster"]["renderDir"] = str(render_dir)
-        (project / f"Pulumi.{name}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-        state = tmp_path / f"state-{len(created)}"
-        state.mkdir()
-        env = engine_env("dev", project, backend_url or f"file://{state}")
-        env["PULUMI_CONFIG_PASSPHRASE"] = DEV_PASSPHRASE
-        env.update(extra_env or {})
-        opts = auto.LocalWorkspaceOptions(env_vars=env, pulumi_command=auto.PulumiCommand(root=str(pulumi_home())))
-        stack = auto.create_stack(name, work_dir=str(project), opts=opts)
-        es = EngineStack(stack, project, render_dir, env)
-        created.append(es)
-        return es
+        created.append(new_stack(tmp_path, backend_url, extra_env, platform))
+        return created[-1]
 
     yield make
     for es in created:
@@ -126,6 +162,11 @@ def lean_engine_env() -> dict[str, str]:
     only, never the product's runs). The engine's automatic log is off as in every tkf run
     (tkf_infra/ops/engine_home.py).
     """
+    return lean_env()
+
+
+def lean_env() -> dict[str, str]:
+    """`lean_engine_env`'s settings, for scripts outside pytest (bench/cluster_churn.py)."""
     return {"PULUMI_SKIP_CHECKPOINTS": "true", **engine_home.home_env()}
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.fleets import churn_step
 from tests.mocks import MULTI_NODE, QWEN_72B, SINGLE_GPU, program, stack_doc
 from tests.placement_check import Node, binding, node, overflows, workloads
 from tests.policy_helpers import stack_settings
@@ -200,36 +201,6 @@ def _cache(plan: Any, model: str) -> str:
 # ------------------------------------------------------------------------------------------------
 
 
-def _model(i: int, rng: random.Random) -> dict[str, Any]:
-    kind = rng.choice(["one", "one", "tp2", "tp4", "tp8", "multi"])
-    base = {"name": f"m{i}", "servedName": f"m{i}", "nodePool": "h100", "maxModelLen": 8192}
-    if kind == "one":
-        return {**base, **{k: SINGLE_GPU[k] for k in ("repo", "revision")}, "replicas": rng.randint(1, 3)}
-    if kind == "multi":
-        return {**MULTI_NODE, **base}
-    g = int(kind[2:])
-    return {**base, **QWEN_72B, "gpusPerNode": g, "tensorParallelSize": g, "replicas": 1}
-
-
-def _step(models: dict[str, dict[str, Any]], rng: random.Random, counter: list[int]) -> set[str]:
-    """One edit (add, remove, resize a replica count, or a parallelism); the models it touched."""
-    op = rng.choice(["add", "add", "remove", "resize", "regpu"]) if models else "add"
-    if op == "add":
-        counter[0] += 1
-        m = _model(counter[0], rng)
-        models[m["name"]] = m
-        return {m["name"]}
-    name = rng.choice(sorted(models))
-    if op == "remove":
-        del models[name]
-    elif op == "resize" and "nodeCount" not in models[name]:
-        models[name] = dict(models[name], replicas=max(1, models[name].get("replicas", 1) + rng.choice([-1, 1])))
-    elif op == "regpu" and models[name]["repo"] == QWEN_72B["repo"]:
-        g = rng.choice([4, 8])
-        models[name] = dict(models[name], gpusPerNode=g, tensorParallelSize=g)
-    return {name}
-
-
 @pytest.mark.parametrize("seed", range(6))
 def test_churn_keeps_the_pins_of_untouched_models_and_never_overcommits_a_node(seed: int) -> None:
     rng = random.Random(seed)
@@ -239,7 +210,7 @@ def test_churn_keeps_the_pins_of_untouched_models_and_never_overcommits_a_node(s
     counter = [0]
     plan: Any = None
     for _ in range(14):
-        touched = _step(models, rng, counter)
+        touched = churn_step(models, rng, counter)
         doc = stack_doc(*models.values(), nodePools=[pool])
         previous = ({n: m.model_dump(by_alias=True) for n, m in ((x.entry.name, x.entry) for x in plan.models)}
                     if plan is not None else None)

@@ -4,7 +4,6 @@ summaries CI can trust, and one-line errors for bad input."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.engine_fixtures import copy_project, dev_config
+from tests.engine_fixtures import cli_project, dev_config, set_dev_models
 from tkf_infra.ops.stacks import engine_env
 
 DEV_API_KEY = "tkf-dev-api-key"
@@ -32,22 +31,12 @@ class CliProject:
         return proc
 
     def set_models(self, models: list[dict[str, Any]]) -> None:
-        path = self.root / "Pulumi.dev.yaml"
-        doc = yaml.safe_load(path.read_text())
-        doc["config"]["tkf-infra:models"] = models
-        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        set_dev_models(self.root, models)
 
 
 @pytest.fixture
 def cli(engine_ready: None, tmp_path: Path) -> Iterator[CliProject]:
-    root = copy_project(tmp_path / "project")
-    doc = dev_config()
-    render = tmp_path / "rendered"
-    doc["config"]["tkf-infra:cluster"]["renderDir"] = str(render)
-    (root / "Pulumi.dev.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    (tmp_path / "state").mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PULUMI_CONFIG_PASSPHRASE")}
-    env["PULUMI_BACKEND_URL"] = f"file://{tmp_path / 'state'}"
+    root, render, env = cli_project(tmp_path)
     yield CliProject(root, render, env)
 
 

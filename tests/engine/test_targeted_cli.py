@@ -9,15 +9,13 @@ The API-server tier compares a sequence of targeted edits with full runs object 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.engine_fixtures import copy_project, dev_config
+from tests.engine_fixtures import cli_project, dev_config, rendered_manifests, set_dev_models
 
 pytestmark = pytest.mark.engine
 
@@ -40,30 +38,15 @@ class Project:
         return proc.returncode, summary, proc.stderr
 
     def edit(self, models: list[dict[str, Any]]) -> None:
-        path = self.root / "Pulumi.dev.yaml"
-        doc = yaml.safe_load(path.read_text())
-        doc["config"]["tkf-infra:models"] = models
-        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        set_dev_models(self.root, models)
 
     def manifests(self) -> dict[tuple[str, str], Any]:
-        out = {}
-        for path in sorted(self.render.rglob("*.yaml")):
-            for doc in yaml.safe_load_all(path.read_text()):
-                if doc:
-                    out[(doc["kind"], doc["metadata"]["name"])] = doc
-        return out
+        return rendered_manifests(self.render)
 
 
 @pytest.fixture
 def project(engine_ready: None, tmp_path: Path) -> Project:
-    root = copy_project(tmp_path / "project")
-    doc = dev_config()
-    render = tmp_path / "rendered"
-    doc["config"]["tkf-infra:cluster"]["renderDir"] = str(render)
-    (root / "Pulumi.dev.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    (tmp_path / "state").mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PULUMI_CONFIG_PASSPHRASE")}
-    env["PULUMI_BACKEND_URL"] = f"file://{tmp_path / 'state'}"
+    root, render, env = cli_project(tmp_path)
     return Project(root, render, env)
 
 
