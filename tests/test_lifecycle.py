@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tkf_infra.live.lifecycle import CacheState, Phase, Workload, judge, render_table
+from tkf_infra.live.lifecycle import CacheState, Phase, Workload, judge, pinned_nodes, render_table
 
 
 def cond(t: str, status: str, reason: str = "", message: str = "") -> dict[str, Any]:
@@ -82,3 +82,54 @@ def test_a_pod_the_scheduler_cannot_place_says_what_it_waits_for_in_the_schedule
     assert degraded.phase is Phase.DEGRADED and degraded.reason == f"1/2 replicas ready; waiting for GPUs: {message}"
     assert judge("m", Workload(workload=deployment(1, 0), job=COMPLETE, pods=(UNPLACED,))).reason == (
         "1 pod(s), none on a node yet"), "no scheduler verdict yet: nothing invented"
+
+
+def crash_looping(name: str = "m-0") -> dict[str, Any]:
+    """A server pod as the kubelet writes it after its container exited three times (kubelet v1.36 shape)."""
+    return {"metadata": {"name": name}, "spec": {"nodeName": "n0"}, "status": {
+        "phase": "Running", "conditions": [cond("Ready", "False", "ContainersNotReady",
+                                                "containers with unready status: [vllm]")],
+        "containerStatuses": [{"name": "vllm", "ready": False, "restartCount": 3,
+                               "state": {"waiting": {"reason": "CrashLoopBackOff",
+                                                     "message": "back-off 40s restarting failed container=vllm"}},
+                               "lastState": {"terminated": {"exitCode": 1, "reason": "Error",
+                                                            "message": "torch.OutOfMemoryError"}}}]}}
+
+
+def test_a_pod_whose_container_cannot_run_fails_the_model_in_the_kubelets_words() -> None:
+    """Issue 39: a server that crash-loops is Failed (no replica ready) or Degraded (some), never "Loading"."""
+    r = judge("m", Workload(workload=deployment(1, 0), job=COMPLETE, pods=(crash_looping(),)))
+    assert r.phase is Phase.FAILED
+    assert "pod m-0: container vllm CrashLoopBackOff" in r.reason and "restarted 3 times" in r.reason
+    assert "last exit 1 (Error): torch.OutOfMemoryError" in r.reason
+    some = judge("m", Workload(workload=deployment(2, 1), job=COMPLETE, pods=(ON_NODE, crash_looping("m-1"))))
+    assert some.phase is Phase.DEGRADED and some.reason.startswith("1/2 replicas ready; pod m-1: container vllm")
+
+
+def test_a_loading_model_says_what_its_pod_waits_on() -> None:
+    """Running, not ready (vLLM still loading, or a readiness probe failing): Loading, with the Ready condition."""
+    loading = {"metadata": {"name": "m-0"}, "spec": {"nodeName": "n0"}, "status": {"conditions": [
+        cond("Ready", "False", "ContainersNotReady", "containers with unready status: [vllm]")]}}
+    r = judge("m", Workload(workload=deployment(1, 0), job=COMPLETE, pods=(loading,)))
+    assert r.phase is Phase.LOADING
+    assert r.reason.endswith("(pod m-0 Ready=False: ContainersNotReady containers with unready status: [vllm])")
+
+
+def test_a_pod_pinned_to_a_lost_node_says_up_re_plans_it() -> None:
+    """Issue 39: the plan pins pods to nodes; a pin whose nodes are gone waits for `up`, not for capacity."""
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-0"]}]},
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-1"]}]}]}}}
+    message = ("0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) didn't "
+               "match pod topology spread constraints, 1 node(s) had untolerated taint {node.kubernetes.io/"
+               "unreachable: }.")
+    stuck = {"spec": {"affinity": affinity}, "status": {"conditions": [
+        cond("PodScheduled", "False", "Unschedulable", message)]}}
+    lost = judge("m", Workload(workload=deployment(1, 0), job=COMPLETE, pods=(stuck,),
+                               unusable_nodes=frozenset({"gpu-1"})))
+    assert lost.phase is Phase.PENDING
+    assert lost.reason.startswith("waiting for its pinned node(s) gpu-1, not Ready or cordoned: run `up`")
+    assert message in lost.reason
+    healthy = judge("m", Workload(workload=deployment(1, 0), job=COMPLETE, pods=(stuck,)))
+    assert healthy.reason.startswith("waiting for a node whose taints it tolerates")
+    assert pinned_nodes(stuck) == {"gpu-0", "gpu-1"}

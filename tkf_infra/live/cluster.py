@@ -144,7 +144,8 @@ def _gib(value: Any) -> float | None:
     return float(parse_quantity(value)) / GIB if value is not None else None
 
 
-def _node(item: Mapping[str, Any]) -> LiveNode:
+def live_node(item: Mapping[str, Any]) -> LiveNode:
+    """A Node object as the plan and `status` use it: Ready from its condition, cordoned from spec.unschedulable."""
     meta, spec, status = item.get("metadata") or {}, item.get("spec") or {}, item.get("status") or {}
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
     return LiveNode(str(meta.get("name", "")), dict(meta.get("labels") or {}),
@@ -189,7 +190,7 @@ def read_cluster(client: httpx.Client, source: str, namespace: str) -> ClusterSt
     nodes: tuple[LiveNode, ...] | None = None
     nodes_error = storage_error = api_error = None
     try:
-        nodes = tuple(_node(i) for i in _get(client, "/api/v1/nodes").get("items") or [])
+        nodes = tuple(live_node(i) for i in _get(client, "/api/v1/nodes").get("items") or [])
     except Unreachable as exc:
         why = f"{exc}; check the network and cluster.kubeconfig"
         return ClusterState(source, None, why, f"the storage objects of {source} could not be read ({why})",

@@ -7,12 +7,13 @@ phases are the TKF design's status block:
 
 | phase | when |
 |---|---|
-| Failed | the download failed; KServe could not combine presets or reconcile; the rollout passed its deadline |
+| Failed | the download failed; KServe could not combine presets or reconcile; the rollout passed its deadline; |
+|        | no replica ready and a pod's container cannot run (CrashLoopBackOff, image pull: the kubelet's words) |
 | Downloading | the weight cache's download Job has not completed |
 | Pending | no replica is ready and no pod of the model is on a node yet (`unschedulable`: "waiting for GPUs" … |
 |         | with the scheduler's own message when a pod's PodScheduled is False; else waiting for one)               |
 | Loading | pods are on nodes, none ready yet (vLLM loading weights, compiling) |
-| Degraded | some replicas ready, fewer than desired |
+| Degraded | some replicas ready, fewer than desired (with why the others are not: scheduler or kubelet) |
 | Ready | every desired replica ready |
 | Idle | scaled to zero by its autoscaler (`minReplicas: 0`), no pod: the gateway's next request wakes it |
 
@@ -30,6 +31,10 @@ from typing import Any
 import httpx
 
 from tkf_infra import names
+from tkf_infra.live.cluster import KubeconfigError, client_from_kubeconfig, live_node
+
+#: The reason of a model the cluster holds nothing of yet.
+NO_WORKLOAD = "no workload written yet"
 
 
 class Phase(StrEnum):
@@ -65,6 +70,8 @@ class Workload:
     """The Deployment or LeaderWorkerSet that runs the pods (KServe's or ours)."""
     job: Mapping[str, Any] | None = None
     pods: tuple[Mapping[str, Any], ...] = ()
+    unusable_nodes: frozenset[str] = frozenset()
+    """Nodes not Ready or cordoned: a pod pinned only to them waits for an `up` to re-plan it."""
 
 
 @dataclass(frozen=True)
@@ -138,17 +145,73 @@ _WAITING_FOR = (("Insufficient nvidia.com/mig-", "MIG slices"), ("Insufficient n
                 ("Too many pods", "a node under its maxPods"))
 
 
-def unschedulable(pods: Iterable[Mapping[str, Any]]) -> str | None:
+def pinned_nodes(pod: Mapping[str, Any]) -> set[str]:
+    """The nodes a pod's required node affinity names by `metadata.name` (the plan's pin, tkf_infra/plan/pins.py)."""
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+    terms = (affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []
+    return {str(v) for t in terms for f in t.get("matchFields") or []
+            if f.get("key") == "metadata.name" and f.get("operator") == "In" for v in f.get("values") or []}
+
+
+def unschedulable(pods: Iterable[Mapping[str, Any]], unusable_nodes: frozenset[str] = frozenset()) -> str | None:
     """"waiting for GPUs (or what else): <the scheduler's own message>" when a pod of the model is Pending with
-    PodScheduled False (reason Unschedulable); None when none is."""
+    PodScheduled False (reason Unschedulable); None when none is. A pod pinned to a node that is gone (not
+    Ready, cordoned) waits for no capacity that will come back by itself: it says so, and what re-plans it."""
     for p in pods:
         cond = _conditions(p).get("PodScheduled", {})
         if (p.get("spec") or {}).get("nodeName") or cond.get("status") != "False":
             continue
         message = str(cond.get("message") or cond.get("reason") or "unschedulable")
+        # The plan kept room for the pod on each pinned node and the spread constraint sends it to the node
+        # that lacks its share: with a pinned node gone, that is where it waits (docs/admission.md).
+        if lost := sorted(pinned_nodes(p) & unusable_nodes):
+            return (f"waiting for its pinned node(s) {', '.join(lost)}, not Ready or cordoned: run `up` to "
+                    f"re-plan the model onto usable nodes (the scheduler: {message})")
         what = next((w for key, w in _WAITING_FOR if key in message), "a node")
         return f"waiting for {what}: {message}"
     return None
+
+
+#: Container waiting reasons a kubelet writes when a container cannot run (not "still starting"): the
+#: kubelet's own (pkg/kubelet/images/types.go ErrImagePull, ImagePullBackOff, InvalidImageName;
+#: pkg/kubelet/kuberuntime CrashLoopBackOff, CreateContainerConfigError, CreateContainerError,
+#: RunContainerError; Kubernetes v1.36).
+CONTAINER_FAILURES = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
+                      "CreateContainerConfigError", "CreateContainerError", "RunContainerError")
+
+
+def _container_trouble(pod: Mapping[str, Any]) -> str | None:
+    """What keeps a placed pod from running, in the kubelet's words: a container waiting for a reason that is
+    not start-up (CrashLoopBackOff, an image that cannot be pulled, ...), with its restarts and last exit."""
+    status = pod.get("status") or {}
+    for c in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        waiting = (c.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") not in CONTAINER_FAILURES:
+            continue
+        last = (c.get("lastState") or {}).get("terminated") or {}
+        exit_ = (f"; last exit {last.get('exitCode')} ({last.get('reason') or 'no reason'})"
+                 + (f": {str(last['message'])[:200]}" if last.get("message") else "")) if last else ""
+        message = f": {str(waiting['message'])[:200]}" if waiting.get("message") else ""
+        name = (pod.get("metadata") or {}).get("name", "?")
+        return (f"pod {name}: container {c.get('name')} {waiting['reason']}{message} "
+                f"(restarted {c.get('restartCount', 0)} times{exit_})")
+    return None
+
+
+def pod_trouble(pods: Iterable[Mapping[str, Any]]) -> str | None:
+    """The first placed pod's container failure (see `_container_trouble`), or None."""
+    return next((t for p in pods if (p.get("spec") or {}).get("nodeName") and (t := _container_trouble(p))), None)
+
+
+def _not_ready_why(pods: Iterable[Mapping[str, Any]]) -> str:
+    """A placed, unready pod's Ready condition as the kubelet wrote it (e.g. "containers with unready status:
+    [vllm]"): what a Loading model is waiting on."""
+    for p in pods:
+        ready = _conditions(p).get("Ready", {})
+        if (p.get("spec") or {}).get("nodeName") and ready.get("status") == "False":
+            name = (p.get("metadata") or {}).get("name", "?")
+            return f" (pod {name} Ready=False: {ready.get('reason') or ''} {ready.get('message') or ''}".rstrip() + ")"
+    return ""
 
 
 def judge(model: str, w: Workload) -> Lifecycle:
@@ -161,7 +224,7 @@ def judge(model: str, w: Workload) -> Lifecycle:
         if ready >= desired:
             return Lifecycle(model, Phase.READY, desired, ready, cache, f"{ready}/{desired} replicas ready")
         if ready > 0:
-            waiting = unschedulable(w.pods)
+            waiting = unschedulable(w.pods, w.unusable_nodes) or pod_trouble(w.pods)
             return Lifecycle(model, Phase.DEGRADED, desired, ready, cache,
                              f"{ready}/{desired} replicas ready" + (f"; {waiting}" if waiting else ""))
     if desired == 0 and not w.pods and cache is not CacheState.DOWNLOADING:
@@ -170,12 +233,15 @@ def judge(model: str, w: Workload) -> Lifecycle:
     if cache is CacheState.DOWNLOADING:
         return Lifecycle(model, Phase.DOWNLOADING, desired, ready, cache, "the weight download Job has not completed")
     if w.workload is None:
-        return Lifecycle(model, Phase.PENDING, desired, ready, cache, "no workload written yet")
+        return Lifecycle(model, Phase.PENDING, desired, ready, cache, NO_WORKLOAD)
     placed = [p for p in w.pods if (p.get("spec") or {}).get("nodeName")]
+    if (trouble := pod_trouble(placed)) is not None:
+        return Lifecycle(model, Phase.FAILED, desired, ready, cache, f"no replica ready; {trouble}")
     if placed:
         return Lifecycle(model, Phase.LOADING, desired, ready, cache,
-                         f"{len(placed)} pod(s) on nodes, none ready yet")
-    reason = unschedulable(w.pods) or (f"{len(w.pods)} pod(s), none on a node yet" if w.pods else "no pod yet")
+                         f"{len(placed)} pod(s) on nodes, none ready yet{_not_ready_why(placed)}")
+    reason = (unschedulable(w.pods, w.unusable_nodes)
+              or (f"{len(w.pods)} pod(s), none on a node yet" if w.pods else "no pod yet"))
     return Lifecycle(model, Phase.PENDING, desired, ready, cache, reason)
 
 
@@ -200,8 +266,18 @@ def _get(client: httpx.Client, path: str) -> dict[str, Any] | None:
     return body
 
 
+def unusable_nodes(client: httpx.Client) -> frozenset[str]:
+    """Nodes not Ready or cordoned (spec.unschedulable), read once per `status`; none when the credentials may
+    not list Nodes (a namespace-scoped role): the phases stand without them, only the lost-node hint is lost."""
+    response = client.get("/api/v1/nodes")
+    if not response.is_success:
+        return frozenset()
+    nodes = (live_node(i) for i in response.json().get("items") or [])
+    return frozenset(n.name for n in nodes if not n.ready or n.unschedulable)
+
+
 def read_workload(client: httpx.Client, namespace: str, model: str, repo: str | None,
-                  revision: str | None) -> Workload:
+                  revision: str | None, gone: frozenset[str] = frozenset()) -> Workload:
     """One model's objects: KServe's if it has an LLMInferenceService, else our own Deployment/LWS."""
     name = names.workload(model)
     isvc = _get(client, _LLMISVC.format(ns=namespace, name=name))
@@ -214,15 +290,16 @@ def read_workload(client: httpx.Client, namespace: str, model: str, repo: str | 
     response = client.get(_PODS.format(ns=namespace), params={"labelSelector": f"{names.MODEL_LABEL}={model}"})
     response.raise_for_status()
     pods = tuple(p for p in response.json().get("items", []) if isinstance(p, Mapping))
-    return Workload(isvc, workload, job, pods)
+    return Workload(isvc, workload, job, pods, gone)
 
 
 def read_lifecycle(client: httpx.Client, endpoints: Iterable[Mapping[str, Any]]) -> list[Lifecycle]:
     """Every model of the stack's `endpoints` output, judged from the cluster."""
     out: list[Lifecycle] = []
+    gone = unusable_nodes(client)
     for ep in endpoints:
         repo, _, revision = str(ep.get("model", "")).partition("@")
-        w = read_workload(client, str(ep["namespace"]), str(ep["name"]), repo or None, revision or None)
+        w = read_workload(client, str(ep["namespace"]), str(ep["name"]), repo or None, revision or None, gone)
         row = judge(str(ep["name"]), w)
         scaling = ep.get("scaling")
         if isinstance(scaling, Mapping) and isinstance(scaling.get("minReplicas"), int | float) and isinstance(
@@ -235,6 +312,15 @@ def read_lifecycle(client: httpx.Client, endpoints: Iterable[Mapping[str, Any]])
 # --------------------------------------------------------------------------------------------
 # The `status` command's lifecycle part
 # --------------------------------------------------------------------------------------------
+
+
+def unpublished(row: Lifecycle) -> Lifecycle:
+    """A catalog model the stack's outputs do not list yet: nothing on the cluster means `up` has not reached
+    it (or the plan refused it), not that it waits for a node."""
+    if row.phase is Phase.PENDING and row.reason == NO_WORKLOAD:
+        return replace(row, reason="not deployed yet: in the catalog, not in the stack's outputs (an `up` in "
+                                   "progress, or a model the plan refused: `preview` names the refusals)")
+    return row
 
 
 def render_table(rows: Iterable[Lifecycle]) -> str:
@@ -250,8 +336,6 @@ def render_table(rows: Iterable[Lifecycle]) -> str:
 def lifecycle_of(endpoints: Iterable[Mapping[str, Any]], kubeconfig: str,
                  context: str | None) -> tuple[list[Lifecycle] | None, str | None]:
     """(rows, None), or (None, why the cluster could not be read): a reason, never a traceback."""
-    from tkf_infra.live.cluster import KubeconfigError, client_from_kubeconfig
-
     try:
         with client_from_kubeconfig(kubeconfig, context) as client:
             return read_lifecycle(client, endpoints), None

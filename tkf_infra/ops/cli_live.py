@@ -27,7 +27,7 @@ def status(
     from tkf_infra.live import lifecycle
     from tkf_infra.live.status_view import status_command
     from tkf_infra.ops import stacks
-    from tkf_infra.outputs import ENDPOINTS_OUTPUT
+    from tkf_infra.outputs import ENDPOINTS_OUTPUT, endpoint
 
     st, outs = read_outputs(stack)
     catalog = stacks.stack_catalog(st)
@@ -35,10 +35,15 @@ def status(
     endpoints = list((outs.get(ENDPOINTS_OUTPUT) or {}).values())
     # Each model's phase from what the cluster's controllers wrote, when the stack deploys to one.
     cluster = catalog.settings.cluster if catalog else None
+    # During the first `up` (no outputs yet) or for a model an `up` is adding, the catalog names the model.
+    known = {str(ep.get("name")) for ep in endpoints}
+    unpublished = [endpoint(m, catalog.settings.namespaces.serving) for m in catalog.models
+                   if m.name not in known] if catalog else []
     rows: list[lifecycle.Lifecycle] | None = None
     unreadable: str | None = None
     if cluster is not None and cluster.mode == "kubeconfig" and cluster.kubeconfig:
-        rows, unreadable = lifecycle.lifecycle_of(endpoints, cluster.kubeconfig, cluster.context)
+        rows, unreadable = lifecycle.lifecycle_of(endpoints + unpublished, cluster.kubeconfig, cluster.context)
+        rows = rows and [lifecycle.unpublished(r) if r.model not in known else r for r in rows]
     if not url and rows is None:
         raise fail(f"stack {stack!r} sets no prometheusUrl; pass --prometheus-url"
                     + (f" (and its cluster could not be read: {unreadable})" if unreadable else ""))
