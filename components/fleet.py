@@ -276,7 +276,8 @@ def build_fleet(plan: FleetPlan, *, api_keys: ApiKeys | None, stack: str, layer:
             e.name,
             ModelServingArgs(
                 plan=m, serving=s.serving, namespaces=s.namespaces, cache=CacheRef(cache.pvc_name, cache.subpath),
-                api_key=key_ref, skip_await=s.cluster.skip_await, namespace=namespace, prometheus_url=s.prometheus_url,
+                api_key=key_ref, skip_await=s.cluster.skip_await, ready_timeout_seconds=s.cluster.ready_timeout_seconds,
+                namespace=namespace, prometheus_url=s.prometheus_url,
                 pin=plan.pins.get(e.name),
                 # On the cache's PVC, not its download Job: the pods' init container waits for the download.
                 # A dependency on a Job that fails would end the program in the Python SDK (3.260:

@@ -72,6 +72,8 @@ class ModelServingArgs:
     api_key: ApiKeyRef | None = None
     """Where the runtime keys are; None = no auth (dev)."""
     skip_await: bool = False
+    ready_timeout_seconds: int | None = None
+    """`up`'s wait for this model's readiness (cluster.readyTimeoutSeconds); None: from its size."""
     namespace: pulumi.Resource | None = None
     """The serving Namespace object: every child waits for it."""
     workload_deps: tuple[pulumi.Resource, ...] = ()
@@ -349,9 +351,13 @@ def _annotations(args: ModelServingArgs, *, ready_condition: str | None) -> dict
         ann[names.MAX_REPLICAS_ANNOTATION] = str(args.entry.scaling.max_replicas)
     if args.skip_await:
         ann.update(_await_annotations(args))
-    elif ready_condition:
+        return ann
+    if ready_condition:  # a Deployment has the provider's own readiness await; the others name theirs
         ann["pulumi.com/waitFor"] = ready_condition
-        ann["pulumi.com/timeoutSeconds"] = str(pod_sizes.ready_timeout_seconds(args.entry, args.weight_bytes))
+    # Every workload's wait is as long as its model's download and start-up (the provider's default is 10 min,
+    # which a large model's Deployment outlasts), or the stack's own bound.
+    ann["pulumi.com/timeoutSeconds"] = str(args.ready_timeout_seconds
+                                           or pod_sizes.ready_timeout_seconds(args.entry, args.weight_bytes))
     return ann
 
 

@@ -191,7 +191,7 @@ def wait_for_weights(cache: CacheRef, image_ref: str, entry: ModelEntry | None =
         am = f"{pod_meta.CACHE_MOUNT}/{cache.subpath}/{names.adapter_dir(a.repo, a.revision)}/{pod_meta.MARKER_FILE}"
         waits.append(f'until [ -f "{am}" ]; do echo "waiting for adapter {a.name}: {am}"; sleep 10; done')
     return core.ContainerArgs(
-        name="wait-for-weights", image=image_ref,
+        name=pod_meta.WAIT_FOR_WEIGHTS, image=image_ref,
         command=["/bin/sh", "-c", "; ".join(waits)],
         volume_mounts=[core.VolumeMountArgs(name="weight-cache", mount_path=pod_meta.CACHE_MOUNT, read_only=True)],
         resources=core.ResourceRequirementsArgs(requests={"cpu": "10m", "memory": "16Mi"}, limits={"memory": "64Mi"}),

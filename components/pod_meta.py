@@ -13,6 +13,9 @@ from tkf_infra import names
 from tkf_infra.config import ModelEntry, Serving
 from tkf_infra.names import MODEL_MOUNT as MODEL_MOUNT  # where KServe mounts the model; the vllm backend too
 
+#: The serving pods' init container that waits for the download Job's marker (the cluster tier's kwok stages
+#: name it too: tests/cluster/stages/pod-weights-arrived.yaml).
+WAIT_FOR_WEIGHTS = "wait-for-weights"
 #: Where the wait-for-weights init container sees the whole weight-cache PVC.
 CACHE_MOUNT = "/weight-cache"
 #: Written by the download Job after a complete download of one revision; serving pods wait for it.

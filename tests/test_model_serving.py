@@ -127,6 +127,13 @@ def test_llmisvc_waits_for_ready_with_a_timeout_and_is_replaced_on_parallelism_c
     assert svc.options["deleteBeforeReplace"] is True
 
 
+def test_ready_timeout_seconds_bounds_ups_wait_for_every_model() -> None:
+    """`cluster.readyTimeoutSeconds`: a CI gate names a model that is not Ready after it (both backends)."""
+    for backend in ("kserve", "vllm"):
+        h = build(SINGLE_GPU, backend=backend, cluster={"mode": "render", "renderDir": "r", "readyTimeoutSeconds": 120})
+        assert workload(h, "qwen3-8b").metadata["annotations"]["pulumi.com/timeoutSeconds"] == "120", backend
+
+
 def test_skip_await_switches_waiting_off() -> None:
     h = build(SINGLE_GPU, cluster={"mode": "render", "renderDir": "r", "skipAwait": True})
     ann = workload(h, "qwen3-8b").metadata["annotations"]

@@ -60,6 +60,11 @@ class ClusterTarget(SettingsModel):
         None, description="Stable cluster id: credential rotation then never replaces workloads.")
     skip_await: bool = Field(
         False, description="Do not wait for readiness. Only for test API servers that run no controllers.")
+    ready_timeout_seconds: int | None = Field(
+        None, ge=60, le=86_400,
+        description="How long `up` waits for each model to be Ready before it names that model as failed (the "
+                    "others still deploy). Default per model: its download at 100 MiB/s + its start-up probe's "
+                    "budget + 10 min. Set it to gate a CI deploy on a shorter wait.")
 
     @field_validator("render_dir", "kubeconfig", "context", "cluster_identifier")
     @classmethod
