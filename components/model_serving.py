@@ -185,7 +185,7 @@ class ModelServing(pulumi.ComponentResource):
         self.resources.append(core.Service(
             f"{name}-openai",
             metadata=meta.ObjectMetaArgs(name=names.alias_service(e.name), namespace=ns,
-                                         labels=pod_meta.labels(e, "endpoint"), annotations=_await_annotations(args)),
+                                         labels=pod_meta.labels(e, "endpoint"), annotations=SERVICE_NO_AWAIT),
             spec=core.ServiceSpecArgs(type="ClusterIP", selector=selector, ports=[core.ServicePortArgs(
                 name="http", port=names.SERVING_PORT, target_port=names.SERVING_PORT, protocol="TCP")]),
             opts=child,
@@ -335,6 +335,13 @@ class ModelServing(pulumi.ComponentResource):
                 policy_types=["Ingress"], ingress=ingress),
             opts=opts,
         )
+
+
+#: The alias Service is not awaited: the provider's Service wait (ready endpoints, its default 10 min) is the
+#: workload's readiness once more with a shorter bound of its own, so a model still loading at 10 min failed
+#: `up`, and `cluster.readyTimeoutSeconds` could not shorten it (measured on the cluster tier: a never-Ready
+#: model held `up` 10 min with a 60 s bound). The workload's own wait covers it.
+SERVICE_NO_AWAIT = {"pulumi.com/skipAwait": "true"}
 
 
 def _await_annotations(args: ModelServingArgs) -> dict[str, str]:

@@ -220,10 +220,26 @@ def signal_name(signum: int | None) -> str:
     return signal.Signals(signum).name if signum else "an interrupt"
 
 
+#: Reads of the outputs `stack_outputs` tries while an `up` keeps rewriting them.
+OUTPUT_READS = 5
+
+
 def stack_outputs(stack: auto.Stack, *, show_secrets: bool = False) -> dict[str, Any]:
-    """Stack outputs as plain values; secret outputs are left out unless asked for."""
+    """Stack outputs as plain values; secret outputs are left out unless asked for.
+
+    The Automation API reads them twice (`pulumi stack output --json`, then with `--show-secrets`) and
+    indexes one by the other's keys (pulumi 3.x `LocalWorkspace.stack_outputs`): an `up` in progress that
+    writes its checkpoint between the two reads (`status` during an `up`) makes them differ, a KeyError;
+    the next read sees one state."""
+    for attempt in range(OUTPUT_READS):
+        try:
+            values = stack.outputs()
+            break
+        except KeyError:
+            if attempt == OUTPUT_READS - 1:
+                raise
     out: dict[str, Any] = {}
-    for key, value in stack.outputs().items():
+    for key, value in values.items():
         if value.secret and not show_secrets:
             continue
         out[key] = value.value
