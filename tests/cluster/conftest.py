@@ -6,6 +6,10 @@
   profile) uses ``harness.running_cluster`` itself.
 - ``kube`` (package): a KubeClient on it (replaces the session server's ``kube`` here).
 - ``cluster_namespace`` (function): a fresh namespace, deleted afterwards (not waited for).
+- ``fleet`` (function): a cluster of its own with admission webhooks, and ``fleet.up(models, ...)``: the prod
+  pool's nodes (and a system node), a stack aimed at them, KServe's and LWS's managers, one watched `up` of
+  the CLI (``fleet.again()`` runs it once more, ``fleet.status()`` is the CLI's `status`); ``fleet_up`` is
+  ``fleet.up``.
 - ``make_nodes`` (function): ``make_nodes(pool, **pool_nodes_options)`` creates a pool's Nodes
   (``nodes.pool_nodes``) named and labelled for this test alone (label ``GROUP_LABEL``: a pod that selects
   it lands only on them), waits until they are Ready, and deletes them after the test; returns their
@@ -21,8 +25,10 @@ from typing import Any
 
 import pytest
 
+from tests.cluster.fleet import Fleet, UpRun, own_cluster
 from tests.cluster.harness import Cluster, running_cluster
 from tests.cluster.nodes import create_nodes, pool_nodes
+from tests.engine_fixtures import EngineStack
 from tests.kube.client import KubeClient
 
 GROUP_LABEL = "tkf.test/node-group"
@@ -73,3 +79,15 @@ def node_group(kube: KubeClient, name: str) -> dict[str, str]:
     """The nodeSelector of the test group ``name`` (a node made by ``make_nodes``) belongs to."""
     node = kube.get("v1", "Node", name) or {}
     return {GROUP_LABEL: node["metadata"]["labels"][GROUP_LABEL]}
+
+
+@pytest.fixture
+def fleet(make_stack: Callable[..., EngineStack], lean_engine_env: dict[str, str],
+          tmp_path: Path) -> Iterator[Fleet]:
+    with own_cluster(tmp_path, make_stack, lean_engine_env) as f:
+        yield f
+
+
+@pytest.fixture
+def fleet_up(fleet: Fleet) -> Callable[..., UpRun]:
+    return fleet.up

@@ -10,7 +10,7 @@ KServe's and LWS's real managers, `up` waiting for every model (``cluster.skipAw
 Each failed on the render before pins (placement left to the default scheduler, issue 39) and passes with
 them; a failure
 names every pod left Pending with the scheduler's own message and the workloads' conditions
-(``fleet.UpRun.explain``). Downloads are paced by their size (``fleet.pace_downloads``), so the 405B starts
+(``fleet.UpRun.explain``). Downloads are paced by their size (``fleet.Kubelets``), so the 405B starts
 last, as on a cluster: unpaced, the prod-like test passed in 1 of 2 runs on main's render (its pods were
 bound first), and passed again in 1 of 2 paced runs: not strict. On main's render, paced (2026-12-07, 5.2 min
 for the first two): the four small models went
@@ -23,83 +23,14 @@ the download Job stayed Pending ("0/4 nodes are available: 4 node(s) had untoler
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
 
 import pytest
-import yaml
 
-from tests.cluster.fleet import Managers, UpRun, aim_at, cli_up
-from tests.cluster.harness import Cluster, pod_ready, running_cluster
-from tests.cluster.nodes import create_nodes, pool_nodes
-from tests.cluster.storage import SHARED_CLASS
-from tests.controllers.webhooks import Webhooks, install_cert_manager_crds, webhook_servers
-from tests.engine_fixtures import EngineStack
-from tests.kube.client import KubeClient
-from tests.kube.platform.test_up_against_apiserver import LLAMA_405B, QWEN3_8B, QWEN_72B
-from tkf_infra import names
+from tests.cluster.fleet import UpRun, assert_all_ready, committed_stack, small
+from tests.kube.platform.test_up_against_apiserver import LLAMA_405B, QWEN_72B
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.engine, pytest.mark.cluster]
-
-#: Pulumi.prod.yaml's pool as committed: 4 nodes x 8 H100, the NVIDIA taint, p5.48xlarge's allocatable.
-PROD_POOL: dict[str, Any] = yaml.safe_load((names.PROJECT_ROOT / "Pulumi.prod.yaml").read_text())[
-    "config"]["tkf-infra:nodePools"][0]
-#: A node outside the stack's pools (an EKS system node group): the platform's pods run there.
-SYSTEM_POOL = {"name": "system", "gpusPerNode": 0, "nodeCount": 1,
-               "nodeResources": {"cpu": "15890m", "memory": "61408Mi"}}
-
-
-def small(name: str, gpus: int, base: dict[str, Any] = QWEN3_8B, **extra: Any) -> dict[str, Any]:
-    return {**base, "name": name, "servedName": name, "gpusPerNode": gpus, "tensorParallelSize": gpus, **extra}
-
-
-@pytest.fixture
-def fleet_cluster(tmp_path: Path) -> Iterator[tuple[Cluster, KubeClient, Webhooks]]:
-    """A cluster of its own, admission webhooks on (KServe's and LWS's managers serve them)."""
-    hooks = webhook_servers(tmp_path / "webhooks")
-    try:
-        with running_cluster(tmp_path / "cluster", server_args=hooks.server_args()) as cluster, \
-                cluster.client() as kube:
-            yield cluster, kube, hooks
-            cluster.check_alive()
-    finally:
-        hooks.release()
-
-
-@pytest.fixture
-def fleet_up(fleet_cluster: tuple[Cluster, KubeClient, Webhooks], make_stack: Callable[..., EngineStack],
-             lean_engine_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., UpRun]]:
-    """``fleet_up(models, system_node=True, backend="kserve", platform=True)``: the prod pool's nodes (and a
-    system node), a stack aimed at them, the managers, and one watched `up` of the CLI."""
-    cluster, kube, hooks = fleet_cluster
-    managers = Managers()
-    stacks: list[EngineStack] = []
-
-    def run(models: list[dict[str, Any]], *, system_node: bool = True, backend: str = "kserve",
-            platform: bool = True) -> UpRun:
-        create_nodes(kube, pool_nodes(PROD_POOL) + (pool_nodes(SYSTEM_POOL) if system_node else []))
-        es = make_stack(platform=True, extra_env=lean_engine_env)
-        stacks.append(es)
-        namespace = aim_at(es, cluster, pools=[PROD_POOL], models=models, backend=backend,
-                           storage_class=SHARED_CLASS, platform=platform)
-        if platform:
-            install_cert_manager_crds(kube)
-            managers.start_when_served(cluster, hooks, tmp_path / "managers", kserve=backend == "kserve")
-        result = cli_up(es, kube, namespace)
-        cluster.timings["up"] = round(result.seconds, 1)
-        return result
-
-    yield run
-    managers.stop()
-    for es in stacks:  # the cluster goes with the test: no destroy
-        es.stack.workspace.remove_stack(es.stack.name, force=True)
-
-
-def assert_all_ready(run: UpRun, pods: int) -> None:
-    assert run.returncode == 0 and not run.stopped, run.explain()
-    serving = [p for p in run.pods if all(o["kind"] != "Job" for o in p["metadata"].get("ownerReferences") or [])]
-    assert len([p for p in serving if pod_ready(p)]) >= pods, run.explain()
 
 
 def test_a_prod_like_fleet_with_a_multi_node_model_is_all_ready(fleet_up: Callable[..., UpRun]) -> None:
@@ -126,18 +57,16 @@ def test_weight_downloads_run_on_a_pool_whose_every_node_has_the_gpu_taint(fleet
     assert_all_ready(run, pods=1)
 
 
-#: Pulumi.prod.yaml's catalog as committed, with its modelDefaults applied as the stack applies them.
-_PROD = yaml.safe_load((names.PROJECT_ROOT / "Pulumi.prod.yaml").read_text())["config"]
-PROD_MODELS: list[dict[str, Any]] = [{**_PROD.get("tkf-infra:modelDefaults", {}), **m}
-                                     for m in _PROD["tkf-infra:models"]]
-
-
-@pytest.mark.parametrize("backend", ["kserve", "vllm"])
-def test_the_prod_stacks_own_catalog_is_all_ready_on_its_pool(fleet_up: Callable[..., UpRun], backend: str) -> None:
-    """The prod stack's models (two 1-GPU replicas, TP 4, TP 2, the 405B over two nodes) on its 4 x 8 H100 pool:
-    `up` waits for every one and ends with all of them Ready, on both backends."""
-    run = fleet_up(PROD_MODELS, backend=backend)
+@pytest.mark.parametrize(("stack", "backend"), [("prod", "kserve"), ("prod", "vllm"), ("dev", "kserve")])
+def test_a_stacks_own_catalog_is_all_ready_on_its_pools(fleet_up: Callable[..., UpRun], stack: str,
+                                                         backend: str) -> None:
+    """The committed stacks' models on their own pools, `up` waiting for every one and ending with all of them
+    Ready: prod's (two 1-GPU replicas, TP 4, TP 2, the 405B over two nodes) on its 4 x 8 H100 pool on both
+    backends; dev's two CPU models on its one CPU node (no GPU taint, no system node: the platform runs there
+    too) on its own backend."""
+    pools, models = committed_stack(stack)
+    run = fleet_up(models, pools=pools, backend=backend, system_node=stack == "prod")
     assert not run.stuck, run.explain()
-    assert_all_ready(run, pods=6)
-    models = run.summary.get("models") or {}
-    assert run.summary.get("ok") is True and sorted(models) == sorted(m["name"] for m in PROD_MODELS), run.explain()
+    assert_all_ready(run, pods=sum(int(m.get("replicas", 1)) * int(m.get("nodeCount", 1)) for m in models))
+    assert run.summary.get("ok") is True and sorted(run.summary.get("models") or {}) == sorted(
+        m["name"] for m in models), run.explain()
