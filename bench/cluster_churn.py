@@ -82,18 +82,20 @@ def print_row(size: int, r: dict[str, Any]) -> None:
         print(f"      not Ready when `up` ended: {', '.join(r['unready'])}", flush=True)
 
 
-def bench_size(size: int, seed: int, rounds: int, edits: int, workdir: Path) -> list[dict[str, Any]]:
+def bench_size(size: int, seed: int, rounds: int, edits: int, workdir: Path,
+               timeout: float) -> list[dict[str, Any]]:
     models = {m["name"]: m for m in fleet(size, seed)}
     rng, counter, out = random.Random(seed), [size], []
     with own_cluster(workdir, partial(new_stack, workdir), lean_env()) as f:
-        run = f.up(list(models.values()), pools=pools(size), backend="vllm", kubelets=Kubelets(GIB_PER_S))
+        f.aim(list(models.values()), pools=pools(size), backend="vllm")
+        run = f.again(Kubelets(GIB_PER_S), timeout=timeout)
         out.append(row("initial", run, f))
         print_row(size, out[-1])
         for i in range(rounds):
             for _ in range(edits):
                 churn_step(models, rng, counter)
             f.es.set_models(list(models.values()))
-            run = f.again(Kubelets(GIB_PER_S))
+            run = f.again(Kubelets(GIB_PER_S), timeout=timeout)
             out.append(row(f"churn{i + 1}", run, f))
             print_row(size, out[-1])
     return out
@@ -105,13 +107,15 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=3, help="churn rounds after the first `up`")
     ap.add_argument("--edits", type=int, default=4, help="edits per churn round")
+    ap.add_argument("--timeout", type=float, default=1800.0,
+                    help="seconds an `up` may take before it is interrupted (150 models' first: over 600)")
     args = ap.parse_args()
     print(f"{'size':>5} {'run':<8} {'models':>6} {'refused':>7} {'failed':>6} {'asked':>5} {'bound':>5} "
           f"{'ready':>5} {'pending':>7} {'exit':>4} {'seconds':>7}", flush=True)
     t0 = time.monotonic()
     for size in (int(s) for s in args.sizes.split(",")):
         with tempfile.TemporaryDirectory(prefix=f"churn-{size}-") as tmp:
-            bench_size(size, args.seed, args.rounds, args.edits, Path(tmp))
+            bench_size(size, args.seed, args.rounds, args.edits, Path(tmp), args.timeout)
     print(f"total {time.monotonic() - t0:.0f} s")
 
 

@@ -347,8 +347,9 @@ class Fleet:
             self.managers.start_when_served(self.cluster, self.hooks, self._workdir / "managers",
                                             kserve=backend == "kserve")
 
-    def again(self, kubelets: Kubelets | None = None) -> UpRun:
-        result = cli_up(self.es, self.kube, self.namespace, kubelets=kubelets)
+    def again(self, kubelets: Kubelets | None = None, timeout: float = 600.0) -> UpRun:
+        """One more `up` of the stack as it is now (``timeout``: the watchdog's bound on the whole run)."""
+        result = cli_up(self.es, self.kube, self.namespace, kubelets=kubelets, timeout=timeout)
         self.cluster.timings[f"up{len(self.cluster.timings)}"] = round(result.seconds, 1)
         return result
 
