@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tkf_infra.live.lifecycle import CacheState, Phase, Workload, judge, pinned_nodes, render_table
+from tkf_infra.live.lifecycle import CacheState, Phase, Workload, judge, pinned_nodes, render_table, unpublished
 
 
 def cond(t: str, status: str, reason: str = "", message: str = "") -> dict[str, Any]:
@@ -133,3 +133,12 @@ def test_a_pod_pinned_to_a_lost_node_says_up_re_plans_it() -> None:
     healthy = judge("m", Workload(workload=deployment(1, 0), job=COMPLETE, pods=(stuck,)))
     assert healthy.reason.startswith("waiting for a node whose taints it tolerates")
     assert pinned_nodes(stuck) == {"gpu-0", "gpu-1"}
+
+
+def test_a_catalog_model_without_outputs_says_whether_up_has_not_reached_it_or_the_plan_refused_it() -> None:
+    """`status` during a first `up` lists the catalog's models; nothing on the cluster is not "waiting"."""
+    nothing = judge("m", Workload())
+    assert "an `up` in progress" in unpublished(nothing).reason
+    assert unpublished(nothing, "fit").reason.startswith("not deployed: the last run's plan refused it at fit")
+    ready = judge("m", Workload(workload=deployment(1, 1)))
+    assert unpublished(ready) == ready, "a model the cluster runs is shown as it is"

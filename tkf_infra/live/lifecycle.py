@@ -314,13 +314,17 @@ def read_lifecycle(client: httpx.Client, endpoints: Iterable[Mapping[str, Any]])
 # --------------------------------------------------------------------------------------------
 
 
-def unpublished(row: Lifecycle) -> Lifecycle:
-    """A catalog model the stack's outputs do not list yet: nothing on the cluster means `up` has not reached
-    it (or the plan refused it), not that it waits for a node."""
-    if row.phase is Phase.PENDING and row.reason == NO_WORKLOAD:
-        return replace(row, reason="not deployed yet: in the catalog, not in the stack's outputs (an `up` in "
-                                   "progress, or a model the plan refused: `preview` names the refusals)")
-    return row
+def unpublished(row: Lifecycle, refused_at: str | None = None) -> Lifecycle:
+    """A catalog model the stack's outputs do not list: nothing on the cluster means `up` has not reached it,
+    or the last run's plan refused it (``refused_at``: the stage its `rejected` output row names), not that it
+    waits for a node."""
+    if row.phase is not Phase.PENDING or row.reason != NO_WORKLOAD:
+        return row
+    if refused_at is not None:
+        return replace(row, reason=f"not deployed: the last run's plan refused it at {refused_at} (`preview` "
+                                   "names why)")
+    return replace(row, reason="not deployed yet: in the catalog, not in the stack's outputs (an `up` in "
+                               "progress, or a model added since the last run)")
 
 
 def render_table(rows: Iterable[Lifecycle]) -> str:

@@ -27,7 +27,7 @@ def status(
     from tkf_infra.live import lifecycle
     from tkf_infra.live.status_view import status_command
     from tkf_infra.ops import stacks
-    from tkf_infra.outputs import ENDPOINTS_OUTPUT, endpoint
+    from tkf_infra.outputs import ENDPOINTS_OUTPUT, REJECTED_OUTPUT, endpoint
 
     st, outs = read_outputs(stack)
     catalog = stacks.stack_catalog(st)
@@ -43,7 +43,10 @@ def status(
     unreadable: str | None = None
     if cluster is not None and cluster.mode == "kubeconfig" and cluster.kubeconfig:
         rows, unreadable = lifecycle.lifecycle_of(endpoints + unpublished, cluster.kubeconfig, cluster.context)
-        rows = rows and [lifecycle.unpublished(r) if r.model not in known else r for r in rows]
+        refused = {str(x.get("name")): str(x.get("stage")) for x in outs.get(REJECTED_OUTPUT) or []
+                   if isinstance(x, dict)}
+        rows = rows and [lifecycle.unpublished(r, refused.get(r.model)) if r.model not in known else r
+                         for r in rows]
     if not url and rows is None:
         raise fail(f"stack {stack!r} sets no prometheusUrl; pass --prometheus-url"
                     + (f" (and its cluster could not be read: {unreadable})" if unreadable else ""))
