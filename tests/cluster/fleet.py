@@ -27,7 +27,15 @@ from typing import Any
 import yaml
 
 from components.pod_meta import WAIT_FOR_WEIGHTS
-from tests.cluster.harness import POD_FAULT_ANNOTATION, Cluster, describe_pods, pod_ready, running_cluster, unscheduled
+from tests.cluster.harness import (
+    POD_FAULT_ANNOTATION,
+    Cluster,
+    annotate_pod,
+    describe_pods,
+    pod_ready,
+    running_cluster,
+    unscheduled,
+)
 from tests.cluster.nodes import create_nodes, pool_nodes
 from tests.cluster.storage import SHARED_CLASS
 from tests.controllers.harness import Manager, start_kserve, start_lws
@@ -153,11 +161,6 @@ def _claims(pod: Obj) -> list[str]:
             if "persistentVolumeClaim" in v]
 
 
-def _annotate(kube: KubeClient, namespace: str, pod: str, annotations: dict[str, str]) -> None:
-    kube.request("PATCH", f"/api/v1/namespaces/{namespace}/pods/{pod}", json={"metadata": {"annotations": annotations}},
-                 headers={"Content-Type": "application/merge-patch+json"})
-
-
 @dataclass
 class Kubelets:
     """What a node's kubelet and the pod's own processes take time for, played on kwok's pods by annotations
@@ -200,16 +203,16 @@ class Kubelets:
         pvc = kube.get("v1", "PersistentVolumeClaim", claim, namespace) or {}
         gib = float(parse_quantity(pvc["spec"]["resources"]["requests"]["storage"])) / 2**30
         delay = f"{max(1, round(gib / self.gib_per_s))}s"
-        _annotate(kube, namespace, pod, {COMPLETE_DELAY: delay, COMPLETE_JITTER: delay})
+        annotate_pod(kube, namespace, pod, {COMPLETE_DELAY: delay, COMPLETE_JITTER: delay})
         self.paced.add(pod)
 
     def _release(self, kube: KubeClient, namespace: str, pod: str, model: str | None) -> None:
-        annotations = {WEIGHTS_ANNOTATION: WEIGHTS_ARRIVED}
+        annotations: dict[str, str | None] = {WEIGHTS_ANNOTATION: WEIGHTS_ARRIVED}
         if self.load_s is not None:
             annotations |= {READY_DELAY: f"{self.load_s:g}s", READY_JITTER: f"{self.load_s:g}s"}
         if model in self.faults:
             annotations[POD_FAULT_ANNOTATION] = self.faults[model]
-        _annotate(kube, namespace, pod, annotations)
+        annotate_pod(kube, namespace, pod, annotations)
         self.released.add(pod)
 
 

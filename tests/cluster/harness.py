@@ -31,7 +31,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -221,6 +220,10 @@ def set_pod_fault(kube: KubeClient, namespace: str, pod: str, fault: str | None)
     Ready; ``None`` clears the mark (kwok does not undo a played fault: delete the pod for a fresh one)."""
     if fault is not None and fault not in POD_FAULTS:
         raise ValueError(f"fault {fault!r} is not one of {POD_FAULTS}")
-    patch: dict[str, Any] = {"metadata": {"annotations": {POD_FAULT_ANNOTATION: fault}}}
-    kube.request("PATCH", f"/api/v1/namespaces/{namespace}/pods/{pod}", json=patch,
+    annotate_pod(kube, namespace, pod, {POD_FAULT_ANNOTATION: fault})
+
+
+def annotate_pod(kube: KubeClient, namespace: str, pod: str, annotations: dict[str, str | None]) -> None:
+    """Merge ``annotations`` into a pod's (None removes one): how a test tells kwok's stages what to play."""
+    kube.request("PATCH", f"/api/v1/namespaces/{namespace}/pods/{pod}", json={"metadata": {"annotations": annotations}},
                  headers={"Content-Type": "application/merge-patch+json"})

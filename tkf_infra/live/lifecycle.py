@@ -71,7 +71,7 @@ class Workload:
     job: Mapping[str, Any] | None = None
     pods: tuple[Mapping[str, Any], ...] = ()
     unusable_nodes: frozenset[str] = frozenset()
-    """Nodes not Ready or cordoned: a pod pinned only to them waits for an `up` to re-plan it."""
+    """Nodes not Ready or cordoned: a pod pinned to one of them waits there for an `up` to re-plan it."""
 
 
 @dataclass(frozen=True)
@@ -198,17 +198,17 @@ def _container_trouble(pod: Mapping[str, Any]) -> str | None:
     return None
 
 
-def pod_trouble(pods: Iterable[Mapping[str, Any]]) -> str | None:
-    """The first placed pod's container failure (see `_container_trouble`), or None."""
-    return next((t for p in pods if (p.get("spec") or {}).get("nodeName") and (t := _container_trouble(p))), None)
+def pod_trouble(placed: Iterable[Mapping[str, Any]]) -> str | None:
+    """The first container failure (see `_container_trouble`) among pods on nodes, or None."""
+    return next((t for p in placed if (t := _container_trouble(p))), None)
 
 
-def _not_ready_why(pods: Iterable[Mapping[str, Any]]) -> str:
-    """A placed, unready pod's Ready condition as the kubelet wrote it (e.g. "containers with unready status:
+def _not_ready_why(placed: Iterable[Mapping[str, Any]]) -> str:
+    """An unready pod's Ready condition as the kubelet wrote it (e.g. "containers with unready status:
     [vllm]"): what a Loading model is waiting on."""
-    for p in pods:
+    for p in placed:
         ready = _conditions(p).get("Ready", {})
-        if (p.get("spec") or {}).get("nodeName") and ready.get("status") == "False":
+        if ready.get("status") == "False":
             name = (p.get("metadata") or {}).get("name", "?")
             return f" (pod {name} Ready=False: {ready.get('reason') or ''} {ready.get('message') or ''}".rstrip() + ")"
     return ""
@@ -218,13 +218,14 @@ def judge(model: str, w: Workload) -> Lifecycle:
     """The phase of one model from its objects (see the module docstring's table)."""
     cache = cache_state(w.job)
     desired, ready = _replicas(w)
+    placed = [p for p in w.pods if (p.get("spec") or {}).get("nodeName")]
     if (why := _failure(w)) is not None:
         return Lifecycle(model, Phase.FAILED, desired, ready, cache, why)
     if desired is not None and ready is not None and desired > 0:
         if ready >= desired:
             return Lifecycle(model, Phase.READY, desired, ready, cache, f"{ready}/{desired} replicas ready")
         if ready > 0:
-            waiting = unschedulable(w.pods, w.unusable_nodes) or pod_trouble(w.pods)
+            waiting = unschedulable(w.pods, w.unusable_nodes) or pod_trouble(placed)
             return Lifecycle(model, Phase.DEGRADED, desired, ready, cache,
                              f"{ready}/{desired} replicas ready" + (f"; {waiting}" if waiting else ""))
     if desired == 0 and not w.pods and cache is not CacheState.DOWNLOADING:
@@ -234,7 +235,6 @@ def judge(model: str, w: Workload) -> Lifecycle:
         return Lifecycle(model, Phase.DOWNLOADING, desired, ready, cache, "the weight download Job has not completed")
     if w.workload is None:
         return Lifecycle(model, Phase.PENDING, desired, ready, cache, NO_WORKLOAD)
-    placed = [p for p in w.pods if (p.get("spec") or {}).get("nodeName")]
     if (trouble := pod_trouble(placed)) is not None:
         return Lifecycle(model, Phase.FAILED, desired, ready, cache, f"no replica ready; {trouble}")
     if placed:
