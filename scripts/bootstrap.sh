@@ -52,7 +52,7 @@ install_cli() {
   else
     log "get.pulumi.com unreachable: building the Pulumi CLI $want from the Go module proxy (a few minutes, once)"
     need_go
-    (cd "$here/tools/pulumi-cli" && go build -trimpath \
+    (cd "$here/tools/pulumi-cli" && nice go build -trimpath \
       -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$want" \
       -o "$bin/pulumi" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi)
     log "built pulumi $want in $(elapsed "$t0")"
@@ -71,7 +71,7 @@ install_python_host() {
   fi
   need_go
   log "building the Python language host v$PULUMI_LANGUAGE_PYTHON_VERSION from the Go module proxy"
-  (cd "$here/tools/pulumi-language-python" && go build -trimpath \
+  (cd "$here/tools/pulumi-language-python" && nice go build -trimpath \
     -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$PULUMI_LANGUAGE_PYTHON_VERSION" \
     -o "$bin/pulumi-language-python" github.com/pulumi/pulumi/sdk/v3/python/cmd/pulumi-language-python)
   # The scripts the host and the engine run are part of the Python SDK's source tree; take them
@@ -105,7 +105,7 @@ mapping = json.loads((src / "terraform-mapping.json").read_text())
 (dst / "terraform-mapping-embed.json").write_text(json.dumps(mapping, separators=(",", ":")))
 PY
   mkdir -p "$k8s_plugin_dir"
-  (cd "$work" && go build -trimpath \
+  (cd "$work" && nice go build -trimpath \
     -ldflags "-s -w -X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$PULUMI_KUBERNETES_VERSION" \
     -o "$k8s_plugin_dir/pulumi-resource-kubernetes" .)
   rm -f "$work/schema-embed.json" "$work/terraform-mapping-embed.json"

@@ -4,10 +4,18 @@
 #   scripts/setup.sh --dev    also test tools, a Prometheus server, Chromium (the report's browser test), the test
 #                             kube-apiserver, the KServe and LWS controllers it runs in tests/controllers and kwok
 #                             (tests/cluster's simulated nodes)
+#   scripts/setup.sh --venv-dev  only the virtualenv with the test tools (what `make test` needs before it
+#                             starts the rest of the setup beside the tests that need nothing else)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-dev=0; [ "${1:-}" = "--dev" ] && dev=1
+dev=0; venv_only=0
+case "${1:-}" in
+  --dev) dev=1 ;;
+  --venv-dev) dev=1; venv_only=1 ;;
+  "") ;;
+  *) printf '[setup] unknown option %s (use --dev or --venv-dev)\n' "$1" >&2; exit 2 ;;
+esac
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 python="${PYTHON:-python3}"
@@ -22,6 +30,7 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$req"
   touch "$stamp"
 fi
+[ $venv_only = 0 ] || exit 0
 
 # The downloads (vLLM's ~3 GB from PyPI, Debian's prometheus) run beside the Go builds, which keep both
 # cores busy on their own: a cold setup is shorter by the downloads' time. Each writes a log of its own,
@@ -37,9 +46,8 @@ if [ $dev = 1 ]; then
 fi
 bash scripts/bootstrap.sh
 if [ $dev = 1 ]; then
-  if [ -f scripts/build_kube_apiserver.sh ]; then bash scripts/build_kube_apiserver.sh; fi
+  bash scripts/build_kube_apiserver.sh  # the test control plane, and kwok's simulated kubelets for tests/cluster
   bash scripts/build_controllers.sh  # KServe's and LWS's controller managers for tests/controllers
-  bash scripts/build_kwok.sh  # kwok's simulated kubelets for tests/cluster
 fi
 failed=0
 for job in "${background[@]}"; do

@@ -9,10 +9,11 @@ API server.
   binder, endpoints and EndpointSlices, service accounts). Pods' default tolerations of a NotReady or
   unreachable node are ``NOT_READY_TOLERATION_S`` (kube-apiserver's flag), not 300 s: a lost node's pods
   are evicted within a test's patience.
-- kwok v0.8.0 (scripts/build_kwok.sh), managing the Nodes labelled ``KWOK_LABEL`` (tests.cluster.nodes
-  makes them): it renews their Leases, so the node-lifecycle controller sees them healthy, and plays the
-  stages in ``tests/cluster/stages/`` on their pods: Pending → Running → Ready in a few seconds, Job pods
-  Succeeded, and the faults a test asks for (``set_pod_fault``; ``nodes.mark_not_ready``).
+- kwok v0.8.0 (scripts/build_kube_apiserver.sh builds it beside the API server), managing the Nodes
+  labelled ``KWOK_LABEL`` (tests.cluster.nodes makes them): it renews their Leases, so the
+  node-lifecycle controller sees them healthy, and plays the stages in ``tests/cluster/stages/`` on
+  their pods: Pending → Running → Ready in a few seconds, Job pods Succeeded, and the faults a test
+  asks for (``set_pod_fault``; ``nodes.mark_not_ready``).
 - ``tests.cluster.storage.Provisioner``: a stand-in for local-path-provisioner (node-local volumes, bound
   on first consumer) and for a shared filesystem (bound at once), thread of the test process.
 - ``tests.cluster.nodes.DevicePlugin``: what the GPU Operator's mig-manager and device plugin do for a
@@ -49,7 +50,7 @@ NODE_LEASE_S = 40
 NOT_READY_TOLERATION_S = 10
 #: Pod IPs kwok hands out (its default, 10.0.0.0/24, is the test server's Service range and holds 254).
 POD_CIDR = "10.244.0.0/16"
-KWOK_BUILD_HINT = "{path} is missing: run scripts/build_kwok.sh (or scripts/setup.sh --dev)"
+KWOK_BUILD_HINT = "{path} is missing: run scripts/build_kube_apiserver.sh (or scripts/setup.sh --dev)"
 
 
 @dataclass
