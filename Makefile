@@ -1,5 +1,5 @@
 # The two commands of the README, and their parts. Every target sets itself up first (idempotent).
-.PHONY: preview preview-fleet up test lint typecheck unit setup setup-dev bench clean
+.PHONY: preview preview-fleet up test lint typecheck unit setup setup-dev setup-venv-dev bench clean
 
 # Main job: `pulumi preview` of the dev stack through the real engine (no cluster needed), with the
 # platform owner's guardrails (docs/policy.md).
@@ -22,7 +22,10 @@ up: setup
 	scripts/pulumi.sh dev up --yes $(POLICY)
 
 # The whole test suite: lint + type check + every test tier (mocks, engine, Prometheus, API server).
-test: setup-dev lint typecheck unit
+# After the virtualenv, the rest of the setup (the Go builds, the servers) runs beside ruff, mypy and the
+# tests that need nothing else (scripts/test_suite.sh --full).
+test: setup-venv-dev
+	bash scripts/test_suite.sh --full
 
 setup:
 	bash scripts/setup.sh
@@ -30,14 +33,18 @@ setup:
 setup-dev:
 	bash scripts/setup.sh --dev
 
+setup-venv-dev:
+	bash scripts/setup.sh --venv-dev
+
 lint:
 	.venv/bin/ruff check .
 
 typecheck:
 	.venv/bin/mypy .
 
-# Three pytest processes (scripts/test_suite.sh says why): the API-server tiers beside the rest, then the
-# tests that keep a real vLLM busy for minutes (marker vllm_solo) last and alone.
+# Four pytest processes (scripts/test_suite.sh says why): the plain tests beside the API-server tiers, the
+# other tiers after the plain ones, then the tests that keep a real vLLM busy for minutes (marker vllm_solo)
+# last and alone. Needs `make setup-dev` first.
 unit:
 	bash scripts/test_suite.sh
 

@@ -22,6 +22,7 @@ import pytest
 from tkf_infra.names import PROJECT_ROOT
 
 CHROMIUM = os.environ.get("TKF_CHROMIUM_BIN", "/usr/bin/chromium")
+pytestmark = pytest.mark.browser  # Chromium comes with the setup: these run after it (scripts/test_suite.sh)
 #: As the brief for headless use says: no sandbox (root in CI), no GPU, nothing fetched or synced in the background.
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--no-first-run", "--disable-sync"]

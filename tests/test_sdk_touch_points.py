@@ -180,6 +180,7 @@ def test_engine_command_overrides_the_run_the_automation_api_calls() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.engine  # runs after the setup (scripts/test_suite.sh), which makes the pack's virtualenv
 def test_policy_pack_finds_pulumi_policys_unknown_sentinels() -> None:
     python = ROOT / "policy" / ".venv" / "bin" / "python"
     if not python.exists():
