@@ -1,6 +1,6 @@
 """Ports for the servers the tests start, chosen so that nothing can take one between choosing and binding.
 
-Why: the suite runs two pytest processes side by side (scripts/test_suite.sh), each starting API servers,
+Why: the suite runs several pytest processes side by side (scripts/test_suite.sh), each starting API servers,
 controller managers, vLLM, LiteLLM and Prometheus, and other checkouts' suites may run on the same machine.
 The old way — bind port 0, read the number, close, hand it to a server that binds it seconds later — let
 another server take the number in between (a CI run: the API server's call to KServe's webhook was answered
