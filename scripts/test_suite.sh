@@ -53,8 +53,8 @@ recap() {  # recap NAME: a failed process's assertion lines (first 40) and its s
   sed -n '/short test summary info/,$p' "$log" | sed "s/^/[$1] /"
 }
 
-setup_dev() {  # the setup, its lines prefixed [setup]
-  bash scripts/setup.sh --dev 2>&1 | sed -u 's/^/[setup] /'
+setup_dev() {  # the setup, its lines prefixed [setup] (setup.sh's own lines have it already)
+  bash scripts/setup.sh --dev 2>&1 | sed -u '/^\[setup\] /!s/^/[setup] /'
   return "${PIPESTATUS[0]}"
 }
 
