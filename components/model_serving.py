@@ -363,7 +363,7 @@ def _annotations(args: ModelServingArgs, *, ready_condition: str | None) -> dict
         ann["pulumi.com/waitFor"] = ready_condition
     # Every workload's wait is as long as its model's download and start-up (the provider's default is 10 min,
     # which a large model's Deployment outlasts), or the stack's own bound.
-    ann["pulumi.com/timeoutSeconds"] = str(args.ready_timeout_seconds
+    ann[names.TIMEOUT_ANNOTATION] = str(args.ready_timeout_seconds
                                            or pod_sizes.ready_timeout_seconds(args.entry, args.weight_bytes))
     return ann
 

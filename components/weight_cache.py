@@ -186,7 +186,7 @@ class WeightCache(pulumi.ComponentResource):
             env.append(secret_env("HF_TOKEN", args.hf_token_secret, "HF_TOKEN"))
         job_ann = dict(ann)
         if args.await_download:
-            job_ann["pulumi.com/timeoutSeconds"] = str(download_timeout_seconds(args.weight_bytes))
+            job_ann[names.TIMEOUT_ANNOTATION] = str(download_timeout_seconds(args.weight_bytes))
             # A Job that failed (or never finished) is replaced by the next `up`: the retry after a fix.
             job_ann["pulumi.com/replaceUnready"] = "true"
         else:

@@ -107,6 +107,10 @@ MAX_REPLICAS_ANNOTATION = "tkf.io/max-replicas"
 #: The fit check's verdict on a workload (`fits`, `tight`, `refuses`): one of the `tkf.io/fit-*` annotations the
 #: sizing contract writes (`FitFigures.annotations`; tests/test_vocabulary.py holds the two spellings together).
 FIT_VERDICT_ANNOTATION = "tkf.io/fit-verdict"
+#: How long the Kubernetes provider waits for an object to be ready (its await; pulumi-kubernetes' annotation).
+#: The program writes it on each model's workload and download Job; `up`'s own readiness check after the engine
+#: (tkf_infra/live/ready_wait.py) reads it back from the workload, so both wait the same bound.
+TIMEOUT_ANNOTATION = "pulumi.com/timeoutSeconds"
 NAME_LABEL = "app.kubernetes.io/name"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 #: The role an object plays: `model-server` (pods that run vLLM), `endpoint`, `weight-cache`.

@@ -285,6 +285,9 @@ def assert_all_ready(run: UpRun, pods: int) -> None:
     assert run.returncode == 0 and not run.stopped, run.explain()
     serving = [p for p in run.pods if all(o["kind"] != "Job" for o in p["metadata"].get("ownerReferences") or [])]
     assert len([p for p in serving if pod_ready(p)]) >= pods, run.explain()
+    # `up`'s own check after the engine (tkf_infra/ops/ready_check.py) read the cluster and found every model Ready.
+    readiness = run.summary.get("readiness") or {}
+    assert "notReady" not in readiness and "unreadable" not in readiness, run.explain()
 
 
 @dataclass

@@ -68,6 +68,7 @@ def test_status_shows_a_model_pass_downloading_and_loading_on_its_way_to_ready(f
     with watching(fleet, "qwen3-8b") as seen:
         run = fleet.again(Kubelets(gib_per_s=0.5, load_s=20))
     assert_all_ready(run, pods=1)
+    assert run.summary["readiness"]["models"] == ["qwen3-8b"], run.explain()
     order = ["Pending", "Downloading", "Loading", "Ready"]
     assert {"Downloading", "Loading", "Ready"} <= set(seen), seen
     assert [order.index(p) for p in seen] == sorted(order.index(p) for p in seen), seen

@@ -83,6 +83,12 @@ def _operation(stack_name: str, operation: str, as_json: bool, create: bool = Fa
         deployment = stacks.state_deployment(stack)
         if deployment:
             summary.add_pending(final, deployment)
+    if operation == "up" and not interrupts.received:  # outside the engine's signal forwarding: ^C stops this wait
+        from tkf_infra.ops import ready_check
+
+        with operator_errors(stack_name):
+            ready_check.confirm_ready(final, lambda: stacks.stack_catalog(stack),
+                                      lambda: stacks.stack_outputs(stack), notify)
     if as_json:
         print(json.dumps(final if len(results) == 1 else {**final, "preview": results[0]}, indent=2))
     else:
@@ -105,6 +111,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
         err_console.print(f"[red]stack error:[/] {escape(e)}", highlight=False)
     for w in summary.get("policyWarnings", []):
         err_console.print(f"[yellow]stack warning:[/] {escape(w)}", highlight=False)
+    unreadable = (summary.get("readiness") or {}).get("unreadable")
+    if unreadable:
+        err_console.print(f"[yellow]stack warning:[/] readiness not confirmed: {escape(unreadable)}", highlight=False)
     pending = summary.get("pendingOperations")
     if pending:
         for model, m in summary["models"].items():
