@@ -10,19 +10,15 @@
 # releases (this script refuses to build when it and the charts disagree) with KServe's own replace
 # directives, and one `go build` links both managers: the Kubernetes libraries they share are compiled
 # once (a cold build of the two took 518 s one after the other, each in its own module).
-# A stamp (the module files, the Go version, this script) makes a re-run instant; the Go build cache
-# makes a rebuild quick.
+# Stamps and the Go build cache make re-runs quick (scripts/go_tools.sh).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 src="$here/tools/controllers"
-bin_dir="${TKF_TOOLS_HOME:-$HOME/.cache/tkf-infra}/bin"
 log() { printf '[build_controllers] %s\n' "$*" >&2; }
-
-command -v go >/dev/null 2>&1 || {
-  log "Go is not installed. Install Go >= 1.26 (https://go.dev/dl/ or your package manager), then re-run $0."
-  exit 1
-}
+# shellcheck source=scripts/go_tools.sh
+. "$here/scripts/go_tools.sh"
+go_tools_require build_controllers
 
 chart_version() {  # the vendored chart directory's version: components/data/charts/<piece>-vX.Y.Z
   local dir
@@ -46,28 +42,15 @@ pinned() {  # pinned MODULE CHART: the module's version in tools/controllers/go.
 
 kserve="$(pinned github.com/kserve/kserve kserve)"
 lws="$(pinned sigs.k8s.io/lws lws)"
-want="$(cat "$src/go.mod" "$src/go.sum" "${BASH_SOURCE[0]}" | sha256sum | cut -c1-16) $(go env GOVERSION)"
-names=(kserve-llmisvc-manager lws-manager)
-pkgs=(github.com/kserve/kserve/cmd/llmisvc sigs.k8s.io/lws/cmd)
-fresh=1
-for name in "${names[@]}"; do
-  [ -x "$bin_dir/$name" ] && [ -f "$bin_dir/$name.stamp" ] && [ "$(cat "$bin_dir/$name.stamp")" = "$want" ] || fresh=0
-done
-if [ $fresh = 1 ]; then
-  log "up to date: ${names[*]} (KServe $kserve, LWS $lws)"
+want="$(go_tools_stamp "$src" "${BASH_SOURCE[0]}")"
+if go_tools_fresh "$want" kserve-llmisvc-manager lws-manager; then
+  log "up to date: kserve-llmisvc-manager, lws-manager (KServe $kserve, LWS $lws)"
   exit 0
 fi
 
 log "building KServe $kserve's llmisvc manager and LWS $lws's manager (cold: several minutes on 2 cores)"
 t0=$(date +%s)
-mkdir -p "$bin_dir"
-tmp="$(mktemp -d "$bin_dir/.controllers-build.XXXXXX")"  # per process: two checkouts may build at once
-trap 'rm -rf "$tmp"' EXIT
 # `go build -o DIR` names each binary after its package's last element: llmisvc and cmd.
-(cd "$src" && GOFLAGS="${GOFLAGS:--buildvcs=false}" CGO_ENABLED=0 nice go build -trimpath -ldflags "-s -w" \
-  -o "$tmp/" "${pkgs[@]}")
-for i in "${!names[@]}"; do
-  mv "$tmp/$(basename "${pkgs[$i]}")" "$bin_dir/${names[$i]}"
-  echo "$want" >"$bin_dir/${names[$i]}.stamp"
-done
-log "built ${names[*]} in $(( $(date +%s) - t0 ))s"
+go_tools_build "$src" "$want" "-s -w" llmisvc=kserve-llmisvc-manager cmd=lws-manager -- \
+  github.com/kserve/kserve/cmd/llmisvc sigs.k8s.io/lws/cmd
+log "built kserve-llmisvc-manager and lws-manager in $(( $(date +%s) - t0 ))s"
