@@ -41,8 +41,23 @@ def test_run_home_follows_a_moved_installation(install: Path, tmp_path: Path) ->
     home = engine_home.run_home(install)
     moved = tmp_path / "elsewhere"
     install.rename(moved)
-    assert engine_home.run_home(moved) == home
-    assert (home / "bin").readlink() == moved / "bin"
+    again = engine_home.run_home(moved)
+    assert (again / "bin").readlink() == moved / "bin"
+    assert (again / "bin").resolve() == (moved / "bin").resolve()
+    assert home.parent == again.parent
+
+
+def test_two_installations_never_relink_each_others_run_home(install: Path, tmp_path: Path) -> None:
+    """Two checkouts (or a test run) with different engines: each run home keeps its own binaries, and one
+    without plugins does not take the other's away while it runs."""
+    other = tmp_path / "other-install"
+    (other / "bin").mkdir(parents=True)
+    home = engine_home.run_home(install)
+    other_home = engine_home.run_home(other)
+    assert other_home != home
+    assert (home / "bin").readlink() == install / "bin" and (home / "plugins").readlink() == install / "plugins"
+    assert not (other_home / "plugins").exists()
+    assert engine_home.run_home(install) == home and (home / "plugins").is_symlink()
 
 
 def test_keeping_the_engine_log_runs_with_the_real_home(install: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,12 +11,20 @@ home of its own whose ``bin`` and ``plugins`` are the real installation's and wh
 file. ``TKF_ENGINE_LOGS=1`` runs the engine with the real home, log included (e.g. to send Pulumi a
 log with ``pulumi logs share``). Stack selections (``workspaces``) live in tkf's home; state does
 not live in a home at all (it is in the backend).
+
+One run home per installation (its resolved path hashed into the directory name): with one home for
+all, two checkouts with different installations (or a test run with its own ``TKF_PULUMI_HOME``)
+re-linked ``bin`` and ``plugins`` under each other's running engines, and removed the links when the
+other installation had none — a run then lost its plugins mid-way. An installation moved elsewhere gets
+a new home (stack selections are made again with ``pulumi stack select``; tkf's own commands name the
+stack each time).
 """
 
 from __future__ import annotations
 
 import atexit
 import functools
+import hashlib
 import os
 import shutil
 import sys
@@ -48,16 +56,11 @@ def run_home(install: Path | None = None) -> Path:
     if keeps_engine_logs():
         return install
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    home = cache / "tkf-infra" / "pulumi-home"
+    key = hashlib.sha256(str(install.resolve()).encode()).hexdigest()[:12]
+    home = cache / "tkf-infra" / f"pulumi-home-{key}"
     (home / "workspaces").mkdir(parents=True, exist_ok=True)
     for name in _LINKED:
-        link, target = home / name, install / name
-        if link.is_symlink() and link.readlink() == target:
-            continue
-        if link.is_symlink() or link.exists():
-            link.unlink()
-        if target.exists():
-            link.symlink_to(target, target_is_directory=target.is_dir())
+        _link(home / name, install / name)
     logs = home / "logs"
     if logs.is_dir() and not logs.is_symlink():
         # A home made while TKF_ENGINE_LOGS was set and PULUMI_HOME pointed here: keep its logs aside.
@@ -65,6 +68,21 @@ def run_home(install: Path | None = None) -> Path:
     if not logs.exists():
         logs.write_text(_LOGS_NOTE)
     return home
+
+
+def _link(link: Path, target: Path) -> None:
+    """``link`` → ``target`` when the target exists (else no link); two processes of one installation may
+    make the same link at once, which is the same link."""
+    if link.is_symlink() and link.readlink() == target:
+        return
+    if link.is_symlink() or link.exists():
+        link.unlink(missing_ok=True)
+    if target.exists():
+        try:
+            link.symlink_to(target, target_is_directory=target.is_dir())
+        except FileExistsError:
+            if not (link.is_symlink() and link.readlink() == target):
+                raise
 
 
 @functools.cache
