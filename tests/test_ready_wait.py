@@ -169,3 +169,14 @@ def test_an_unreadable_cluster_is_a_warning_not_a_failed_run() -> None:
                                                       base_url="https://cluster.test"))
     assert summary["ok"] is True and summary["models"]["m"]["status"] == "created"
     assert "did not answer as expected (ConnectError" in summary[READINESS_KEY]["unreadable"]
+
+
+def test_a_model_whose_workload_the_engine_never_wrote_is_named_at_once_not_waited_for() -> None:
+    """A shared object the workloads depend on failed (the engine's errors say which): its models were
+    `created` (their weight caches were), but no Deployment will appear by waiting."""
+    cluster = Cluster({})
+    clock = Clock()
+    with cluster.client() as client:
+        out = wait_ready(client, [ep("orphan")], clock=clock, sleep=clock.sleep)
+    row, _ = out.not_ready["orphan"]
+    assert row.phase is Phase.FAILED and "not on the cluster" in row.reason and out.seconds == 0

@@ -92,10 +92,11 @@ def small(name: str, gpus: int, base: dict[str, Any] = QWEN3_8B, **extra: Any) -
 
 def aim_at(es: EngineStack, cluster: Cluster, *, pools: list[dict[str, Any]], models: list[dict[str, Any]],
            backend: str = "kserve", storage_class: str | None = None, platform: bool = True,
-           cluster_settings: dict[str, Any] | None = None) -> str:
+           cluster_settings: dict[str, Any] | None = None, gpu_operator: dict[str, Any] | None = None) -> str:
     """Point the stack at the cluster with `up`'s waiting on; ``platform``: install it from the vendored charts
     (cert-manager excepted: its webhook is not buildable here, tests/controllers/webhooks.py), else every piece
-    ``alreadyInstalled``; ``cluster_settings``: more of the stack's ``cluster`` block (readyTimeoutSeconds).
+    ``alreadyInstalled``; ``cluster_settings``: more of the stack's ``cluster`` block (readyTimeoutSeconds);
+    ``gpu_operator``: the stack's ``platform.gpuOperator`` settings (migStrategy, timeSlicingReplicas).
     Returns the serving namespace."""
     serving = f"llm-{backend}-{uuid.uuid4().hex[:6]}"
     path = es.project / f"Pulumi.{es.stack.name}.yaml"
@@ -110,6 +111,7 @@ def aim_at(es: EngineStack, cluster: Cluster, *, pools: list[dict[str, Any]], mo
     for name, piece in cfg["tkf-infra:platform"].items():
         if isinstance(piece, dict):
             piece["alreadyInstalled"] = not platform or name == "certManager"
+    cfg["tkf-infra:platform"]["gpuOperator"].update(gpu_operator or {})
     cfg["tkf-infra:nodePools"] = pools
     cfg["tkf-infra:models"] = models
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -338,16 +340,20 @@ class Fleet:
 
     def aim(self, models: list[dict[str, Any]], *, pools: list[dict[str, Any]] | None = None,
             system_node: bool = True, backend: str = "kserve", platform: bool = True,
-            cluster_settings: dict[str, Any] | None = None) -> None:
+            cluster_settings: dict[str, Any] | None = None, gpu_operator: dict[str, Any] | None = None) -> None:
         """The pools' nodes (default: the prod pool) and a system node, a stack of ``models`` aimed at them,
-        the managers its platform runs."""
+        the managers its platform runs. ``gpu_operator``: its MIG strategy and time-slicing replicas shape the
+        nodes too (what the device plugin advertises)."""
         pools = pools or [PROD_POOL]
-        create_nodes(self.kube, [n for p in pools for n in pool_nodes(p)]
+        slices = int((gpu_operator or {}).get("timeSlicingReplicas", 0))
+        strategy = str((gpu_operator or {}).get("migStrategy", "none"))
+        create_nodes(self.kube, [n for p in pools for n in pool_nodes(p, time_slices=slices, mig_strategy=strategy)]
                      + (pool_nodes(SYSTEM_POOL) if system_node else []))
         es = self._make_stack(platform=True, extra_env=self._engine_env)
         self.stacks.append(es)
         self.namespace = aim_at(es, self.cluster, pools=pools, models=models, backend=backend,
-                                storage_class=SHARED_CLASS, platform=platform, cluster_settings=cluster_settings)
+                                storage_class=SHARED_CLASS, platform=platform, cluster_settings=cluster_settings,
+                                gpu_operator=gpu_operator)
         if platform:
             install_cert_manager_crds(self.kube)
             self.managers.start_when_served(self.cluster, self.hooks, self._workdir / "managers",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -35,6 +35,8 @@ PROVIDER_DEFAULT_TIMEOUT_S = 600
 POLL_S = 2.0
 #: How often the models still waited for are named on the console.
 PROGRESS_EVERY_S = 30.0
+#: Why a model the engine changed has no workload on the cluster.
+ABSENT = "its workload is not on the cluster after the engine's run (the run's errors say what stopped it)"
 #: Phases in which a model needs nothing more from `up`.
 DONE = (Phase.READY, Phase.IDLE)
 
@@ -78,8 +80,13 @@ def stale_status(w: Workload) -> str | None:
 
 
 def settled(model: str, w: Workload) -> tuple[Lifecycle, bool]:
-    """The model's row, and whether `up` is done with it: Ready or Idle on a current status, or Failed."""
+    """The model's row, and whether `up` is done with it: Ready or Idle on a current status, or Failed, or
+    nothing of it on the cluster — the engine writes a model's objects before it returns, so a model without
+    any did not get them (a failed shared object it depends on: the summary's errors say which), and waiting
+    would not bring them."""
     row = judge(model, w)
+    if w.workload is None and w.llmisvc is None:
+        return replace(row, phase=Phase.FAILED, reason=ABSENT), True
     if row.phase in DONE and (why := stale_status(w)) is not None:
         return Lifecycle(model, Phase.DEGRADED, row.desired, row.ready, row.cache, why, row.scaling), False
     return row, row.phase in DONE or row.phase is Phase.FAILED

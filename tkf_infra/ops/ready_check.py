@@ -71,7 +71,7 @@ def confirm_ready(summary: dict[str, Any], catalog: Callable[[], Catalog | None]
     for name, (row, bound) in sorted(outcome.not_ready.items()):
         model = summary["models"][name]
         model["status"] = "failed"
-        when = "failed" if row.phase.value == "Failed" else f"not Ready {bound} s after the engine's wait"
+        when = "not Ready" if row.phase.value == "Failed" else f"not Ready {bound} s after the engine's wait"
         model.setdefault("reasons", []).append(
             f"{when}: {row.phase.value}, {row.reason} (`python -m tkf_infra status --stack {summary['stack']}` "
             "shows it live; the next `up` waits for it again)")
