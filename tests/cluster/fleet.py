@@ -17,6 +17,7 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -241,17 +242,10 @@ def cli_status(es: EngineStack) -> tuple[int, dict[str, Any]]:
     return proc.returncode, rows
 
 
-def cli_up(es: EngineStack, kube: KubeClient, namespace: str, *, timeout: float = 600.0,
-           stuck_s: float = STUCK_S, kubelets: Kubelets | None = None) -> UpRun:
-    """`python -m tkf_infra up --json` in the project copy (as CI runs it), watched (module doc), its pods'
-    downloads, weight waits and loading played by ``kubelets`` (:class:`Kubelets`)."""
-    kubelets = kubelets or Kubelets()
-    env = _cli_env(es)
-    t0 = time.monotonic()
-    proc = subprocess.Popen([str(es.project / ".venv" / "bin" / "python"), "-m", "tkf_infra", "up", "--stack",
-                             es.stack.name, "--json"], cwd=es.project, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    stopped = False
+def _watch(proc: subprocess.Popen[str], kube: KubeClient, namespace: str, kubelets: Kubelets, deadline: float,
+           stuck_s: float) -> bool:
+    """Play the kubelets while the CLI runs; SIGINT it (True) past the deadline or when the same pods stay
+    unschedulable ``stuck_s`` with nothing changing."""
     last: tuple[dict[str, str], frozenset[tuple[str, str, bool]]] | None = None
     since = looked = time.monotonic()
     while proc.poll() is None:
@@ -263,16 +257,34 @@ def cli_up(es: EngineStack, kube: KubeClient, namespace: str, *, timeout: float 
         snap = _snapshot(kube, namespace)
         if snap != last:
             last, since = snap, time.monotonic()
-        given_up = bool(snap[0]) and time.monotonic() - since > stuck_s
-        if given_up or time.monotonic() - t0 > timeout:
-            stopped = True
+        if (bool(snap[0]) and time.monotonic() - since > stuck_s) or time.monotonic() > deadline:
             os.killpg(proc.pid, signal.SIGINT)  # the CLI stops the engine cleanly (exit 7)
-            break
-    try:
-        out, err = proc.communicate(timeout=180)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+            return True
+    return False
+
+
+def cli_up(es: EngineStack, kube: KubeClient, namespace: str, *, timeout: float = 600.0,
+           stuck_s: float = STUCK_S, kubelets: Kubelets | None = None) -> UpRun:
+    """`python -m tkf_infra up --json` in the project copy (as CI runs it), watched (module doc), its pods'
+    downloads, weight waits and loading played by ``kubelets`` (:class:`Kubelets`)."""
+    kubelets = kubelets or Kubelets()
+    env = _cli_env(es)
+    t0 = time.monotonic()
+    # Files, not pipes: nothing reads the CLI's output until it exits, and a pipe holds 64 KiB — a 150-model
+    # `--json` summary filled it and the CLI blocked writing it, holding `up` open forever.
+    with tempfile.TemporaryFile("w+") as out_file, tempfile.TemporaryFile("w+") as err_file:
+        proc = subprocess.Popen([str(es.project / ".venv" / "bin" / "python"), "-m", "tkf_infra", "up", "--stack",
+                                 es.stack.name, "--json"], cwd=es.project, env=env, stdout=out_file,
+                                stderr=err_file, text=True, start_new_session=True)
+        stopped = _watch(proc, kube, namespace, kubelets, t0 + timeout, stuck_s)
+        try:
+            proc.wait(timeout=180)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        out_file.seek(0)
+        err_file.seek(0)
+        out, err = out_file.read(), err_file.read()
     try:
         summary: dict[str, Any] = json.loads(out)
     except json.JSONDecodeError:
