@@ -17,6 +17,7 @@ from tkf_infra import names
 from tkf_infra.live.lifecycle import Phase, Workload
 from tkf_infra.live.ready_wait import bound_seconds, settled, stale_status, wait_ready
 from tkf_infra.ops.ready_check import READINESS_KEY, confirm_ready
+from tkf_infra.ops.summary import failed_models, status_counts
 
 NS = "serving"
 
@@ -116,10 +117,11 @@ def test_the_bound_is_the_one_the_program_wrote_on_the_workload_or_the_providers
     assert bound_seconds(Workload()) == 600
 
 
-def summary_of(**models: str) -> dict[str, Any]:
-    return {"stack": "prod", "ok": True, "errors": [], "failedModels": [],
-            "models": {n: {"status": s, "changes": {}} for n, s in models.items()},
-            "counts": {}}
+def summary_of(**statuses: str) -> dict[str, Any]:
+    """An `up` summary as the engine's run left it (a rejected model already among `failedModels`)."""
+    models = {n: {"status": s, "changes": {}} for n, s in statuses.items()}
+    return {"stack": "prod", "ok": not failed_models(models), "errors": [], "failedModels": failed_models(models),
+            "models": models, "counts": status_counts(models)}
 
 
 def kubeconfig_stack(**cluster: Any) -> Any:
@@ -135,7 +137,7 @@ def test_up_names_the_model_that_did_not_turn_ready_and_fails_the_run() -> None:
     clock = Clock()
     confirm_ready(summary, kubeconfig_stack, lambda: outputs, lambda _: None,
                   connect=lambda _k, _c: cluster.client(), clock=clock, sleep=clock.sleep)
-    assert summary["ok"] is False and summary["failedModels"] == ["late"]
+    assert summary["ok"] is False and summary["failedModels"] == ["bad", "late"]
     late = summary["models"]["late"]
     assert late["status"] == "failed"
     assert late["reasons"][0].startswith("not Ready 60 s after the engine's wait: Degraded, 1/2 replicas ready")

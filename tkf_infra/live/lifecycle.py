@@ -293,14 +293,18 @@ def read_workload(client: httpx.Client, namespace: str, model: str, repo: str | 
     return Workload(isvc, workload, job, pods, gone)
 
 
+def read_endpoint(client: httpx.Client, ep: Mapping[str, Any], gone: frozenset[str]) -> Workload:
+    """The objects of one row of the stack's `endpoints` output (its `model` is `repo@revision`)."""
+    repo, _, revision = str(ep.get("model", "")).partition("@")
+    return read_workload(client, str(ep["namespace"]), str(ep["name"]), repo or None, revision or None, gone)
+
+
 def read_lifecycle(client: httpx.Client, endpoints: Iterable[Mapping[str, Any]]) -> list[Lifecycle]:
     """Every model of the stack's `endpoints` output, judged from the cluster."""
     out: list[Lifecycle] = []
     gone = unusable_nodes(client)
     for ep in endpoints:
-        repo, _, revision = str(ep.get("model", "")).partition("@")
-        w = read_workload(client, str(ep["namespace"]), str(ep["name"]), repo or None, revision or None, gone)
-        row = judge(str(ep["name"]), w)
+        row = judge(str(ep["name"]), read_endpoint(client, ep, gone))
         scaling = ep.get("scaling")
         if isinstance(scaling, Mapping) and isinstance(scaling.get("minReplicas"), int | float) and isinstance(
                 scaling.get("maxReplicas"), int | float):

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 from tkf_infra import names
-from tkf_infra.live.lifecycle import Lifecycle, Phase, Workload, judge, read_workload, unusable_nodes
+from tkf_infra.live.lifecycle import Lifecycle, Phase, Workload, judge, read_endpoint, unusable_nodes
 
 #: The provider's own await bound when an object carries no `pulumi.com/timeoutSeconds` (10 min: pulumi-kubernetes
 #: `pkg/await` DefaultTimeout for Deployments and StatefulSets at f47bc2d).
@@ -98,20 +98,21 @@ def wait_ready(client: httpx.Client, endpoints: Iterable[Mapping[str, Any]], *,
     """Read each endpoint's model until every one is settled or past its bound (see the module docstring)."""
     start = clock()
     waiting = {str(ep["name"]): ep for ep in endpoints}
-    deadlines: dict[str, tuple[float, int]] = {}
+    bounds: dict[str, int] = {}  # each model's bound in seconds from `start`, read from its workload once
     out = Outcome()
     said = start
     while waiting:
         gone = unusable_nodes(client)
         for name, ep in list(waiting.items()):
-            repo, _, revision = str(ep.get("model", "")).partition("@")
-            w = read_workload(client, str(ep["namespace"]), name, repo or None, revision or None, gone)
-            bound = deadlines.setdefault(name, (start + bound_seconds(w), bound_seconds(w)))
+            w = read_endpoint(client, ep, gone)
+            if name not in bounds:
+                bounds[name] = bound_seconds(w)
+            bound = bounds[name]
             row, done = settled(name, w)
             if done and row.phase in DONE:
                 out.ready.append(name)
-            elif done or clock() >= bound[0]:
-                out.not_ready[name] = (row, bound[1])
+            elif done or clock() >= start + bound:
+                out.not_ready[name] = (row, bound)
             else:
                 continue
             del waiting[name]

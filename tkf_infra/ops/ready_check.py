@@ -18,6 +18,7 @@ import httpx
 from tkf_infra.config import Catalog
 from tkf_infra.live.cluster import KubeconfigError, client_from_kubeconfig
 from tkf_infra.live.ready_wait import wait_ready
+from tkf_infra.ops.summary import failed_models, status_counts
 from tkf_infra.outputs import ENDPOINTS_OUTPUT
 
 #: Summary statuses of models whose objects this run wrote.
@@ -78,12 +79,5 @@ def confirm_ready(summary: dict[str, Any], catalog: Callable[[], Catalog | None]
     if outcome.not_ready:
         record["notReady"] = sorted(outcome.not_ready)
         summary["ok"] = False
-        summary["failedModels"] = sorted({*summary["failedModels"], *outcome.not_ready})
-        summary["counts"] = _counts(summary)
-
-
-def _counts(summary: dict[str, Any]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for m in summary["models"].values():
-        counts[m["status"]] = counts.get(m["status"], 0) + 1
-    return dict(sorted(counts.items()))
+        summary["failedModels"] = failed_models(summary["models"])
+        summary["counts"] = status_counts(summary["models"])

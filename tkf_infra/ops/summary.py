@@ -288,14 +288,13 @@ def summarize(stack_name: str, operation: str, tracker: RunTracker, ok: bool,
     stack_errors = list(outs.get(PROBLEMS_OUTPUT) or []) + stack_errors
     models = {name: tracker.report(name).as_dict() for name in sorted(tracker.models)}
     add_fit_verdicts(models, outs, excluded)
-    counts = Counter(m["status"] for m in models.values())
-    failed = sorted(n for n, m in models.items() if m["status"] in {"failed", "rejected", "interrupted"})
+    failed = failed_models(models)
     return {
         "stack": stack_name,
         "operation": operation,
         "ok": ok and not failed and not stack_errors,
         "models": models,
-        "counts": dict(sorted(counts.items())),
+        "counts": status_counts(models),
         "failedModels": failed,
         "errors": stack_errors,
         **(extra or {}),
@@ -325,6 +324,19 @@ def add_fit_verdicts(models: dict[str, dict[str, Any]], outs: Mapping[str, Any],
             models[x.label]["fit"] = _STAGE_VERDICT[x.stage]
 
 
+#: Model statuses that make a run fail (`failedModels`, exit 1).
+FAILED_STATUSES = frozenset({"failed", "rejected", "interrupted"})
+
+
+def failed_models(models: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    return sorted(n for n, m in models.items() if m["status"] in FAILED_STATUSES)
+
+
+def status_counts(models: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    """The summary's `counts`: how many models ended in each status."""
+    return dict(sorted(Counter(str(m["status"]) for m in models.values()).items()))
+
+
 def mark_interrupted(final: dict[str, Any], preview: dict[str, Any] | None, signal: str, operation: str) -> None:
     """An interrupted run's summary: each model whose planned changes were not all made is `interrupted`."""
     final["interrupted"] = signal
@@ -347,8 +359,7 @@ def mark_interrupted(final: dict[str, Any], preview: dict[str, Any] | None, sign
             del done["reasons"]
         if cut_short or (done["status"] != "failed" and any(done["changes"].get(k, 0) < v for k, v in want.items())):
             done["status"] = "interrupted"
-    final["failedModels"] = sorted(n for n, m in final["models"].items()
-                                   if m["status"] in {"failed", "rejected", "interrupted"})
+    final["failedModels"] = failed_models(final["models"])
 
 
 _BARE_OP_FAILURES = {f"{op} failed" for op in ("create", "update", "delete", "replace", "read", "refresh",
