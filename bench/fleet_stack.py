@@ -271,7 +271,7 @@ class Measured:
         saved = stack.workspace.env_vars
         stack.workspace.env_vars = {**saved, **targeting.env}
         try:
-            return call(target=targeting.urns)
+            return call(exclude=targeting.excludes)
         finally:
             stack.workspace.env_vars = saved
 

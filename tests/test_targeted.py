@@ -1,6 +1,7 @@
-"""Targeted runs (`preview|up --models`, tkf_infra/targeted.py) under mocks: the URN patterns pick exactly the named
-models' objects and the shared ones (matched as the engine matches `--target` globs), the program stops a
-targeted run that would leave another model stale, and the CLI refuses an unknown name by name.
+"""Targeted runs (`preview|up --models`, tkf_infra/targeted.py) under mocks: the program registers the named models'
+objects and the shared ones, the exclusions (matched as the engine matches `--exclude` globs) keep every other
+object of a full run and none of those, the program stops a targeted run that would leave another model stale,
+and the CLI refuses an unknown name by name.
 
 The engine tier (tests/engine/test_cli.py) and the API-server tier (tests/kube/platform/test_targeted_on_apiserver.py)
 run the same patterns through the real engine."""
@@ -21,11 +22,15 @@ from tests.mocks import CPU, QWEN_05B, Harness, Registered, program, stack_doc
 from tkf_infra import names
 from tkf_infra.outputs import DEPLOYED_OUTPUT
 from tkf_infra.targeted import (
+    TARGET_KEEP_ENV,
     TARGET_MODELS_ENV,
+    Keep,
+    exclude_patterns,
+    kept,
+    skip_set,
     targeted_models,
     targeted_refusal,
     untargeted_changes,
-    urn_patterns,
 )
 
 A = {**CPU, "name": "a"}
@@ -57,38 +62,62 @@ def matched(patterns: Iterable[str], all_urns: Iterable[str]) -> set[str]:
     return {u for u in all_urns if any(g.match(u) for g in globs)}
 
 
-def test_a_models_patterns_pick_its_objects_its_cache_and_the_shared_objects_only() -> None:
-    h = program(stack_doc(A, C, backend="vllm"), stack="s")
+def caches_of(*models: dict[str, Any]) -> dict[str, str | None]:
+    return {str(m["name"]): names.weight_cache(str(m["repo"]), str(m["revision"])) for m in models}
+
+
+def targeted(doc: dict[str, Any], named: list[str], *models: dict[str, Any],
+             monkeypatch: pytest.MonkeyPatch) -> tuple[set[str], set[str], dict[str, Registered]]:
+    """A targeted run of `doc` naming `named`, as the CLI sets it up: (the URNs it registers, the URNs its
+    exclusions match among a full run's, the full run's URNs)."""
+    monkeypatch.delenv(TARGET_MODELS_ENV, raising=False)
+    monkeypatch.delenv(TARGET_KEEP_ENV, raising=False)
+    last = {DEPLOYED_OUTPUT: deployed_now(doc)}
+    full = urns(program(doc, stack="s", previous=last), "s")
+    keep = skip_set(named, caches_of(*models), {})
+    monkeypatch.setenv(TARGET_MODELS_ENV, json.dumps(named))
+    monkeypatch.setenv(TARGET_KEEP_ENV, keep.as_json())
+    h = program(doc, stack="s", previous=last)
     assert h.error is None, h.error
-    registered = urns(h, "s")
+    return set(urns(h, "s")), matched(exclude_patterns("s", "tkf-infra", keep), full), full
+
+
+def test_a_targeted_run_steps_its_models_objects_its_cache_and_the_shared_ones_and_keeps_the_rest(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    registered, kept_urns, full = targeted(stack_doc(A, C, backend="vllm"), ["c"], A, C, monkeypatch=monkeypatch)
+    # nothing is deleted: every object of a full run is registered or kept by an exclusion
+    assert set(full) <= registered | kept_urns, sorted(set(full) - registered - kept_urns)
+    stepped = registered - kept_urns
     cache_c = names.weight_cache(str(C["repo"]), str(C["revision"]))
-    got = matched(urn_patterns("s", "tkf-infra", ["c"], [cache_c]), registered)
-    of_c = {u for u, r in registered.items() if r.name == "c" or r.name.startswith("c-")}
-    of_cache = {u for u, r in registered.items() if r.name.startswith(cache_c)}
-    shared = {u for u, r in registered.items() if r.name in (names.FIT_CHECK, names.FLEET_FACTS_RESOURCE,
-                                                              names.METRICS_PROXY_RESOURCE)}
+    of_c = {u for u, r in full.items() if r.name == "c" or r.name.startswith("c-")}
+    of_cache = {u for u, r in full.items() if r.name.startswith(cache_c)}
+    shared = {u for u, r in full.items() if r.name in (names.FIT_CHECK, names.FLEET_FACTS_RESOURCE,
+                                                       names.METRICS_PROXY_RESOURCE)}
     assert len(shared) == 3 and of_c and len(of_cache) == 3  # the component, its PVC and its download Job
-    assert {registered[u].type for u in of_c} >= {names.MODEL_SERVING_TYPE, "kubernetes:apps/v1:Deployment",
-                                                  "kubernetes:core/v1:Service",
-                                                  "kubernetes:networking.k8s.io/v1:NetworkPolicy"}
-    assert got == of_c | of_cache | shared, sorted(got ^ (of_c | of_cache | shared))
-    untouched = set(registered) - got
-    assert any(registered[u].name == "a" for u in untouched)
-    assert not any(r.type == names.STACK_TYPE for r in map(registered.get, got) if r)
+    assert {full[u].type for u in of_c} >= {names.MODEL_SERVING_TYPE, "kubernetes:apps/v1:Deployment",
+                                            "kubernetes:core/v1:Service",
+                                            "kubernetes:networking.k8s.io/v1:NetworkPolicy"}
+    assert of_c | of_cache | shared <= stepped, sorted((of_c | of_cache | shared) - stepped)
+    of_a = {u for u, r in full.items() if r.name == "a" or r.name.startswith("a-")}
+    assert of_a and of_a <= kept_urns and not of_a & registered  # model a is neither registered nor stepped
+    assert not any(full[u].type == names.STACK_TYPE for u in kept_urns)
 
 
-def test_a_prefix_of_another_models_name_also_steps_that_model_never_skips_one() -> None:
-    h = program(stack_doc(A, B, backend="vllm"), stack="s")
-    registered = urns(h, "s")
-    got = matched(urn_patterns("s", "tkf-infra", ["a"], []), registered)
-    assert {registered[u].name for u in got} >= {"a", "a-deployment", "a-b-deployment"}
-    assert "a-b" not in {registered[u].name for u in got}  # the component itself is named exactly
+def test_a_prefix_of_another_models_name_steps_both_never_keeps_a_named_models_object(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for named in (["a"], ["a-b"]):
+        registered, kept_urns, full = targeted(stack_doc(A, B, backend="vllm"), named, A, B,
+                                               monkeypatch=monkeypatch)
+        names_stepped = {full[u].name for u in registered - kept_urns if u in full}
+        assert {"a", "a-b", "a-deployment", "a-b-deployment"} <= names_stepped, (named, sorted(names_stepped))
 
 
-def test_the_fit_checks_pattern_is_its_real_type_token() -> None:
-    h = program(stack_doc(A, backend="vllm"), stack="s")
-    fit = [u for u, r in urns(h, "s").items() if r.name == names.FIT_CHECK]
-    assert matched(urn_patterns("s", "tkf-infra", [], []), fit) == set(fit) and len(fit) == 1
+def test_skip_set_keeps_unnamed_models_and_caches_only_nobody_stepped_reads() -> None:
+    now = {"a": "w-x", "b": "w-x", "c": "w-y", "d": "w-z"}
+    keep = skip_set(["a"], now, {"a": "w-old", "gone": "w-g"})
+    assert keep == Keep(frozenset({"b", "c", "d", "gone"}), frozenset({"w-y", "w-z", "w-g"}))
+    # a cache whose name extends a stepped one's is stepped with it (its objects' glob would match)
+    assert skip_set(["a"], {"a": "w", "b": "w-2"}, {}).caches == frozenset()
 
 
 def deployed_now(doc: dict[str, Any]) -> dict[str, Any]:
@@ -133,6 +162,11 @@ def test_the_target_list_in_the_environment_is_checked() -> None:
     with pytest.raises(ValueError, match=f"{TARGET_MODELS_ENV} is 'a,b', not a JSON list"):
         targeted_models({TARGET_MODELS_ENV: "a,b"})
     assert targeted_refusal([], {}, {TARGET_MODELS_ENV: "{"}) is not None
+    assert kept({}) is None
+    assert kept({TARGET_KEEP_ENV: '{"models": ["b"], "caches": []}'}) == Keep(frozenset({"b"}), frozenset())
+    with pytest.raises(ValueError, match=f"{TARGET_KEEP_ENV} is '\\[\\]', not a JSON"):
+        kept({TARGET_KEEP_ENV: "[]"})
+    assert targeted_refusal([], {}, {TARGET_MODELS_ENV: '["a"]', TARGET_KEEP_ENV: "x"}) is not None
 
 
 class FakeStack:
@@ -164,14 +198,17 @@ def test_the_cli_refuses_an_unknown_model_naming_it_and_the_known_ones(tmp_path:
         parse_models("a,,b")
 
 
-def test_the_cli_targets_a_models_cache_as_it_is_now_and_as_it_was_deployed(tmp_path: Path) -> None:
+def test_the_cli_steps_a_models_cache_as_it_is_now_and_as_it_was_deployed(tmp_path: Path) -> None:
     from tkf_infra.ops.targets import resolve
 
     old: dict[str, str] = {"repo": "Qwen/Qwen2.5-0.5B-Instruct", "revision": "1" * 40}
-    stack: Any = FakeStack(tmp_path, [{"name": "a", "repo": QWEN_05B["repo"]}], {"a": old, "gone": C})
+    stack: Any = FakeStack(tmp_path, [{"name": "a", "repo": QWEN_05B["repo"]}, {"name": "k", "repo": "x/k"}],
+                           {"a": old, "gone": C})
     t = resolve(stack, ("a", "gone"))
-    for repo, revision in ((QWEN_05B["repo"], QWEN_05B["revision"]), (old["repo"], old["revision"]),
-                           (C["repo"], C["revision"])):
-        cache = names.weight_cache(str(repo), str(revision))
-        assert f"urn:pulumi:s::tkf-infra::{names.WEIGHT_CACHE_TYPE}*::{cache}" in t.urns
+    caches = {names.weight_cache(str(repo), str(revision)) for repo, revision in (
+        (QWEN_05B["repo"], QWEN_05B["revision"]), (old["repo"], old["revision"]), (C["repo"], C["revision"]))}
+    assert t.keep == Keep(frozenset({"k"}), frozenset({names.weight_cache("x/k", str(QWEN_05B["revision"]))}))
+    assert not caches & t.keep.caches
+    assert f"urn:pulumi:s::tkf-infra::{names.MODEL_SERVING_TYPE}*::k" in t.excludes
     assert json.loads(t.env[TARGET_MODELS_ENV]) == ["a", "gone"]
+    assert kept(t.env) == t.keep

@@ -32,7 +32,7 @@ from tkf_infra.plan import FleetPlan, LiveFindings, plan_fleet
 from tkf_infra.plan.admission import ClusterState, Footprints
 from tkf_infra.plan.pins import read_pins
 from tkf_infra.sizing.ec2 import InstanceGpus
-from tkf_infra.targeted import targeted_refusal
+from tkf_infra.targeted import kept, targeted_refusal
 
 
 @dataclass(frozen=True)
@@ -366,7 +366,8 @@ def deploy(edge: Edge | None = None) -> Any:
     from tkf_infra.outputs import export_outputs
 
     contract = one_stack(fleet_plan, run.environment, outputs or {}) if run.layer == Layer.ALL else None
-    fleet = build_fleet(fleet_plan, api_keys=api_keys, stack=run.environment, layer=run.layer, kubeconfig=kubeconfig)
+    fleet = build_fleet(fleet_plan, api_keys=api_keys, stack=run.environment, layer=run.layer, kubeconfig=kubeconfig,
+                        keep=kept())  # checked by targeted_refusal above
     export_outputs(fleet_plan, api_keys)
     if contract is not None:
         from tkf_infra.platform_contract import PLATFORM_CONTRACT_OUTPUT

@@ -1,25 +1,39 @@
-"""A targeted run (`python -m tkf_infra preview|up --models a,b`): the whole program runs, the engine steps only
-the named models' objects, the objects every model shares, and the stack's outputs.
+"""A targeted run (`python -m tkf_infra preview|up --models a,b`): the engine steps the named models' objects, the
+objects every model shares, and the stack's outputs; the program registers every model except those the run keeps.
 
-Why the whole program: the fit check and admission must see the whole fleet, so a targeted run refuses what a
-full run refuses (a model that no longer fits because another was added, a pool that ran out of room), and the
-outputs (`endpoints`, the gateway's model list, `deployed`) are built from the whole plan as in a full run. What
-the engine skips is the per-resource work that follows each object's property leaves (docs/performance.md): the
-Kubernetes provider's Check and Diff of every other model's objects, which the engine then keeps as they are
-in state (`pulumi up --target`). The root stack and the providers are always stepped by the engine, so the
-outputs are written in full.
+Why the plan still sees the whole fleet: the fit check and admission must, so a targeted run refuses what a full
+run refuses (a model that no longer fits because another was added, a pool that ran out of room), and the
+outputs (`endpoints`, the gateway's model list, `deployed`) are built from the whole plan as in a full run.
 
-Why a targeted run can refuse what it would leave stale: an object the engine does not step keeps its old
-inputs even when the program registered new ones. So the program compares every model the run does not name
-with what the last run deployed (`untargeted_changes`) and stops before registering anything when one changed,
-was added or was removed: the message names them, and the fix is to name them too or to run without --models.
-Stack-level settings (`serving`, `namespaces`, …) are not compared: an edit of those needs a full run (README).
+Why the models the run keeps are not even registered: a registered object costs the SDK's serialization of its
+inputs, an engine step, the Kubernetes provider's Check and Diff (they follow each object's property leaves,
+docs/performance.md) and its place in every checkpoint, which kept a one-model edit at 200 models at 3× the same
+edit at 2. The engine keeps an object of its state that the program did not register when an `--exclude` glob
+matches it, with everything it depends on (pulumi `pkg/resource/deploy/step_generator.go` at v3.274.1,
+`GenerateDeletes` and `determineForbiddenResourcesToDeleteFromExcludes`: an "untargeted same" step, handed to
+stack policies as it is in state), and steps every registered object no glob matches. So the run is an
+exclusion, not a `--target` list: the engine deletes, or refuses to delete, every dependent of a target the
+program did not register (`determineAllowedResourcesToDeleteFromTargets`), and every workload depends on the
+FitCheck, which must be stepped. `skip_set` says what the run keeps, the CLI excludes exactly that
+(`exclude_patterns`), and the program registers everything else (`skipped` tells it what to leave out): an
+object the program leaves out and no glob matches would be deleted.
 
-The URNs are built from the type tokens and Pulumi names in `tkf_infra.names`, as globs the engine matches
-(`*` within a URN segment, `**` across): a model added by the edit is targeted before it exists, a removed one
-is deleted by the same patterns. A model's objects are named `<model>-<suffix>` under its component, so the
-pattern of model `a` also matches the objects of a model named `a-b`: those are stepped too (diffed, unchanged),
-never skipped.
+Kept, besides the models the run does not name: their weight caches, and the platform's pieces (node pools, GPU
+Operator, serving prerequisites, observability: an edit of those needs a full run, README). Stepped: the named
+models and their caches, the FitCheck, the plan-facts and sidecar-source ConfigMaps, the MIG sharing layout, the
+serving namespace, the API-key Secret and the provider.
+
+Why a targeted run can refuse what it would leave stale: a kept object keeps its old inputs whatever the program
+would register. So the program compares every model the run does not name with what the last run deployed
+(`untargeted_changes`) and stops before registering anything when one changed, was added or was removed: the
+message names them, and the fix is to name them too or to run without --models. Stack-level settings
+(`serving`, `namespaces`, …) are not compared: an edit of those needs a full run (README).
+
+The exclusion globs are built from the type tokens and Pulumi names in `tkf_infra.names`, as the engine matches
+them (`*` within a URN segment, `**` across). A model's objects are named `<model>-<suffix>` under its
+component, so the glob of a kept model `a` would also match the objects of a named model `a-b` (and a kept
+`a-b`'s, those of a named `a` with a suffix `b-…`): a model whose name extends another's, either way, is kept
+only when both are, and the same for caches.
 """
 
 from __future__ import annotations
@@ -27,51 +41,103 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from tkf_infra import names
 
 #: Set by `python -m tkf_infra preview|up --models` for the engine's run: JSON list of the models it names.
 TARGET_MODELS_ENV = "TKF_TARGET_MODELS"
-CONFIGMAP_TYPE = "kubernetes:core/v1:ConfigMap"
+#: Set with it: JSON `{"models": [...], "caches": [...]}`, what the run keeps and the program does not register.
+TARGET_KEEP_ENV = "TKF_TARGET_KEEP"
+#: The platform's components, which a targeted run keeps as they are in state.
+KEPT_PLATFORM_TYPES = (names.GPU_NODE_POOL_TYPE, names.GPU_OPERATOR_TYPE, names.SERVING_PREREQUISITES_TYPE,
+                       names.OBSERVABILITY_TYPE)
 
 
-def urn_patterns(stack: str, project: str, models: Iterable[str], caches: Iterable[str]) -> list[str]:
-    """The engine's `--target` list for these models and weight caches (their components and every object under
-    them), with the stack's shared objects: the FitCheck, the plan-facts and sidecar-source ConfigMaps, the MIG
-    sharing component and what it holds.
+@dataclass(frozen=True)
+class Keep:
+    """What a targeted run keeps as it is in state: these models and weight caches (by Pulumi name)."""
 
-    Every entry is a glob: the engine refuses a literal target that no resource of the run or of the state has
-    (a stack without MIG pools has no sharing component, a refused new model registers nothing), but not a glob
-    that matches nothing. The `*` after a type matches nothing in our URNs (a type is followed by `::`, and a
-    child's `$type` holds a colon), so `<type>*::<name>` is that one resource."""
+    models: frozenset[str]
+    caches: frozenset[str]
+
+    def as_json(self) -> str:
+        return json.dumps({"models": sorted(self.models), "caches": sorted(self.caches)})
+
+
+def _related(a: str, b: str) -> bool:
+    """Whether one name's object glob (`<name>-*`) can match the other's objects."""
+    return a == b or a.startswith(f"{b}-") or b.startswith(f"{a}-")
+
+
+def _stepped(every: set[str], seeds: set[str]) -> set[str]:
+    """`seeds` and every name related to a stepped one, transitively."""
+    out = set(seeds)
+    while grown := {n for n in every - out if any(_related(n, s) for s in out)}:
+        out |= grown
+    return out
+
+
+def skip_set(named: Iterable[str], now: Mapping[str, str | None], before: Mapping[str, str | None]) -> Keep:
+    """What a run naming `named` keeps, from each model's weight cache in the catalog now (`now`) and as the last
+    run deployed it (`before`; None: unknown). A model is stepped when named or related to a stepped one; a
+    cache when a stepped model reads it, now or before, or related to a stepped one."""
+    models = {*now, *before}
+    stepped = _stepped(models, set(named) & models)
+    caches = {c for c in (*now.values(), *before.values()) if c}
+    readers = {c for m in stepped for c in (now.get(m), before.get(m)) if c}
+    return Keep(frozenset(models - stepped), frozenset(caches - _stepped(caches, readers)))
+
+
+def exclude_patterns(stack: str, project: str, keep: Keep) -> list[str]:
+    """The engine's `--exclude` list of a run keeping `keep`: each kept model's and cache's component and every
+    object under it, and the platform's components with theirs. The `*` after a type matches nothing in our
+    URNs (a type is followed by `::`, and a child's `$type` holds a colon), so `<type>*::<name>` is that one
+    resource."""
     base = f"urn:pulumi:{stack}::{project}::"
-
-    def one(rtype: str, name: str) -> str:
-        return f"{base}{rtype}*::{name}"
-
     out: list[str] = []
-    for model in sorted(set(models)):
-        out += [one(names.MODEL_SERVING_TYPE, model), f"{base}{names.MODEL_SERVING_TYPE}$**::{model}-*"]
-    for cache in sorted(set(caches)):
-        out += [one(names.WEIGHT_CACHE_TYPE, cache), f"{base}{names.WEIGHT_CACHE_TYPE}$**::{cache}-*"]
-    return [*out, one(names.FIT_CHECK_TYPE, names.FIT_CHECK), one(CONFIGMAP_TYPE, names.FLEET_FACTS_RESOURCE),
-            one(CONFIGMAP_TYPE, names.METRICS_PROXY_RESOURCE), one(names.GPU_SHARING_TYPE, names.GPU_SHARING_RESOURCE),
-            f"{base}{names.GPU_SHARING_TYPE}$**"]
+    for rtype, kept in ((names.MODEL_SERVING_TYPE, keep.models), (names.WEIGHT_CACHE_TYPE, keep.caches)):
+        for name in sorted(kept):
+            out += [f"{base}{rtype}*::{name}", f"{base}{rtype}$**::{name}-*"]
+    for rtype in KEPT_PLATFORM_TYPES:
+        out += [f"{base}{rtype}*::*", f"{base}{rtype}$**"]
+    return out
+
+
+def _json_env(environ: Mapping[str, str], key: str) -> Any:
+    text = environ.get(key, "")
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _bad(key: str, text: str, what: str) -> ValueError:
+    return ValueError(f"{key} is {text!r}, not {what}; unset it (only `python -m tkf_infra preview|up --models` "
+                      "sets it)")
+
+
+def kept(environ: Mapping[str, str] = os.environ) -> Keep | None:
+    """What the CLI's targeted run keeps (None for a full run, or when plain `pulumi` runs the program)."""
+    data = _json_env(environ, TARGET_KEEP_ENV)
+    if data is None:
+        return None
+    parts = [data.get(k) if isinstance(data, dict) else None for k in ("models", "caches")]
+    if not all(isinstance(p, list) and all(isinstance(x, str) for x in p) for p in parts):
+        raise _bad(TARGET_KEEP_ENV, environ[TARGET_KEEP_ENV], 'a JSON {"models": [names], "caches": [names]}')
+    return Keep(frozenset(parts[0] or ()), frozenset(parts[1] or ()))
 
 
 def targeted_models(environ: Mapping[str, str] = os.environ) -> frozenset[str] | None:
     """The models the CLI's targeted run names (None for a full run, or when plain `pulumi` runs the program)."""
-    text = environ.get(TARGET_MODELS_ENV, "")
-    if not text:
+    data = _json_env(environ, TARGET_MODELS_ENV)
+    if data is None:
         return None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        data = None
     if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
-        raise ValueError(f"{TARGET_MODELS_ENV} is {text!r}, not a JSON list of model names; unset it (only "
-                         "`python -m tkf_infra preview|up --models` sets it)")
+        raise _bad(TARGET_MODELS_ENV, environ[TARGET_MODELS_ENV], "a JSON list of model names")
     return frozenset(data)
 
 
@@ -103,6 +169,7 @@ def targeted_refusal(models: Iterable[Any], before: Mapping[str, Any],
 
     try:
         named = targeted_models(environ)
+        kept(environ)
     except ValueError as err:
         return str(err)
     if named is None:

@@ -51,14 +51,15 @@ def run_operation(stack: auto.Stack, operation: str, *, on_output: Callable[[str
     `refused_by_policy`: the models the pack refused at that preview; the program is told, so it
     leaves them out (stage `policy` in the `rejected` output) or keeps them at their last deployed
     settings, and never publishes a route to them.
-    `targeting`: a targeted preview or up (`--models`, tkf_infra/targeted.py): the engine steps only its URNs.
-    The preview's failed resources are then not excluded from the up (the engine takes no exclude list beside a
-    target list): the program leaves the policy's refusals out or at their last settings, and continue-on-error
-    keeps any other failure to its model.
+    `targeting`: a targeted preview or up (`--models`, tkf_infra/targeted.py): the engine keeps what its
+    exclusions match. The preview's failed resources are then not excluded from the up (they are excluded with
+    their dependents, which would keep the named models' workloads too, since they depend on the platform's
+    pieces): the program leaves the policy's refusals out or at their last settings, and continue-on-error keeps
+    any other failure to its model.
     """
     stack.workspace.env_vars = {**stack.workspace.env_vars, POLICY_REFUSALS_ENV: json.dumps(refused_by_policy or {}),
                                 **(targeting.env if targeting else {TARGET_MODELS_ENV: ""})}
-    target = targeting.urns if targeting else None
+    kept = targeting.excludes if targeting else None
     tracker = RunTracker(operation)
     excluded: list[str] = []
     if after is not None:
@@ -74,14 +75,13 @@ def run_operation(stack: auto.Stack, operation: str, *, on_output: Callable[[str
     extra: dict[str, Any] = {}
     try:
         if operation == "preview":
-            res = stack.preview(on_event=on_event, on_output=on_output, diff=False, target=target,
+            res = stack.preview(on_event=on_event, on_output=on_output, diff=False, exclude=kept,
                                 policy_packs=policy.pack.policy_packs,
                                 policy_pack_configs=policy.pack.policy_pack_configs)
             extra["changeSummary"] = {str(getattr(k, "value", k)): v for k, v in res.change_summary.items()}
         elif operation == "up":
-            exclude = [] if target else excluded
-            up = stack.up(on_event=on_event, on_output=on_output, continue_on_error=True, target=target,
-                          exclude=exclude or None, exclude_dependents=True if exclude else None,
+            up = stack.up(on_event=on_event, on_output=on_output, continue_on_error=True,
+                          exclude=kept or excluded or None, exclude_dependents=True if excluded and not kept else None,
                           policy_packs=policy.pack.policy_packs,
                           policy_pack_configs=policy.pack.policy_pack_configs)
             extra["changeSummary"] = dict(up.summary.resource_changes or {})

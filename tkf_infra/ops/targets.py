@@ -1,9 +1,9 @@
-"""Which URNs a targeted run (`preview|up --models a,b`) hands the engine, from the stack's own catalog and, for a
-model the edit removed, its last deployment (`tkf_infra.targeted` says what is stepped and why).
+"""Which URNs a targeted run (`preview|up --models a,b`) tells the engine to keep, from the stack's own catalog
+and, for a model the edit removed, its last deployment (`tkf_infra.targeted` says what is stepped and why).
 
-Why here and not in the program: the engine needs the target list before the program starts. The catalog is
+Why here and not in the program: the engine needs the exclusion list before the program starts. The catalog is
 read raw (names, repo and revision after `modelDefaults`), not validated: a named entry the catalog refuses is
-still targeted, and the program refuses it as a full run would.
+still stepped, and the program refuses it as a full run would.
 """
 
 from __future__ import annotations
@@ -22,19 +22,20 @@ from tkf_infra.config.reader import read_stack_file
 from tkf_infra.config.validate import deep_merge
 from tkf_infra.ops.stacks import UsageError, project_name, stack_outputs
 from tkf_infra.outputs import DEPLOYED_OUTPUT
-from tkf_infra.targeted import TARGET_MODELS_ENV, urn_patterns
+from tkf_infra.targeted import TARGET_KEEP_ENV, TARGET_MODELS_ENV, Keep, exclude_patterns, skip_set
 
 
 @dataclass(frozen=True)
 class Targeting:
-    """A targeted run: the models it names, the engine's `--target` list, the program's environment."""
+    """A targeted run: the models it names, what it keeps, the engine's `--exclude` list, the program's environment."""
 
     models: tuple[str, ...]
-    urns: list[str]
+    keep: Keep
+    excludes: list[str]
 
     @property
     def env(self) -> dict[str, str]:
-        return {TARGET_MODELS_ENV: json.dumps(list(self.models))}
+        return {TARGET_MODELS_ENV: json.dumps(list(self.models)), TARGET_KEEP_ENV: self.keep.as_json()}
 
 
 def parse_models(text: str) -> tuple[str, ...]:
@@ -79,9 +80,10 @@ def _cache(entry: Mapping[str, Any]) -> str | None:
 
 
 def resolve(stack: auto.Stack, models: tuple[str, ...]) -> Targeting:
-    """The targets of `models` on `stack`; a name neither in its catalog nor in its last deployment is a usage
-    error naming it and the names there are. Each model's weight cache is targeted as the catalog names it now
-    and as the last run deployed it: a removed model, or a new revision, leaves a cache to update or delete."""
+    """A run of `models` on `stack`: what it keeps and the engine's exclusions for it; a name neither in its catalog
+    nor in its last deployment is a usage error naming it and the names there are. Each model's weight cache is
+    read as the catalog names it now and as the last run deployed it: a removed model, or a new revision, leaves
+    a cache to update or delete, which the run then steps."""
     entries = raw_entries(stack_settings(stack))
     try:
         found = stack_outputs(stack).get(DEPLOYED_OUTPUT)
@@ -93,6 +95,6 @@ def resolve(stack: auto.Stack, models: tuple[str, ...]) -> Targeting:
         known = sorted({*entries, *deployed})
         raise UsageError(f"--models: no model named {', '.join(map(repr, unknown))} in stack {stack.name!r} (its "
                          f"catalog or its last deployment); known: {', '.join(known) or 'none'}")
-    caches = {c for m in models for e in (entries.get(m), deployed.get(m)) if isinstance(e, Mapping)
-              if (c := _cache(e))}
-    return Targeting(models, urn_patterns(stack.name, project_name(), models, caches))
+    keep = skip_set(models, {m: _cache(e) for m, e in entries.items()},
+                    {m: _cache(e) if isinstance(e, Mapping) else None for m, e in deployed.items()})
+    return Targeting(models, keep, exclude_patterns(stack.name, project_name(), keep))
