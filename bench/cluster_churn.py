@@ -67,6 +67,10 @@ def row(label: str, run: UpRun, f: Fleet) -> dict[str, Any]:
             "ready": sum(1 for p in serving if pod_ready(p)),
             "pending": sum(1 for p in serving if not p["spec"].get("nodeName")),
             "exit": run.returncode, "stopped": run.stopped, "seconds": round(run.seconds),
+            "failures": {n: " | ".join(m.get("reasons") or ["(no reason given)"])
+                         for n, m in sorted(summary.items()) if m.get("status") == "failed"},
+            "errors": run.summary.get("errors") or ([] if run.summary else [f"no --json summary; stderr tail: "
+                                                                           f"{run.stderr[-600:]}"]),
             "unready": [f"{p['metadata']['name']} ({(p['metadata'].get('ownerReferences') or [{}])[0].get('kind')}, "
                         f"{p['status'].get('phase')})" for p in serving if not pod_ready(p)]}
 
@@ -80,6 +84,11 @@ def print_row(size: int, r: dict[str, Any]) -> None:
           f"{'ok' if ok else 'MISS'}", flush=True)
     if r["unready"]:
         print(f"      not Ready when `up` ended: {', '.join(r['unready'])}", flush=True)
+    # A miss must carry its evidence: each failed model's reasons and the run's own errors, as `up` gave them.
+    for name, why in r["failures"].items():
+        print(f"      failed {name}: {why[:400]}", flush=True)
+    for err in r["errors"][:5] if r["failures"] or not ok else ():
+        print(f"      error: {err[:400]}", flush=True)
 
 
 def bench_size(size: int, seed: int, rounds: int, edits: int, workdir: Path,

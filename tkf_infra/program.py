@@ -201,8 +201,10 @@ def cluster_facts(catalog: Catalog) -> ClusterState | None:
     if target.mode != "kubeconfig" or not target.kubeconfig:
         return None
     from tkf_infra.live.cluster import cluster_state
+    from tkf_infra.plan.piece_namespaces import written_namespaces
 
-    return cluster_state(target.kubeconfig, target.context, catalog.settings.namespaces.serving)
+    return cluster_state(target.kubeconfig, target.context, catalog.settings.namespaces.serving,
+                         [w.namespace for w in written_namespaces(catalog)])
 
 
 def kubeconfig_text(catalog: Catalog) -> str | None:

@@ -1,7 +1,8 @@
 """The cluster's own word on room: Nodes (less their DaemonSet pods), storage (CSIStorageCapacity, ResourceQuota,
-PVCs, StorageClass provisioners) and served APIs.
+PVCs, StorageClass provisioners), served APIs, and whether the namespaces of pieces already installed that the
+program writes into exist.
 
-Why a reader of our own over httpx (already a pin) instead of the `kubernetes` client: five GET
+Why a reader of our own over httpx (already a pin) instead of the `kubernetes` client: a few GET
 requests need no generated client, and the kubeconfig forms a preview meets (bearer token or token
 file, client certificate, an `exec` credential plugin such as `aws eks get-token`, a CA or
 insecure-skip-tls-verify) are a few lines each. Everything read is turned into plain data
@@ -17,7 +18,7 @@ import os
 import ssl
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -123,18 +124,21 @@ class Unreachable(ValueError):
     """The server did not answer at all (so the other reads are not tried: each would wait its timeout)."""
 
 
-def _get(client: httpx.Client, path: str) -> dict[str, Any]:
-    """GET a path; ValueError with what went wrong (network, HTTP status and the server's message)."""
+def _get(client: httpx.Client, path: str, *, absent_ok: bool = False) -> dict[str, Any]:
+    """GET a path; ValueError with what went wrong (network, HTTP status and the server's message).
+    With `absent_ok`, a 404 answers {} (the object does not exist: an answer, not a failure)."""
     try:
         response = client.get(path)
     except httpx.HTTPError as exc:
         raise Unreachable(f"GET {path} did not answer ({type(exc).__name__}: {exc})") from None
+    if absent_ok and response.status_code == 404:
+        return {}
     if not response.is_success:
         try:
             message = response.json().get("message", response.text)
         except ValueError:
             message = response.text
-        hint = "; the credentials need list on it (RBAC)" if response.status_code in (401, 403) else ""
+        hint = "; the credentials need get/list on it (RBAC)" if response.status_code in (401, 403) else ""
         raise ValueError(f"GET {path} answered HTTP {response.status_code}: {message[:300]}{hint}")
     body: dict[str, Any] = response.json()
     return body
@@ -185,8 +189,10 @@ def daemon_pods(client: httpx.Client) -> dict[str, tuple[int, int, int]]:
     return out
 
 
-def read_cluster(client: httpx.Client, source: str, namespace: str) -> ClusterState:
-    """Nodes, storage and served APIs; each part that fails carries its error (never raises)."""
+def read_cluster(client: httpx.Client, source: str, namespace: str, present: Sequence[str] = ()) -> ClusterState:
+    """Nodes, storage and served APIs, and whether each namespace in `present` exists (those of pieces already
+    installed that the program writes into: `tkf_infra.plan.piece_namespaces`); each part that fails carries
+    its error (never raises)."""
     nodes: tuple[LiveNode, ...] | None = None
     nodes_error = storage_error = api_error = None
     try:
@@ -194,7 +200,7 @@ def read_cluster(client: httpx.Client, source: str, namespace: str) -> ClusterSt
     except Unreachable as exc:
         why = f"{exc}; check the network and cluster.kubeconfig"
         return ClusterState(source, None, why, f"the storage objects of {source} could not be read ({why})",
-                            api_error=why)
+                            api_error=why, namespaces_error=why if present else None)
     except ValueError as exc:
         nodes_error = str(exc)
     daemons_error = None
@@ -236,18 +242,25 @@ def read_cluster(client: httpx.Client, source: str, namespace: str) -> ClusterSt
         api_versions = frozenset({"v1"} | {str(v.get("groupVersion")) for g in groups for v in g.get("versions") or []})
     except ValueError as exc:
         api_error = str(exc)
+    namespaces: dict[str, bool] = {}
+    namespaces_error = None
+    try:
+        namespaces = {ns: bool(_get(client, f"/api/v1/namespaces/{ns}", absent_ok=True)) for ns in present}
+    except ValueError as exc:
+        namespaces_error = str(exc)
     return ClusterState(source, nodes, nodes_error, storage_error, default_class, provisioners, tuple(caps),
-                        tuple(quotas), pvcs, api_versions, api_error, daemons_error)
+                        tuple(quotas), pvcs, api_versions, api_error, daemons_error, namespaces, namespaces_error)
 
 
-def cluster_state(kubeconfig: str, context: str | None, namespace: str) -> ClusterState:
-    """What the stack's cluster says; a kubeconfig that cannot connect makes every part unreadable."""
+def cluster_state(kubeconfig: str, context: str | None, namespace: str, present: Sequence[str] = ()) -> ClusterState:
+    """What the stack's cluster says (`present`: namespaces whose existence to read, `read_cluster`); a
+    kubeconfig that cannot connect makes every part unreadable."""
     source = f"the cluster of {kubeconfig}" + (f" (context {context})" if context else "")
     try:
         client = client_from_kubeconfig(kubeconfig, context)
     except KubeconfigError as exc:
         why = f"{exc}; fix cluster.kubeconfig / cluster.context"
         return ClusterState(source, None, why, f"the storage objects of {source} could not be read ({why})",
-                            api_error=why)
+                            api_error=why, namespaces_error=why if present else None)
     with client:
-        return read_cluster(client, source, namespace)
+        return read_cluster(client, source, namespace, present)

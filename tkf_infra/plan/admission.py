@@ -21,7 +21,8 @@ Rules (docs/admission.md):
   against a quota (it is already counted) and nothing against CSIStorageCapacity once bound. Caches
   that overflow refuse every model they serve; existing caches are never deleted or shrunk.
 - Topology: a multi-node model needs LeaderWorkerSet's API, a kserve-backend model KServe's, when
-  that piece is `alreadyInstalled` and the cluster does not serve it.
+  that piece is `alreadyInstalled` and the cluster does not serve it; a model on a MIG pool needs the
+  GPU Operator's namespace when that piece is `alreadyInstalled` (`tkf_infra.plan.piece_namespaces`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ W_STORAGE_UNREAD = "storage-unreadable"
 W_STORAGE_UNCHECKED = "storage-unchecked"
 W_APIS_UNREAD = "topology-unreadable"
 W_DAEMONS_UNREAD = "node-daemonsets-unreadable"
+W_NAMESPACE_ABSENT = "namespace-absent"
 
 
 def named(code: str, text: str) -> str:
@@ -118,6 +120,9 @@ class ClusterState:
     api_error: str | None = None
     daemons_error: str | None = None
     """Why the DaemonSet pods could not be read (then nodes count at their whole allocatable, named)."""
+    namespaces: Mapping[str, bool] = field(default_factory=dict)
+    """Namespace → whether it exists, for those the edge was asked about (`tkf_infra.plan.piece_namespaces`)."""
+    namespaces_error: str | None = None
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ layout chose, and the layout must know each node's room to choose one that has i
 `1g.10gb` replicas fit one node's GPUs, not its CPU). And the mig-parted config must carve only what
 is deployed: after storage refuses a model of a MIG pool, that pool is laid out again without it.
 
-Order (docs/admission.md): topology (no layout needed); per pool, where its node figures come from
+Order (docs/admission.md): topology (no layout needed; with the namespaces of pieces already installed,
+`piece_namespaces`, which may leave the MIG pools out of the layouts); per pool, where its node figures come from
 (`pool_nodes`); the MIG layouts with those rooms and the time-slicing proofs (`plan_layouts`); node
 capacity for what the layouts do not place, with the layouts' pods already on their nodes; storage;
 the re-layout. Models arrive in admission order (deployed first, then priority, then catalog order);
@@ -27,6 +28,7 @@ from tkf_infra.config.quantity import cpu_text, gib_text
 from tkf_infra.plan import admission as adm
 from tkf_infra.plan.layout import plan_mig
 from tkf_infra.plan.model_plan import ModelPlan
+from tkf_infra.plan.piece_namespaces import namespace_refusals
 from tkf_infra.plan.pins import Pin, Storage, not_binding, pack_pool
 from tkf_infra.plan.pool_layout import Demand, PoolLayout
 from tkf_infra.plan.pools import PoolFacts
@@ -214,6 +216,11 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
     s = catalog.settings
     render = s.cluster.mode == "render"
     refused, warnings = topology(models, catalog, cluster)
+    # MIG pools whose layout cannot be written (the GPU Operator's namespace is absent) are not laid out.
+    absent, blocked, notes = namespace_refusals(models, pools, catalog, cluster)
+    refused.update({k: v for k, v in absent.items() if k not in refused})
+    warnings += notes
+    laid = {name: pf for name, pf in pools.items() if name not in blocked}
     installed = installed_pieces(s.platform, s.serving.backend)
     prints: dict[str, dict[str, Any]] = {}
     asks: dict[str, tuple[int, int]] = {m.entry.name: fp.pod(m.entry, m.weight_bytes, m.fit.lora_host_gib)
@@ -229,7 +236,7 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
                                   f"be read ({cluster.daemons_error}); nodes count at their whole allocatable, so a "
                                   "pod packed to a node's last cores may stay Pending; let the credentials list pods"))
     alive = [m for m in models if m.entry.name not in refused]
-    layouts = plan_layouts(alive, pools, s.serving.version, asks, rooms, held, floors, previous_layout)
+    layouts = plan_layouts(alive, laid, s.serving.version, asks, rooms, held, floors, previous_layout)
     laid_out = _layout_refusals(layouts)
     refused.update(laid_out)
     before = set(refused)  # what the layouts already left out (topology, their own refusals)

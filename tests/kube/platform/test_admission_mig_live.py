@@ -6,7 +6,9 @@ a 40-core node, a p5-sized one and a cordoned one, listed by a MIG pool. The pro
 (`tkf_infra.live.cluster`) reads them through the stack's kubeconfig; the layout puts each
 `1g.10gb` instance only on a node with room for its 4.01-core pod, nothing on the cordoned node,
 refuses by name the model no node has room for, and the mig-parted ConfigMap the whole program
-registers (Pulumi mocks, the real edge) carves only the sibling that deploys.
+registers (Pulumi mocks, the real edge) carves only the sibling that deploys. With the operator
+`alreadyInstalled` in a namespace the server does not have, the preview refuses the MIG model by
+name (the ConfigMap would fail `up` there), and admits it once the namespace is created.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from tests.sharing_fixtures import CODER05, POOL, QWEN05, mig_settings
 from tkf_infra.config import validate_catalog
 from tkf_infra.hub.lock import load_lock
 from tkf_infra.live.cluster import cluster_state
-from tkf_infra.names import MIG_CONFIG_KEY, MIG_CONFIG_NAME
+from tkf_infra.names import GPU_SHARING_TYPE, MIG_CONFIG_KEY, MIG_CONFIG_NAME
 from tkf_infra.plan import plan_fleet
 from tkf_infra.program import footprints
 
@@ -50,6 +52,8 @@ def cluster(server: KubeAPIServer) -> Iterator[KubeClient]:
     """40 cores (9 pods of 4.01), a p5.48xlarge's 191450m (47 pods), and a cordoned p5: 56 pods in all."""
     with server.client() as kube:
         kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        # The GPU Operator is already installed (mig_settings): its namespace, where the layout goes, exists.
+        kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-operator"}})
         node(kube, "mig-small", allocatable={"cpu": "40", **ALLOC})
         node(kube, "mig-p5", allocatable={"cpu": "191450m", **ALLOC})
         node(kube, "mig-cordoned", cordoned=True, allocatable={"cpu": "191450m", **ALLOC})
@@ -109,3 +113,22 @@ def test_a_model_no_live_node_has_room_for_is_refused_and_not_carved(cluster: Ku
     assert sum(k * len(spec["devices"]) for specs in configs.values() for spec in specs
                for k in spec.get("mig-devices", {}).values()) == 5
     assert "qwen05 was left out of this deployment (capacity)" in " ".join(h.errors())
+
+
+def test_a_preview_refuses_by_name_until_the_operators_namespace_exists(cluster: KubeClient,
+                                                                         server: KubeAPIServer) -> None:
+    """The whole program's preview (Pulumi mocks, the real edge reading the server): refused while
+    namespaces.gpuOperator names a namespace the server does not have, admitted once it is created."""
+    late = "gpu-operator-elsewhere"
+    d = doc(server, [small("coder05", 1, CODER05)])
+    d["namespaces"]["gpuOperator"] = late
+    h = mock_program(d, lock=LOCK, preview=True)
+    errors = " ".join(h.errors())
+    assert "coder05 was left out of this deployment (topology)" in errors
+    assert f"has no namespace {late!r}" in errors and f"namespaces.gpuOperator: {late}" in errors
+    assert not h.mocks.of_type(GPU_SHARING_TYPE), "nothing is registered in the missing namespace"
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": late}})
+    h = mock_program(d, lock=LOCK, preview=True)
+    assert not h.errors(), h.errors()
+    cm = next(r for r in h.resources if r.inputs.get("metadata", {}).get("name") == MIG_CONFIG_NAME)
+    assert cm.inputs["metadata"]["namespace"] == late
