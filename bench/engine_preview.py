@@ -203,10 +203,12 @@ def breakdown(spans: list[Span]) -> dict[str, float]:
             "engine_logs": float(len(logs))}
 
 
-def traced_preview(p: Program, trace: Path, command: tuple[str, ...] = ("preview",)) -> dict[str, float]:
+def traced_preview(p: Program, trace: Path, command: tuple[str, ...] = ("preview",),
+                   extra_env: dict[str, str] | None = None) -> dict[str, float]:
     """One preview (or `command`, e.g. `up --yes --skip-preview` as the Automation API runs it) of the
-    program's stack through the CLI, with the engine's OpenTelemetry export to a file."""
-    env = {**os.environ, **p.env, "PULUMI_TRACING_NO_PAYLOADS": "true"}
+    program's stack through the CLI, with the engine's OpenTelemetry export to a file; `extra_env` for the
+    program (a targeted run's)."""
+    env = {**os.environ, **p.env, **(extra_env or {}), "PULUMI_TRACING_NO_PAYLOADS": "true"}
     subprocess.run([str(pulumi_home() / "bin" / "pulumi"), *command, "--stack", p.stack.name, "--non-interactive",
                     "--otel-traces", f"file://{trace}"],
                    cwd=p.stack.workspace.work_dir, env=env, check=True, capture_output=True)

@@ -409,11 +409,15 @@ def main() -> None:  # noqa: C901 - one interleaved run: set-up, rounds, then th
             phases = []
             for n, measured in programs.items():
                 for m in measured:
-                    if m.targeted:  # the traced CLI runs below take no target list
-                        continue
-                    phases.append((n, f"{m.key} preview", traced_preview(m.program, tmp / "trace.json")))
+                    # a targeted run as the CLI makes it: what it keeps resolved first (not traced), then excluded
+                    targeting = resolve(m.program.stack, m.targeted) if m.targeted else None
+                    excludes = tuple(f"--exclude={g}" for g in targeting.excludes) if targeting else ()
+                    env = targeting.env if targeting else None
+                    phases.append((n, f"{m.key} preview", traced_preview(m.program, tmp / "trace.json",
+                                                                         ("preview", *excludes), env)))
                     m.change()
-                    phases.append((n, f"{m.key} up", traced_preview(m.program, tmp / "trace.json", UP)))
+                    phases.append((n, f"{m.key} up", traced_preview(m.program, tmp / "trace.json", (*UP, *excludes),
+                                                                    env)))
             print_phases(phases)
     print(f"# end {time.strftime('%H:%M:%S', time.gmtime())} UTC {load()}")
     if args.json:

@@ -39,7 +39,6 @@ from tkf_infra.layers import Layer
 from tkf_infra.names import MIG_CONFIG_NAME
 from tkf_infra.plan import FleetPlan, ModelPlan
 from tkf_infra.sizing.contract import fit_record
-from tkf_infra.targeted import Keep
 
 #: Secret (in the serving namespace) holding the runtime API keys: the gateway's key, and during a
 #: rotation the second accepted key (apiKeyNext, then apiKeyPrevious: one slot, so the pod spec
@@ -106,7 +105,7 @@ def make_provider(cluster: ClusterTarget, stack: str, kubeconfig: str | None = N
 
 
 def _weight_caches(plan: FleetPlan, provider: k8s.Provider, namespace: pulumi.Resource,
-                   keep: Keep | None = None) -> dict[str, WeightCache]:
+                   kept: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())) -> dict[str, WeightCache]:
     """One cache per repo@revision, shared by every deployed entry serving those weights; a targeted run leaves
     out the caches it keeps that no model it registers reads (tkf_infra/targeted.py)."""
     s = plan.catalog.settings
@@ -118,7 +117,7 @@ def _weight_caches(plan: FleetPlan, provider: k8s.Provider, namespace: pulumi.Re
         first = users[0].entry
         any_gpu = next((m.entry for m in users if not m.entry.is_cpu), None)
         pvc = names.weight_cache(first.repo, first.revision)
-        if keep is not None and pvc in keep.caches and all(m.entry.name in keep.models for m in users):
+        if pvc in kept[1] and all(m.entry.name in kept[0] for m in users):
             continue
         # The Job runs where its readers do: on the node the plan reserved its room on, else in its first reader's pool.
         pool_name, node = plan.downloads.get(pvc, (None, None))
@@ -205,11 +204,12 @@ def build_platform(plan: FleetPlan, *, environment: str, kubeconfig: str | None 
 
 
 def build_fleet(plan: FleetPlan, *, api_keys: ApiKeys | None, stack: str, layer: Layer = Layer.ALL,
-                kubeconfig: str | None = None, keep: Keep | None = None) -> Fleet:
+                kubeconfig: str | None = None,
+                kept: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())) -> Fleet:
     """Register the whole stack from the plan (a fleet stack: all but the platform); returns handles for the outputs.
 
     `stack` names the provider: the environment's name in a split environment; `kubeconfig` is the text
-    of `cluster.kubeconfig` in cluster mode (read by the program's edge). `keep`: the models and caches a
+    of `cluster.kubeconfig` in cluster mode (read by the program's edge). `kept`: the models and caches a
     targeted run keeps as they are in state, which are not registered (tkf_infra/targeted.py says why).
     """
     s = plan.catalog.settings
@@ -262,7 +262,7 @@ def build_fleet(plan: FleetPlan, *, api_keys: ApiKeys | None, stack: str, layer:
         pulumi.log.warn("no `apiKey` secret is set: vLLM will serve without authentication "
                         "(set it with `pulumi config set --secret apiKey …`)")
 
-    caches = _weight_caches(plan, provider, namespace, keep)
+    caches = _weight_caches(plan, provider, namespace, kept)
     sidecar = _metrics_proxy_source(s.namespaces.serving, provider, namespace) if plan.models else None
     if plan.models:  # what the sidecars serve beside vLLM's metrics (components/fleet_facts.py)
         fleet_facts_configmap(plan, s.namespaces.serving, provider, namespace)
@@ -277,7 +277,7 @@ def build_fleet(plan: FleetPlan, *, api_keys: ApiKeys | None, stack: str, layer:
                                           *([sidecar] if sidecar is not None else [])]
     for m in plan.models:
         e = m.entry
-        if keep is not None and e.name in keep.models:
+        if e.name in kept[0]:
             continue
         cache = caches[e.model_ref]
         models[e.name] = ModelServing(

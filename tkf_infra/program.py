@@ -13,7 +13,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from tkf_infra.outputs import DEPLOYED_OUTPUT, ENDPOINTS_OUTPUT, GPU_LAYOUT_OUTP
 from tkf_infra.plan import FleetPlan, LiveFindings, plan_fleet
 from tkf_infra.plan.admission import ClusterState, Footprints
 from tkf_infra.plan.pins import read_pins
+from tkf_infra.render_dir import render_dir_problem
 from tkf_infra.sizing.ec2 import InstanceGpus
 from tkf_infra.targeted import kept, targeted_refusal
 
@@ -238,27 +238,6 @@ def check_render_dir(catalog: Catalog) -> None:
                               "can write (tkf-infra:cluster.renderDir in the stack file)")
 
 
-def render_dir_problem(path: Path) -> str | None:
-    """Why the provider could not write manifests under ``path`` (None when it can: the directory, or the
-    nearest existing one above it, is a writable directory)."""
-    existing = path
-    while not os.path.lexists(existing) and existing != existing.parent:
-        existing = existing.parent
-    where = "is" if existing == path else f"lies under {str(existing)!r}, which is"
-    if not existing.exists():  # lexists but not exists: a symbolic link whose target is gone
-        return f"{where} a link to {os.readlink(existing)!r}, which does not exist"
-    mode = existing.stat().st_mode
-    if not stat.S_ISDIR(mode):
-        return f"{where} {_FILE_KINDS.get(stat.S_IFMT(mode), 'not a directory')}"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return f"cannot be written: this user may not write in {str(existing)!r}"
-    return None
-
-
-_FILE_KINDS = {stat.S_IFREG: "a file", stat.S_IFCHR: "a character device (like /dev/null)",
-               stat.S_IFBLK: "a block device", stat.S_IFIFO: "a named pipe", stat.S_IFSOCK: "a socket"}
-
-
 def layer_run(edge: Edge) -> LayerRun:
     """Which layer this stack is and the settings it plans with (`tkf_infra.layers`, docs/stacks.md)."""
     from tkf_infra.layer_edge import engine_outputs, prepare, read_env_file
@@ -368,8 +347,9 @@ def deploy(edge: Edge | None = None) -> Any:
     from tkf_infra.outputs import export_outputs
 
     contract = one_stack(fleet_plan, run.environment, outputs or {}) if run.layer == Layer.ALL else None
+    keep = kept()  # a targeted run's (its environment was checked by targeted_refusal above)
     fleet = build_fleet(fleet_plan, api_keys=api_keys, stack=run.environment, layer=run.layer, kubeconfig=kubeconfig,
-                        keep=kept())  # checked by targeted_refusal above
+                        kept=keep.as_pair() if keep else (frozenset(), frozenset()))
     export_outputs(fleet_plan, api_keys)
     if contract is not None:
         from tkf_infra.platform_contract import PLATFORM_CONTRACT_OUTPUT

@@ -62,6 +62,10 @@ class Keep:
     models: frozenset[str]
     caches: frozenset[str]
 
+    def as_pair(self) -> tuple[frozenset[str], frozenset[str]]:
+        """(models, caches), as `components.fleet.build_fleet` takes them."""
+        return self.models, self.caches
+
     def as_json(self) -> str:
         return json.dumps({"models": sorted(self.models), "caches": sorted(self.caches)})
 
