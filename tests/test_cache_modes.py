@@ -126,6 +126,20 @@ def test_kubeconfig_mode_keeps_the_live_claims_mode() -> None:
     assert plan_after(stack_doc(reader("a"), cluster=kube()), published_rwo, state(RWX)).cache_modes == {CACHE: RWX}
 
 
+def test_a_read_write_once_claim_whose_node_is_lost_moves_with_all_its_readers() -> None:
+    """The node a ReadWriteOnce claim's readers ran on goes NotReady: the readers are re-planned together on one
+    usable node (the claim follows them), not refused for a node that is gone."""
+    nodes = tuple(live(n) for n in NODES)
+    state = ClusterState("the test cluster", nodes, api_versions=SERVED,
+                         pvcs={CACHE: LivePvc(CACHE, 20, True, None, (RWO,))})
+    first = planned(stack_doc(reader("a"), cluster=kube()), state)
+    assert first.pins["a"].nodes == ("gpu-a",)
+    lost = ClusterState(**dict(state.__dict__, nodes=(live("gpu-a", ready=False), *nodes[1:])))
+    plan = plan_after(stack_doc(reader("a"), reader("b"), cluster=kube()), last_outputs(first), lost)
+    assert not plan.excluded and plan.cache_modes == {CACHE: RWO}
+    assert plan.pins["a"].nodes == plan.pins["b"].nodes and plan.pins["a"].nodes != ("gpu-a",)
+
+
 def test_a_read_write_once_claims_reader_that_cannot_share_its_node_is_refused_by_name() -> None:
     """A multi-node reader, or one the claim's node has no room for: refused at `storage`, naming the model, the
     cache, the field and value, what is allowed and the ways out; the claim's other readers deploy."""

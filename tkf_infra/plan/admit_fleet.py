@@ -241,7 +241,8 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
                       adm.PodAsk(*fp.download_job, 0) if fp.download_job else None, multi,
                       s.serving.storage_class or (cluster.default_storage_class if cluster else None) or "",
                       one_node=rwo,
-                      homes=homes(models, rwo, {m: p.nodes for m, p in (previous_pins or {}).items()}))
+                      homes=homes(models, rwo, {m: p.nodes for m, p in (previous_pins or {}).items()},
+                                  {n.name for nodes in rooms.values() for n in nodes.nodes}))
     pins: dict[str, Pin] = {}
     downloads: dict[str, tuple[str, str]] = {}
     # Node capacity, per pool: a MIG layout's pods where it put them, the others spread as the scheduler may.

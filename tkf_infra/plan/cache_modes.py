@@ -33,7 +33,7 @@ never plans a replace.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from tkf_infra.names import weight_cache
@@ -113,15 +113,17 @@ def one_node(existing: Mapping[str, str]) -> frozenset[str]:
     return frozenset(c for c, mode in existing.items() if mode == RWO)
 
 
-def homes(models: Iterable[ModelPlan], caches: frozenset[str],
-          pinned: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
+def homes(models: Iterable[ModelPlan], caches: frozenset[str], pinned: Mapping[str, tuple[str, ...]],
+          usable: Collection[str]) -> dict[str, str]:
     """ReadWriteOnce cache → the node that holds it: the one node a reader of it was pinned to by the last run
     (`pinned`: model → its last pin's nodes; the first such reader in admission order). A cache with no such
-    reader has none: its first reader's node becomes its node while packing."""
+    reader has none, nor one whose node is no longer `usable` (lost, not Ready, cordoned): its first reader's
+    node becomes its node while packing, so the readers move together (a network volume attaches there once
+    the old node lets go of it; a node-local one cannot follow, and never could)."""
     out: dict[str, str] = {}
     for m in models:
         cache = weight_cache(m.entry.repo, m.entry.revision)
         nodes = pinned.get(m.entry.name, ())
-        if cache in caches and cache not in out and len(nodes) == 1:
+        if cache in caches and cache not in out and len(nodes) == 1 and nodes[0] in usable:
             out[cache] = nodes[0]
     return out
