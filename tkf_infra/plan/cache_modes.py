@@ -98,6 +98,7 @@ def cache_modes(models: Iterable[ModelPlan], multi_node: bool | None, existing: 
     by_cache: dict[str, list[ModelPlan]] = {}
     for m in models:
         by_cache.setdefault(weight_cache(m.entry.repo, m.entry.revision), []).append(m)
+
     def mode(cache: str, users: list[ModelPlan]) -> str:
         if cache in existing:
             return existing[cache]
