@@ -38,6 +38,7 @@ from tkf_infra.config.api_keys import ApiKeys
 from tkf_infra.layers import Layer
 from tkf_infra.names import MIG_CONFIG_NAME
 from tkf_infra.plan import FleetPlan, ModelPlan
+from tkf_infra.plan.cache_modes import RWO
 from tkf_infra.sizing.contract import fit_record
 
 #: Secret (in the serving namespace) holding the runtime API keys: the gateway's key, and during a
@@ -129,9 +130,8 @@ def _weight_caches(plan: FleetPlan, provider: k8s.Provider, namespace: pulumi.Re
                 namespace=s.namespaces.serving, image=pod_meta.image(any_gpu or first, s.serving),
                 headroom=s.serving.weight_cache_headroom, storage_class=s.serving.storage_class,
                 hf_token_secret=next((m.entry.hf_token_secret for m in users if m.entry.hf_token_secret), None),
-                # A class one node mounts at a time: the plan put every reader on the cache's node.
-                read_write_many=plan.multi_node_cache is not False and (
-                    len(users) > 1 or any(m.entry.reserved_replicas > 1 or m.entry.is_multi_node for m in users)),
+                # Never flipped on an existing claim; ReadWriteOnce: the plan put every reader on the cache's node.
+                access_mode=plan.cache_modes.get(pvc, RWO),
                 placement=Placement(dict(pool.node_selector), tuple(pool.tolerations)) if pool else Placement(),
                 node=node,
                 consumers=tuple(m.entry.name for m in users), prune=s.serving.prune_weight_cache,

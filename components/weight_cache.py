@@ -19,6 +19,13 @@ which resumes.
 Removing a model keeps its PVC (``retain_on_delete``) unless ``serving.pruneWeightCache`` is set:
 re-adding the model, or rolling back, must not cost another download. ``serving.protect`` (prod)
 also protects it from ``pulumi destroy``.
+
+Why the claim's access mode never changes (`tkf_infra.plan.cache_modes` has the rule): the Kubernetes provider
+replaces a claim whose ``spec.accessModes`` change (pulumi-kubernetes ``provider/pkg/provider/diff.go``), and a
+replaced cache fails ``up`` under ``protect``, collides with its retained self, or is downloaded again under
+``pruneWeightCache``. The plan writes the mode the claim already has, and the engine is told to ignore the field
+on an existing claim (``ignore_changes``) so that a mode the plan could not know (no live read, nothing
+published) still plans no replace; a new claim is created with the plan's mode.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import pulumi_kubernetes as k8s
 from components import pod_meta, pod_sizes
 from components.pod import Placement, container_security, pinned_to, pod_security, secret_env
 from tkf_infra import names
+from tkf_infra.plan.cache_modes import RWO
 from tkf_infra.sizing.params import GIB
 
 meta = k8s.meta.v1
@@ -51,6 +59,8 @@ _POD_FAILURE_BACKOFF_S, _MAX_POD_FAILURE_BACKOFF_S = 10, 600
 DOWNLOAD_START_SECONDS = 600
 #: What the download pod requests; the plan reserves it on the node the Job is pinned to (tkf_infra/plan/pins.py).
 DOWNLOAD_CPU_MILLIS, DOWNLOAD_MEMORY_MIB = 1000, 2048
+#: The claim's field the engine keeps as it is on an existing claim (`ignore_changes`; module docstring).
+ACCESS_MODES_PATH = "spec.accessModes"
 
 
 @dataclass(frozen=True)
@@ -66,8 +76,9 @@ class WeightCacheArgs:
     storage_class: str | None = None
     hf_token_secret: str | None = None
     """Secret (key ``HF_TOKEN``) for gated repos; only the download Job sees it."""
-    read_write_many: bool = False
-    """True when pods on several nodes mount the cache (multi-node, replicas, shared weights)."""
+    access_mode: str = RWO
+    """The claim's access mode, decided by the plan (`tkf_infra.plan.cache_modes`): an existing claim's own, a
+    class several nodes mount ReadWriteMany, else by its readers; see the module docstring for why it never flips."""
     consumers: tuple[str, ...] = field(default_factory=tuple)
     """Catalog names served from these weights: the annotation ``tkf.io/models`` and the component's
     ``models`` output, through which the CLI reports a failed download for each of them."""
@@ -175,11 +186,12 @@ class WeightCache(pulumi.ComponentResource):
             metadata=meta.ObjectMetaArgs(name=self.pvc_name, namespace=args.namespace, labels=lbl,
                                          annotations=pvc_ann),
             spec=core.PersistentVolumeClaimSpecArgs(
-                access_modes=["ReadWriteMany" if args.read_write_many else "ReadWriteOnce"],
+                access_modes=[args.access_mode],
                 resources=core.VolumeResourceRequirementsArgs(requests={"storage": f"{size}Gi"}),
                 storage_class_name=args.storage_class,
             ),
-            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=not args.prune, protect=args.protect),
+            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=not args.prune, protect=args.protect,
+                                        ignore_changes=[ACCESS_MODES_PATH]),
         )
         env = [core.EnvVarArgs(name="HOME", value="/tmp"), core.EnvVarArgs(name="HF_HUB_DISABLE_TELEMETRY", value="1")]
         if args.hf_token_secret:

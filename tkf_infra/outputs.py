@@ -169,10 +169,12 @@ def share_output(plan: FleetPlan, m: ModelPlan) -> dict[str, Any]:
 
 def footprint_output(plan: FleetPlan, m: ModelPlan) -> dict[str, Any]:
     """`footprint`: what the model asks of nodes and storage, as the admission checks counted it (docs/admission.md)."""
+    from tkf_infra.plan.cache_modes import ACCESS_KEY  # the plan is loaded: `plan` is one
+
     fp = plan.footprints.get(m.entry.name)
     if not fp:
         return {}
-    keys = ("pod", "podsPerReplica", "nodes", "pin", "nodesFrom", "weightCache", "weightCacheGiB")
+    keys = ("pod", "podsPerReplica", "nodes", "pin", "nodesFrom", "weightCache", "weightCacheGiB", ACCESS_KEY)
     return {"footprint": {k: fp[k] for k in keys if k in fp}}
 
 

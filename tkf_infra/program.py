@@ -29,6 +29,7 @@ from tkf_infra.layers import Layer
 from tkf_infra.outputs import DEPLOYED_OUTPUT, ENDPOINTS_OUTPUT, GPU_LAYOUT_OUTPUT
 from tkf_infra.plan import FleetPlan, LiveFindings, plan_fleet
 from tkf_infra.plan.admission import ClusterState, Footprints
+from tkf_infra.plan.cache_modes import published_modes
 from tkf_infra.plan.pins import read_pins
 from tkf_infra.render_dir import render_dir_problem
 from tkf_infra.sizing.ec2 import InstanceGpus
@@ -268,7 +269,8 @@ def plan(edge: Edge | None = None, run: LayerRun | None = None, outputs: dict[st
     return plan_fleet(catalog, lock=lock, ec2=found, ec2_errors=errors, live=live_findings(catalog),
                       refused_by_policy=policy_refusals(), previous=previous_deployment(last), cluster=cluster,
                       footprints=footprints(catalog), refused_by_platform=refused(run, catalog),
-                      previous_layout=last.get(GPU_LAYOUT_OUTPUT), previous_pins=read_pins(last.get(ENDPOINTS_OUTPUT)))
+                      previous_layout=last.get(GPU_LAYOUT_OUTPUT), previous_pins=read_pins(last.get(ENDPOINTS_OUTPUT)),
+                      previous_claims=published_modes(last.get(ENDPOINTS_OUTPUT)))
 
 
 def report(plan: FleetPlan) -> None:

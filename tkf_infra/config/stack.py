@@ -169,7 +169,9 @@ class Serving(SettingsModel):
         None, description="Whether pods on several nodes can mount one volume of storageClass (ReadWriteMany: EFS, "
                           "FSx for Lustre, NFS, CephFS). false for block and node-local classes (EBS, local-path, "
                           "TopoLVM): every reader of a weight cache then runs on the cache's node, or is refused. "
-                          "None: read from the cluster's StorageClass provisioner, else not checked.")
+                          "true: a new weight cache is ReadWriteMany from its first reader (an existing claim "
+                          "keeps its mode). None: read from the cluster's StorageClass provisioner, else not "
+                          "checked.")
     weight_cache_headroom: float = Field(1.25, ge=1.0, le=4.0)
     weight_cache_budget_gib: float | None = Field(
         None, gt=0, alias="weightCacheBudgetGiB",

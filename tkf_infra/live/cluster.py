@@ -1,6 +1,6 @@
 """The cluster's own word on room: Nodes (less their DaemonSet pods), storage (CSIStorageCapacity, ResourceQuota,
-PVCs, StorageClass provisioners), served APIs, and whether the namespaces of pieces already installed that the
-program writes into exist.
+PVCs with their size and access modes, StorageClass provisioners), served APIs, and whether the namespaces of
+pieces already installed that the program writes into exist.
 
 Why a reader of our own over httpx (already a pin) instead of the `kubernetes` client: a few GET
 requests need no generated client, and the kubeconfig forms a preview meets (bearer token or token
@@ -233,7 +233,8 @@ def read_cluster(client: httpx.Client, source: str, namespace: str, present: Seq
             bound = status.get("phase") == "Bound"
             size = (status.get("capacity") or {}).get("storage") if bound else None
             name = str((p.get("metadata") or {}).get("name"))
-            pvcs[name] = LivePvc(name, _gib(size or request) or 0.0, bound, spec.get("storageClassName"))
+            pvcs[name] = LivePvc(name, _gib(size or request) or 0.0, bound, spec.get("storageClassName"),
+                                 tuple(str(m) for m in spec.get("accessModes") or ()))
     except ValueError as exc:
         storage_error = f"the storage objects of {source} could not be read ({exc})"
     api_versions: frozenset[str] | None = None

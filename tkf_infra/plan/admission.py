@@ -80,6 +80,8 @@ class LivePvc:
     request_gib: float
     bound: bool
     storage_class: str | None = None
+    access_modes: tuple[str, ...] = ()
+    """Its `spec.accessModes`: what a weight cache's claim keeps (`tkf_infra.plan.cache_modes`)."""
 
 
 @dataclass(frozen=True)

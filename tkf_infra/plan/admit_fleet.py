@@ -26,6 +26,7 @@ from tkf_infra.config.catalog import Backend
 from tkf_infra.config.platform import installed_pieces
 from tkf_infra.config.quantity import cpu_text, gib_text
 from tkf_infra.plan import admission as adm
+from tkf_infra.plan.cache_modes import homes, one_node
 from tkf_infra.plan.layout import plan_mig
 from tkf_infra.plan.model_plan import ModelPlan
 from tkf_infra.plan.piece_namespaces import namespace_refusals
@@ -56,8 +57,6 @@ class Admitted:
     """Model → the nodes its pods are pinned to (only where the node names are real: `tkf_infra.plan.pins`)."""
     downloads: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Weight cache (PVC name) → (pool, node) its download Job is pinned to (same condition)."""
-    multi_node_cache: bool | None = None
-    """Whether pods on several nodes can mount one weight cache (None: not known)."""
 
 
 def pool_nodes(pf: PoolFacts, cluster: adm.ClusterState | None, ec2: Mapping[str, InstanceGpus],
@@ -207,12 +206,15 @@ def _pinned(layout: PoolLayout | None, models: Sequence[ModelPlan]) -> dict[str,
 def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: Catalog,
           cluster: adm.ClusterState | None, fp: adm.Footprints, ec2: Mapping[str, InstanceGpus],
           held: frozenset[str] = frozenset(), floors: frozenset[str] = frozenset(),
-          previous_layout: Any = None, previous_pins: Mapping[str, Pin] | None = None) -> Admitted:
+          previous_layout: Any = None, previous_pins: Mapping[str, Pin] | None = None,
+          claims: Mapping[str, str] | None = None) -> Admitted:
     """Topology, layouts, node capacity and storage for the planned models, in the given order (module docstring).
 
     `floors`: autoscaled models held at minReplicas rather than maxReplicas (`reserved`). `previous_layout`:
     the last run's `gpuLayout` output, which the MIG layouts keep what they can of (`plan_layouts`).
-    `previous_pins`: the last run's pins (`tkf_infra.plan.pins.read_pins`), kept where they still hold."""
+    `previous_pins`: the last run's pins (`tkf_infra.plan.pins.read_pins`), kept where they still hold.
+    `claims`: cache → the access mode its existing claim keeps (`cache_modes.existing_modes`): a ReadWriteOnce
+    one's readers are packed on its node."""
     s = catalog.settings
     render = s.cluster.mode == "render"
     refused, warnings = topology(models, catalog, cluster)
@@ -241,9 +243,13 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
     refused.update(laid_out)
     before = set(refused)  # what the layouts already left out (topology, their own refusals)
     multi = multi_node_mounts(cluster, s.serving.storage_class, s.serving.storage_multi_node)
+    rwo = one_node(claims or {})
     storage = Storage({m.entry.name: fp.cache_name(m.entry.repo, m.entry.revision) for m in models},
                       adm.PodAsk(*fp.download_job, 0) if fp.download_job else None, multi,
-                      s.serving.storage_class or (cluster.default_storage_class if cluster else None) or "")
+                      s.serving.storage_class or (cluster.default_storage_class if cluster else None) or "",
+                      one_node=rwo,
+                      homes=homes(models, rwo, {m: p.nodes for m, p in (previous_pins or {}).items()},
+                                  {n.name for nodes in rooms.values() for n in nodes.nodes}))
     pins: dict[str, Pin] = {}
     downloads: dict[str, tuple[str, str]] = {}
     # Node capacity, per pool: a MIG layout's pods where it put them, the others spread as the scheduler may.
@@ -290,7 +296,7 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
                 prints[model]["nodes"] = where
     warnings += [w for lay in layouts.values() for w in lay.warnings]  # of the layouts applied, once each
     return Admitted(refused, warnings, prints, layouts, frozenset(laid_out),
-                    {m: p for m, p in pins.items() if m not in refused}, downloads, multi)
+                    {m: p for m, p in pins.items() if m not in refused}, downloads)
 
 
 def _storage(models: Sequence[ModelPlan], refused: Mapping[str, tuple[str, str]], catalog: Catalog,

@@ -23,6 +23,7 @@ from tkf_infra.config.scaling import Overcommit
 from tkf_infra.hub.lock import Lock
 from tkf_infra.plan import admission as adm
 from tkf_infra.plan.admit_fleet import admit, plan_layouts, reserved
+from tkf_infra.plan.cache_modes import ACCESS_KEY, cache_modes, existing_modes, legacy_modes
 from tkf_infra.plan.exclusion import Exclusion, Refusal, Stage, verdict
 from tkf_infra.plan.model_plan import ModelPlan
 from tkf_infra.plan.one_model import LiveFindings, ModelContext, keep_last_good, plan_model
@@ -30,6 +31,7 @@ from tkf_infra.plan.pins import Pin
 from tkf_infra.plan.pool_layout import PoolLayout
 from tkf_infra.plan.pools import PoolFacts, PoolProblem, resolve_pool
 from tkf_infra.plan.scaling import at_maximum, at_minimum, over_maximum, overcommitted, scaling_checks
+from tkf_infra.plan.storage_room import multi_node_mounts
 from tkf_infra.sizing.ec2 import InstanceGpus
 from tkf_infra.sizing.estimate import sized_once
 
@@ -53,8 +55,8 @@ class FleetPlan:
     """Model → the nodes its pods are pinned to, where node names are real (`tkf_infra.plan.pins`)."""
     downloads: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     """Weight cache (PVC name) → (pool, node) its download Job is pinned to (same condition)."""
-    multi_node_cache: bool | None = None
-    """Whether pods on several nodes can mount one weight cache (False: one node's; None: not known)."""
+    cache_modes: Mapping[str, str] = field(default_factory=dict)
+    """Weight cache (PVC name) → the access mode its claim is written with (`tkf_infra.plan.cache_modes`)."""
 
     @property
     def deployed(self) -> set[str]:
@@ -74,7 +76,8 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
                previous: Mapping[str, Any] | None = None, cluster: adm.ClusterState | None = None,
                footprints: adm.Footprints | None = None,
                refused_by_platform: Mapping[str, Sequence[str]] | None = None,
-               previous_layout: Any = None, previous_pins: Mapping[str, Pin] | None = None) -> FleetPlan:
+               previous_layout: Any = None, previous_pins: Mapping[str, Pin] | None = None,
+               previous_claims: Mapping[str, str] | None = None) -> FleetPlan:
     """Decide the fleet from validated settings and the edge's data; no I/O, no resources.
 
     `refused_by_policy`: models the platform owner's policy pack refused at the preview before this
@@ -88,6 +91,8 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
     (`tkf_infra.plan.mig_sticky`) so an added model re-partitions only the nodes it lands on. None (or a first
     run's nothing): laid out from scratch; unreadable: from scratch with a warning. `previous_pins`: the last
     run's pins (`tkf_infra.plan.pins.read_pins`), which a model keeps while its nodes still hold it.
+    `previous_claims`: each weight cache's access mode as the last run published it (`cache_modes.published_modes`);
+    a claim keeps its mode (`tkf_infra.plan.cache_modes`).
     """
     s = catalog.settings
     run = _Run(_positions(catalog), errors=[str(p) for p in catalog.pool_problems] +
@@ -97,15 +102,22 @@ def plan_fleet(catalog: Catalog, *, lock: Lock, ec2: Mapping[str, InstanceGpus] 
     ctx = ModelContext(lock, s.serving.version, pools, pool_problems, live, strict=s.strict)
     plan_models(catalog, ctx, run, refused_by_policy or {}, refused_by_platform or {}, previous or {})
     _check_scaling(run, catalog, cluster)
+    multi = multi_node_mounts(cluster, s.serving.storage_class, s.serving.storage_multi_node)
+    claims = existing_modes(cluster, previous_claims or {}, legacy_modes(previous or {}, multi))
     placed = _admit(run, catalog, pools, cluster, footprints, ec2 or {}, previous or {}, previous_layout,
-                    previous_pins)
+                    previous_pins, claims)
     _record_refusals(run, placed, pools)
-    return FleetPlan(catalog=catalog, pools=pools, models=tuple(m for m in run.planned
-                                                                if m.entry.name not in placed.refusals),
+    models = tuple(m for m in run.planned if m.entry.name not in placed.refusals)
+    modes = cache_modes(models, multi, claims)
+    for m in models:  # published, so the next run knows each claim's mode without reading the cluster
+        fp = placed.prints.get(m.entry.name)
+        if fp is not None and fp.get("weightCache") in modes:
+            fp[ACCESS_KEY] = modes[fp["weightCache"]]
+    return FleetPlan(catalog=catalog, pools=pools, models=models,
                      excluded=tuple(sorted(run.excluded, key=lambda e: (e.index, e.name))),
                      errors=tuple(run.errors), warnings=tuple(run.warnings), layouts=placed.layouts,
                      footprints=placed.prints, floors=placed.floors - set(placed.refusals), pins=placed.pins,
-                     downloads=placed.downloads, multi_node_cache=placed.multi_node)
+                     downloads=placed.downloads, cache_modes=modes)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -205,13 +217,12 @@ class _Placed:
     prints: Mapping[str, dict[str, Any]] = field(default_factory=dict)
     pins: Mapping[str, Pin] = field(default_factory=dict)
     downloads: Mapping[str, tuple[str, str]] = field(default_factory=dict)
-    multi_node: bool | None = None
     floors: frozenset[str] = frozenset()
 
 
 def _admit(run: _Run, catalog: Catalog, pools: Mapping[str, PoolFacts], cluster: adm.ClusterState | None,
            footprints: adm.Footprints | None, ec2: Mapping[str, InstanceGpus], previous: Mapping[str, Any],
-           previous_layout: Any, previous_pins: Mapping[str, Pin] | None) -> _Placed:
+           previous_layout: Any, previous_pins: Mapping[str, Pin] | None, claims: Mapping[str, str]) -> _Placed:
     """Stage 4, the fleet together: layouts, node room, storage and pins (`admit_fleet`); without footprints
     (no sizes for pods and caches) only the layouts."""
     s = catalog.settings
@@ -225,16 +236,16 @@ def _admit(run: _Run, catalog: Catalog, pools: Mapping[str, PoolFacts], cluster:
                                                run.positions.get(m.entry.name, -1)))
     entries = {m.entry.name: m.entry for m in run.planned}
     done = admit(order, pools, catalog, cluster, footprints, ec2, frozenset(previous),
-                 previous_layout=previous_layout, previous_pins=previous_pins)
+                 previous_layout=previous_layout, previous_pins=previous_pins, claims=claims)
     floors: frozenset[str] = frozenset()
     if s.serving.overcommit is Overcommit.ALLOW and (floors := over_maximum(done.refused, entries)):
         at_max = done.refused  # the same order again, those models at their floor
         done = admit(order, pools, catalog, cluster, footprints, ec2, frozenset(previous), floors,
-                     previous_layout, previous_pins)
+                     previous_layout, previous_pins, claims)
         run.warnings += [overcommitted(entries[n], at_max[n][1]) for n in sorted(floors) if n not in done.refused]
     run.warnings += done.warnings
     return _Placed(done.layouts, done.refused, done.laid_out_refused, done.prints, done.pins, done.downloads,
-                   done.multi_node_cache, floors)
+                   floors)
 
 
 def _record_refusals(run: _Run, placed: _Placed, pools: Mapping[str, PoolFacts]) -> None:

@@ -41,8 +41,10 @@ warning `placement-not-binding` says so.
 Each weight cache's download Job runs on a node of its first reader (pinned there, so a node-local
 volume that binds where its first consumer runs binds where the server runs) and its CPU and
 memory are reserved on that node. A storage class whose volumes one node mounts at a time
-(`storage_room.multi_node_mounts` false) keeps every reader of a cache on the cache's node, or
-refuses the reader naming the model, the class and the fix.
+(`storage_room.multi_node_mounts` false), or a claim that exists ReadWriteOnce on any class
+(`tkf_infra.plan.cache_modes`: a claim keeps its mode), keeps every reader of a cache on the cache's node —
+the node its readers were pinned to last, else its first reader's — or refuses the reader naming the model,
+the cache, the field and the fix.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from typing import Any
 
 from tkf_infra.config.quantity import cpu_text, gib_text
 from tkf_infra.plan.admission import Demand, PodAsk, PoolNodes, named
+from tkf_infra.plan.cache_modes import RWO, RWX
 
 W_NOT_BINDING = "placement-not-binding"
 
@@ -138,6 +141,20 @@ class Storage:
     storage_class: str = ""
     cache_nodes: dict[str, str] = field(default_factory=dict)
     """Cache → its node, filled while packing (shared by every pool of the plan)."""
+    one_node: frozenset[str] = frozenset()
+    """Caches whose claims exist ReadWriteOnce, whatever the class (`tkf_infra.plan.cache_modes`): one node's too."""
+    homes: Mapping[str, str] = field(default_factory=dict)
+    """One-node cache → the node that holds it (its readers' last pin), before any reader is packed."""
+
+    def single(self, cache: str | None) -> bool:
+        """Whether one node mounts this cache at a time: the class says so, or its claim is ReadWriteOnce."""
+        return bool(cache) and (self.multi_node is False or cache in self.one_node)
+
+    def node_of(self, cache: str | None) -> str | None:
+        """The node every reader of a one-node cache must run on (None: any, or not chosen yet)."""
+        if not cache or not self.single(cache):
+            return None
+        return self.cache_nodes.get(cache) or self.homes.get(cache)
 
 
 def _options(d: Demand, free: Sequence[Free], pods: int) -> list[tuple[int, int]]:
@@ -213,7 +230,6 @@ def pack_pool(pools: PoolNodes, demands: Sequence[Demand], fixed: Mapping[str, l
                 if name in by_name:
                     by_name[name].take(d.ask)
             out.placed[d.model] = fixed[d.model]
-    single = st.multi_node is False
     for keeping in ("unchanged", "kept", ""):
         for d in demands:
             if d.model in fixed or d.model in out.placed or d.model in out.refused:
@@ -223,7 +239,7 @@ def pack_pool(pools: PoolNodes, demands: Sequence[Demand], fixed: Mapping[str, l
                 out.placed[d.model] = []
                 continue
             cache = st.cache_of.get(d.model)
-            only = st.cache_nodes.get(cache) if cache and single else None
+            single, only = st.single(cache), st.node_of(cache)
             job = st.job if cache and cache not in st.cache_nodes else None
             prev = (previous or {}).get(d.model)
             if keeping == "unchanged" and (prev is None or prev.ask != d.ask
@@ -234,8 +250,9 @@ def pack_pool(pools: PoolNodes, demands: Sequence[Demand], fixed: Mapping[str, l
             if keeping and got is None:
                 continue
             if isinstance(got, str) or (got is None and only is not None):
+                where = "has no room" if any(f.name == only for f in free) else "is not a usable node"
                 out.refused[d.model] = ("storage", _single_node_refusal(d, st, got if isinstance(got, str) else (
-                    f"its cache is on node {only}, which has no room for its {pods} pod(s)"), pools))
+                    f"its cache is on node {only}, which {where} for its {pods} pod(s)"), pools))
             elif got is None:
                 out.refused[d.model] = ("capacity", _refusal(pools, d, free, previous, st, single))
             else:
@@ -253,7 +270,7 @@ def _commit(d: Demand, pods: int, got: tuple[list[Free], int, Free | None], st: 
         jn.take(st.job)
         st.cache_nodes[cache] = jn.name
         out.jobs[cache] = jn.name
-    elif cache and st.multi_node is False and cache not in st.cache_nodes:
+    elif cache and st.single(cache) and cache not in st.cache_nodes:
         st.cache_nodes[cache] = nodes[0].name
     out.pins[d.model] = Pin(tuple(f.name for f in nodes), q)
     deal = [nodes[i % len(nodes)].name for i in range(pods)]
@@ -264,8 +281,7 @@ def _fits(d: Demand, replicas: int, free: Sequence[Free], pools: PoolNodes, prev
           single: bool) -> tuple[list[Free], int, Free | None] | None:
     cache = st.cache_of.get(d.model)
     job = st.job if cache and cache not in st.cache_nodes else None
-    only = st.cache_nodes.get(cache) if cache and single else None
-    got = _choose(d, replicas * d.pods_per_replica, free, pools, prev, job, only, single)
+    got = _choose(d, replicas * d.pods_per_replica, free, pools, prev, job, st.node_of(cache), single)
     return None if isinstance(got, str) else got
 
 
@@ -335,11 +351,18 @@ def _ran_out(ask: PodAsk, free: Sequence[Free], pools: PoolNodes) -> list[str]:
 
 
 def _single_node_refusal(d: Demand, st: Storage, why: str, pools: PoolNodes) -> str:
-    return (f"model {d.model}: its weight cache {st.cache_of.get(d.model)} is on storageClass "
-            f"{st.storage_class or '(the cluster default)'}, whose volumes one node mounts at a time, but {why}. "
-            f"Way out: a storageClass several nodes can mount (ReadWriteMany: EFS, FSx for Lustre, NFS, CephFS) and "
-            f"serving.storageMultiNode: true, or {d.count_key} and nodeCount such that every reader of these weights "
-            f"fits on one node of pool {pools.pool}")
+    cache = st.cache_of.get(d.model)
+    fit = f"{d.count_key} and nodeCount such that every reader of these weights fits on one node of pool {pools.pool}"
+    if st.multi_node is False:
+        return (f"model {d.model}: its weight cache {cache} is on storageClass "
+                f"{st.storage_class or '(the cluster default)'}, whose volumes one node mounts at a time, but {why}. "
+                f"Way out: a storageClass several nodes can mount (ReadWriteMany: EFS, FSx for Lustre, NFS, CephFS) "
+                f"and serving.storageMultiNode: true, or {fit}")
+    return (f"model {d.model}: its weight cache {cache} exists with spec.accessModes [{RWO}], which one node mounts "
+            f"at a time and which an existing claim keeps (changing it replaces the claim and its weights), but "
+            f"{why}. Allowed: every reader of {cache} on that one node. Way out: {fit}; or, on a storageClass several "
+            f"nodes can mount (serving.storageMultiNode: true), delete claim {cache} in the serving namespace and run "
+            f"`pulumi refresh` then `up`, which creates it {RWX} (the weights download once more)")
 
 
 def not_binding(pool: str, source: str) -> str:

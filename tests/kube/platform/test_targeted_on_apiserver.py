@@ -29,8 +29,9 @@ from tkf_infra.ops.stacks import DEV_PASSPHRASE
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.engine]
 
-# Two replicas each: every weight cache is read-write-many from the start, so a cache that gains a consumer is
-# updated, not replaced (a read-write-once PVC's access mode is immutable on a real server, targeted or not).
+# Two replicas each: every weight cache is read-write-many from the start. A cache that gains a consumer is
+# updated, never replaced, whatever its mode (a claim keeps it: tkf_infra/plan/cache_modes.py, and
+# tests/kube/platform/test_cache_mode_on_apiserver.py for a read-write-once one).
 MODELS: list[dict[str, Any]] = [{**m, "replicas": 2} for m in dev_config()["config"]["tkf-infra:models"]]
 A, B = MODELS[0], MODELS[1]
 C = {**B, "name": "coder-copy", "servedName": "coder-copy"}
