@@ -27,6 +27,7 @@ from tkf_infra.targeted import (
     Keep,
     exclude_patterns,
     kept,
+    moved_models,
     skip_set,
     targeted_models,
     targeted_refusal,
@@ -145,6 +146,38 @@ def test_the_program_stops_a_targeted_run_that_would_leave_another_model_as_it_w
     assert program(edited, previous=last).error is None
     monkeypatch.delenv(TARGET_MODELS_ENV)
     assert program(edited, previous=last).error is None  # a full run steps everything
+
+
+def test_a_kept_model_the_plan_placed_anew_is_named_and_older_stacks_keys_are_not_changes() -> None:
+    pin = {"nodes": ["n1"], "podsPerNode": 1}
+    before = {"x": {"name": "b", "footprint": {"pin": {"nodes": ["n1"], "podsPerNode": 1.0}}},
+              "y": {"name": "c", "footprint": {"pin": pin}}, "z": {"name": "a", "footprint": {}}}
+    now = {"x": {"name": "b", "footprint": {"pin": pin, "weightCacheAccess": "ReadWriteOnce"}},  # same, as floats
+           "y": {"name": "c", "footprint": {"pin": {"nodes": ["n2"], "podsPerNode": 1}}},
+           "z": {"name": "a", "footprint": {"pin": pin}}, "w": {"name": "new"}}
+    assert moved_models(frozenset({"a"}), now, before) == ["model c was placed anew by the plan (footprint.pin)"]
+    assert moved_models(frozenset(), now, before)[-1] == "model a was placed anew by the plan (footprint.pin)"
+
+
+def test_the_program_refuses_a_targeted_run_that_would_leave_a_kept_model_where_it_was(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = stack_doc(A, C, backend="vllm")
+    h = program(doc)
+    assert h.error is None and h.result is not None
+    from tkf_infra.outputs import ENDPOINTS_OUTPUT, endpoints_output
+
+    endpoints = endpoints_output(h.result.plan)
+    served_c = next(k for k, ep in endpoints.items() if ep["name"] == "c")
+    endpoints[served_c] = {**endpoints[served_c], "footprint": {**endpoints[served_c].get("footprint", {}),
+                                                                  "pin": {"nodes": ["gone"], "podsPerNode": 1}}}
+    last = {DEPLOYED_OUTPUT: deployed_now(doc), ENDPOINTS_OUTPUT: endpoints}
+    monkeypatch.setenv(TARGET_MODELS_ENV, json.dumps(["a"]))
+    refused = program(doc, previous=last)
+    assert refused.error is not None and not refused.mocks.of_type(names.MODEL_SERVING_TYPE)
+    assert "model c was placed anew by the plan (footprint.pin)" in str(refused.error), refused.error
+    assert "--models a,c" in str(refused.error)
+    monkeypatch.setenv(TARGET_MODELS_ENV, json.dumps(["a", "c"]))
+    assert program(doc, previous=last).error is None
 
 
 def test_untargeted_changes_name_added_changed_and_removed_models() -> None:

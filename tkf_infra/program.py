@@ -338,7 +338,8 @@ def deploy(edge: Edge | None = None) -> Any:
         pulumi.log.warn(warning)
     report(fleet_plan)
     last = previous_deployment(outputs or {})
-    if run.layer != Layer.PLATFORM and (stale := targeted_refusal(fleet_plan.models, last)):
+    if run.layer != Layer.PLATFORM and (stale := targeted_refusal(
+            fleet_plan.models, last, plan=fleet_plan, before_endpoints=(outputs or {}).get(ENDPOINTS_OUTPUT))):
         raise pulumi.RunError(stale)  # a targeted run would leave these models as they were (tkf_infra/targeted.py)
     kubeconfig = kubeconfig_text(fleet_plan.catalog)
     check_render_dir(fleet_plan.catalog)

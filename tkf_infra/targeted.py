@@ -25,8 +25,10 @@ serving namespace, the API-key Secret and the provider.
 
 Why a targeted run can refuse what it would leave stale: a kept object keeps its old inputs whatever the program
 would register. So the program compares every model the run does not name with what the last run deployed
-(`untargeted_changes`) and stops before registering anything when one changed, was added or was removed: the
-message names them, and the fix is to name them too or to run without --models. Stack-level settings
+(`untargeted_changes`) and where the last run placed it (`moved_models`: its pin, its cache's access mode, its
+MIG placement, which the plan may change without an edit of its entry) and stops before registering anything
+when one changed, was added or was removed: the message names them, and the fix is to name them too or to run
+without --models. Stack-level settings
 (`serving`, `namespaces`, …) are not compared: an edit of those needs a full run (README).
 
 The exclusion globs are built from the type tokens and Pulumi names in `tkf_infra.names`, as the engine matches
@@ -164,12 +166,49 @@ def untargeted_changes(named: frozenset[str], now: Mapping[str, Any], before: Ma
     return problems
 
 
-def targeted_refusal(models: Iterable[Any], before: Mapping[str, Any],
-                     environ: Mapping[str, str] = os.environ) -> str | None:
+#: Where the plan put a model, as its endpoint publishes it (`endpoints[…]`): what a targeted run would leave
+#: stale on a model it keeps when the plan moves it (a repack after a node was lost, readers gathered on a
+#: ReadWriteOnce cache's node, a MIG re-layout), though its catalog entry is unchanged.
+PLACEMENT_KEYS = (("footprint", "pin"), ("footprint", "weightCacheAccess"), ("share", "placement"))
+#: Placement keys newer than stacks still deployed: absent from the last run's endpoint, not a change.
+NEWER_PLACEMENT_KEYS = frozenset({"footprint.weightCacheAccess"})
+
+
+def _placement(endpoint: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for outer, inner in PLACEMENT_KEYS:
+        part = endpoint.get(outer) if isinstance(endpoint, Mapping) else None
+        if isinstance(part, Mapping) and inner in part:
+            out[f"{outer}.{inner}"] = part[inner]
+    return out
+
+
+def moved_models(named: frozenset[str], now: Mapping[str, Any], before: Any) -> list[str]:
+    """Each model the run does not name whose placement (`PLACEMENT_KEYS`) differs from the last run's `endpoints`
+    output (`before`), one line each; a model new to the plan is `untargeted_changes`'s to name. Numbers compare
+    by value: the engine hands outputs back with every number a float."""
+    last = {ep["name"]: ep for ep in before.values() if isinstance(ep, Mapping) and isinstance(ep.get("name"), str)
+            } if isinstance(before, Mapping) else {}
+    problems = []
+    for ep in now.values():
+        name = ep.get("name")
+        if name in named or name not in last:
+            continue
+        b = _placement(last[name])
+        a = {k: v for k, v in _placement(ep).items() if k in b or k not in NEWER_PLACEMENT_KEYS}
+        if a != b:
+            keys = ", ".join(sorted(k for k in {*a, *b} if a.get(k) != b.get(k)))
+            problems.append(f"model {name} was placed anew by the plan ({keys})")
+    return problems
+
+
+def targeted_refusal(models: Iterable[Any], before: Mapping[str, Any], environ: Mapping[str, str] = os.environ, *,
+                     plan: Any = None, before_endpoints: Any = None) -> str | None:
     """Why this targeted run must stop before registering anything (None for a full run, or when every model it
-    does not name is as the last run deployed it): `models` are the plan's `ModelPlan`s, `before` the last
-    `deployed` output."""
-    from tkf_infra.outputs import deployed_entry
+    does not name is as the last run deployed and placed it): `models` are the plan's `ModelPlan`s, `before` the
+    last `deployed` output; with `plan` (the `FleetPlan`), each kept model's placement is compared with the last
+    `endpoints` output (`before_endpoints`) too."""
+    from tkf_infra.outputs import deployed_entry, endpoints_output
 
     try:
         named = targeted_models(environ)
@@ -180,6 +219,8 @@ def targeted_refusal(models: Iterable[Any], before: Mapping[str, Any],
         return None
     now = {m.entry.name: deployed_entry(m.entry) for m in models}
     problems = untargeted_changes(named, now, before)
+    if plan is not None:
+        problems += moved_models(named, endpoints_output(plan), before_endpoints)
     return stale_message(named, problems) if problems else None
 
 
