@@ -196,9 +196,12 @@ def test_the_target_list_in_the_environment_is_checked() -> None:
         targeted_models({TARGET_MODELS_ENV: "a,b"})
     assert targeted_refusal([], {}, {TARGET_MODELS_ENV: "{"}) is not None
     assert kept({}) is None
-    assert kept({TARGET_KEEP_ENV: '{"models": ["b"], "caches": []}'}) == Keep(frozenset({"b"}), frozenset())
+    keep = '{"models": ["b"], "caches": []}'
+    assert kept({TARGET_MODELS_ENV: '["a"]', TARGET_KEEP_ENV: keep}) == Keep(frozenset({"b"}), frozenset())
+    # a keep list left over without named models (a full run) is ignored: the engine would delete what it keeps
+    assert kept({TARGET_KEEP_ENV: keep}) is None and kept({TARGET_MODELS_ENV: "", TARGET_KEEP_ENV: keep}) is None
     with pytest.raises(ValueError, match=f"{TARGET_KEEP_ENV} is '\\[\\]', not a JSON"):
-        kept({TARGET_KEEP_ENV: "[]"})
+        kept({TARGET_MODELS_ENV: '["a"]', TARGET_KEEP_ENV: "[]"})
     assert targeted_refusal([], {}, {TARGET_MODELS_ENV: '["a"]', TARGET_KEEP_ENV: "x"}) is not None
 
 

@@ -127,9 +127,11 @@ def _bad(key: str, text: str, what: str) -> ValueError:
 
 
 def kept(environ: Mapping[str, str] = os.environ) -> Keep | None:
-    """What the CLI's targeted run keeps (None for a full run, or when plain `pulumi` runs the program)."""
+    """What the CLI's targeted run keeps (None for a full run, or when plain `pulumi` runs the program). Read only
+    beside the models the run names: a full run that registered less than everything would have the engine
+    delete the rest, so a keep list left over in an environment without them is ignored."""
     data = _json_env(environ, TARGET_KEEP_ENV)
-    if data is None:
+    if data is None or not environ.get(TARGET_MODELS_ENV):
         return None
     parts = [data.get(k) if isinstance(data, dict) else None for k in ("models", "caches")]
     if not all(isinstance(p, list) and all(isinstance(x, str) for x in p) for p in parts):
