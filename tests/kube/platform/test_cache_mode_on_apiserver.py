@@ -23,9 +23,8 @@ import pytest
 from pulumi import automation as auto
 
 from tests.engine_fixtures import EngineStack
-from tests.kube.apiserver import KubeAPIServer, own_apiserver
-from tests.kube.platform.test_admission_live import node
-from tests.kube.platform.test_pins_on_apiserver import NODES, configure, model, pinned, pod_spec
+from tests.kube.apiserver import KubeAPIServer
+from tests.kube.platform.test_pins_on_apiserver import configure, model, pinned, pod_spec, pool_apiserver
 from tkf_infra.names import weight_cache
 
 pytestmark = [pytest.mark.apiserver, pytest.mark.engine]
@@ -36,10 +35,7 @@ PVC_TYPE = "kubernetes:core/v1:PersistentVolumeClaim"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeAPIServer]:
-    with own_apiserver(tmp_path_factory.mktemp("cache-mode-apiserver")) as srv:
-        with srv.client() as kube:
-            for name in NODES:
-                node(kube, name)
+    with pool_apiserver(tmp_path_factory.mktemp("cache-mode-apiserver")) as srv:
         yield srv
 
 

@@ -13,6 +13,8 @@ The server runs no scheduler or controllers (the cluster tier, tests/cluster, ru
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,12 +36,19 @@ def model(name: str, replicas: int, **kw: Any) -> dict[str, Any]:
             "replicas": replicas, **kw}
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeAPIServer]:
-    with own_apiserver(tmp_path_factory.mktemp("pins-apiserver")) as srv:
+@contextmanager
+def pool_apiserver(tmp: Path) -> Iterator[KubeAPIServer]:
+    """A kube-apiserver of its own holding the pool's `NODES` (the pins and cache-mode tests pack onto them)."""
+    with own_apiserver(tmp) as srv:
         with srv.client() as kube:
             for name in NODES:
                 node(kube, name)
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeAPIServer]:
+    with pool_apiserver(tmp_path_factory.mktemp("pins-apiserver")) as srv:
         yield srv
 
 
