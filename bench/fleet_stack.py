@@ -20,8 +20,8 @@ size costs the engine and the provider whatever program registers them; fleet / 
 tkf-infra's own overhead (plan, FitCheck, component outputs, stack outputs and reads).
 
 The fleet's **targeted** runs are measured beside its full ones, on the same stack: `preview` and the same
-one-model `up` with `--models` of that model (tkf_infra/targeted.py), the targets resolved as the CLI resolves
-them (the stack file, the last deployment) inside the timed run. The issue's bar: a targeted one-model `up` at
+one-model `up` with `--models` of that model (tkf_infra/targeted.py), what it keeps resolved as the CLI resolves
+it (the stack file, the last deployment) inside the timed run. The issue's bar: a targeted one-model `up` at
 200 models within 1.5x of the same edit at 2.
 
 `--engine-env KEY=VALUE` (repeatable) also measures the fleet with that in the engine's environment (an engine
@@ -261,8 +261,9 @@ class Measured:
     targeted: tuple[str, ...] = ()
 
     def run(self, operation: str) -> Any:
-        """`preview` or `up`, as `python -m tkf_infra … --models` runs it when targeted: the targets resolved from
-        the stack file and its last deployment (timed with the run), the program told which models they are."""
+        """`preview` or `up`, as `python -m tkf_infra … --models` runs it when targeted: what it keeps resolved from
+        the stack file and its last deployment (timed with the run), the engine given its exclusions, the program
+        told which models it names and keeps."""
         stack = self.program.stack
         call = stack.preview if operation == "preview" else stack.up
         if not self.targeted:
