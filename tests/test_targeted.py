@@ -20,10 +20,12 @@ import yaml
 
 from tests.mocks import CPU, QWEN_05B, Harness, Registered, program, stack_doc
 from tkf_infra import names
+from tkf_infra.ops.targets import Targeting
 from tkf_infra.outputs import DEPLOYED_OUTPUT
 from tkf_infra.targeted import (
     TARGET_KEEP_ENV,
     TARGET_MODELS_ENV,
+    TARGET_TICKET_ENV,
     Keep,
     exclude_patterns,
     kept,
@@ -76,8 +78,8 @@ def targeted(doc: dict[str, Any], named: list[str], *models: dict[str, Any],
     last = {DEPLOYED_OUTPUT: deployed_now(doc)}
     full = urns(program(doc, stack="s", previous=last), "s")
     keep = skip_set(named, caches_of(*models), {})
-    monkeypatch.setenv(TARGET_MODELS_ENV, json.dumps(named))
-    monkeypatch.setenv(TARGET_KEEP_ENV, keep.as_json())
+    for key, value in Targeting(tuple(named), keep, []).env.items():
+        monkeypatch.setenv(key, value)
     h = program(doc, stack="s", previous=last)
     assert h.error is None, h.error
     return set(urns(h, "s")), matched(exclude_patterns("s", "tkf-infra", keep), full), full
@@ -196,13 +198,36 @@ def test_the_target_list_in_the_environment_is_checked() -> None:
         targeted_models({TARGET_MODELS_ENV: "a,b"})
     assert targeted_refusal([], {}, {TARGET_MODELS_ENV: "{"}) is not None
     assert kept({}) is None
-    keep = '{"models": ["b"], "caches": []}'
-    assert kept({TARGET_MODELS_ENV: '["a"]', TARGET_KEEP_ENV: keep}) == Keep(frozenset({"b"}), frozenset())
+    run = Targeting(("a",), Keep(frozenset({"b"}), frozenset()), [])
+    assert kept(run.env) == Keep(frozenset({"b"}), frozenset())
     # a keep list left over without named models (a full run) is ignored: the engine would delete what it keeps
+    keep = run.env[TARGET_KEEP_ENV]
     assert kept({TARGET_KEEP_ENV: keep}) is None and kept({TARGET_MODELS_ENV: "", TARGET_KEEP_ENV: keep}) is None
     with pytest.raises(ValueError, match=f"{TARGET_KEEP_ENV} is '\\[\\]', not a JSON"):
-        kept({TARGET_MODELS_ENV: '["a"]', TARGET_KEEP_ENV: "[]"})
+        kept({**run.env, TARGET_KEEP_ENV: "[]"})
     assert targeted_refusal([], {}, {TARGET_MODELS_ENV: '["a"]', TARGET_KEEP_ENV: "x"}) is not None
+
+
+def test_variables_exported_by_hand_without_the_clis_live_ticket_are_refused_before_anything_is_registered(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plain `pulumi up` with the targeted run's variables in its environment: the program must not leave the kept
+    models unregistered (the engine, given no --exclude, would delete them)."""
+    run = Targeting(("a",), Keep(frozenset({"c"}), frozenset()), [])
+    by_hand = {k: v for k, v in run.env.items() if k != TARGET_TICKET_ENV}
+    with pytest.raises(ValueError, match=f"{TARGET_TICKET_ENV} is not set.*unset both variables"):
+        kept(by_hand)
+    with pytest.raises(ValueError, match="gone or for another run"):  # a ticket of another run
+        kept({**run.env, TARGET_MODELS_ENV: '["c"]'})
+    run.ticket.unlink()  # the CLI that wrote it has exited
+    with pytest.raises(ValueError, match="gone or for another run"):
+        kept(run.env)
+    doc = stack_doc(A, C, backend="vllm")
+    last = {DEPLOYED_OUTPUT: deployed_now(doc)}
+    for key, value in by_hand.items():
+        monkeypatch.setenv(key, value)
+    h = program(doc, stack="s", previous=last)
+    assert h.error is not None and TARGET_TICKET_ENV in str(h.error), h.error
+    assert not [r for r in h.resources if r.type == names.MODEL_SERVING_TYPE], "nothing of a model registered"
 
 
 class FakeStack:

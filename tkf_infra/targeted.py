@@ -40,10 +40,12 @@ only when both are, and the same for caches.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tkf_infra import names
@@ -52,6 +54,10 @@ from tkf_infra import names
 TARGET_MODELS_ENV = "TKF_TARGET_MODELS"
 #: Set with it: JSON `{"models": [...], "caches": [...]}`, what the run keeps and the program does not register.
 TARGET_KEEP_ENV = "TKF_TARGET_KEEP"
+#: Set with them: a file the CLI writes for its run and removes when it exits, holding `ticket_digest` of the two
+#: above. Why: plain `pulumi up` run with the two variables exported by hand would leave the kept models unregistered
+#: without the CLI's `--exclude` list, and the engine would delete them; without a live ticket the program refuses.
+TARGET_TICKET_ENV = "TKF_TARGET_TICKET"
 #: The platform's components, which a targeted run keeps as they are in state.
 KEPT_PLATFORM_TYPES = (names.GPU_NODE_POOL_TYPE, names.GPU_OPERATOR_TYPE, names.SERVING_PREREQUISITES_TYPE,
                        names.OBSERVABILITY_TYPE)
@@ -126,16 +132,38 @@ def _bad(key: str, text: str, what: str) -> ValueError:
                       "sets it)")
 
 
+def ticket_digest(models_text: str, keep_text: str) -> str:
+    """What a targeted run's ticket holds: a digest of its two variables, so a ticket serves that run only."""
+    return hashlib.sha256(f"{models_text}\0{keep_text}".encode()).hexdigest()
+
+
+def _check_ticket(environ: Mapping[str, str]) -> None:
+    path = environ.get(TARGET_TICKET_ENV, "")
+    want = ticket_digest(environ.get(TARGET_MODELS_ENV, ""), environ.get(TARGET_KEEP_ENV, ""))
+    try:
+        valid = bool(path) and Path(path).read_text().strip() == want
+    except OSError:
+        valid = False
+    if not valid:
+        why = f"{TARGET_TICKET_ENV} is not set" if not path else f"its ticket {path} is gone or for another run"
+        raise ValueError(f"{TARGET_MODELS_ENV} and {TARGET_KEEP_ENV} are set, but not by a running `python -m "
+                         f"tkf_infra preview|up --models` ({why}): a run that leaves the kept models unregistered "
+                         "without the CLI's matching --exclude list would have the engine delete them; unset both "
+                         "variables and run again, or run `python -m tkf_infra up --models NAME`")
+
+
 def kept(environ: Mapping[str, str] = os.environ) -> Keep | None:
     """What the CLI's targeted run keeps (None for a full run, or when plain `pulumi` runs the program). Read only
     beside the models the run names: a full run that registered less than everything would have the engine
-    delete the rest, so a keep list left over in an environment without them is ignored."""
+    delete the rest, so a keep list left over in an environment without them is ignored. A keep list without
+    the run's live ticket (`TARGET_TICKET_ENV`) is refused, for the same reason."""
     data = _json_env(environ, TARGET_KEEP_ENV)
     if data is None or not environ.get(TARGET_MODELS_ENV):
         return None
     parts = [data.get(k) if isinstance(data, dict) else None for k in ("models", "caches")]
     if not all(isinstance(p, list) and all(isinstance(x, str) for x in p) for p in parts):
         raise _bad(TARGET_KEEP_ENV, environ[TARGET_KEEP_ENV], 'a JSON {"models": [names], "caches": [names]}')
+    _check_ticket(environ)
     return Keep(frozenset(parts[0] or ()), frozenset(parts[1] or ()))
 
 

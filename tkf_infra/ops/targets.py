@@ -8,9 +8,12 @@ still stepped, and the program refuses it as a full run would.
 
 from __future__ import annotations
 
+import atexit
 import json
+import os
+import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,20 +25,43 @@ from tkf_infra.config.reader import read_stack_file
 from tkf_infra.config.validate import deep_merge
 from tkf_infra.ops.stacks import UsageError, project_name, stack_outputs
 from tkf_infra.outputs import DEPLOYED_OUTPUT
-from tkf_infra.targeted import TARGET_KEEP_ENV, TARGET_MODELS_ENV, Keep, exclude_patterns, skip_set
+from tkf_infra.targeted import (
+    TARGET_KEEP_ENV,
+    TARGET_MODELS_ENV,
+    TARGET_TICKET_ENV,
+    Keep,
+    exclude_patterns,
+    skip_set,
+    ticket_digest,
+)
 
 
 @dataclass(frozen=True)
 class Targeting:
-    """A targeted run: the models it names, what it keeps, the engine's `--exclude` list, the program's environment."""
+    """A targeted run: the models it names, what it keeps, the engine's `--exclude` list, the program's environment
+    (with the run's ticket, `tkf_infra.targeted.TARGET_TICKET_ENV`: written here, removed when this process exits,
+    so the variables copied into another shell are refused by the program)."""
 
     models: tuple[str, ...]
     keep: Keep
     excludes: list[str]
+    ticket: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        fd, path = tempfile.mkstemp(prefix="tkf-target-", suffix=".ticket")
+        with os.fdopen(fd, "w") as f:
+            f.write(ticket_digest(self._models_text, self.keep.as_json()))
+        atexit.register(Path(path).unlink, missing_ok=True)
+        object.__setattr__(self, "ticket", Path(path))
+
+    @property
+    def _models_text(self) -> str:
+        return json.dumps(list(self.models))
 
     @property
     def env(self) -> dict[str, str]:
-        return {TARGET_MODELS_ENV: json.dumps(list(self.models)), TARGET_KEEP_ENV: self.keep.as_json()}
+        return {TARGET_MODELS_ENV: self._models_text, TARGET_KEEP_ENV: self.keep.as_json(),
+                TARGET_TICKET_ENV: str(self.ticket)}
 
 
 def parse_models(text: str) -> tuple[str, ...]:
