@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,8 +18,10 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
+from tkf_infra.hub.lock import load_lock
 from tkf_infra.ops import engine_home
 from tkf_infra.ops.stacks import DEV_PASSPHRASE, copy_project, engine_env, pulumi_home
+from tkf_infra.sizing.adapter_facts import AdapterFacts
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -85,6 +87,17 @@ def cli_project(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PULUMI_CONFIG_PASSPHRASE")}
     env["PULUMI_BACKEND_URL"] = f"file://{tmp_path / 'state'}"
     return root, render, env
+
+
+def add_adapters(project: Path, adapters: Sequence[AdapterFacts]) -> None:
+    """LoRA adapter facts added to a project copy's lock, as `lock` records them (nothing to do without any)."""
+    if not adapters:
+        return
+    path = project / "models.lock.json"
+    lock = load_lock(path)
+    for facts in adapters:
+        lock.put_adapter(facts)
+    lock.save(path)
 
 
 def set_dev_models(root: Path, models: list[dict[str, Any]]) -> None:

@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,13 +47,15 @@ from tests.controllers.webhooks import (
     install_cert_manager_crds,
     webhook_servers,
 )
-from tests.engine_fixtures import EngineStack
+from tests.engine_fixtures import EngineStack, add_adapters
 from tests.kube.client import KubeClient, Obj
 from tests.kube.platform.readback import GATEWAY_NS, MONITORING_NS
 from tests.kube.platform.test_up_against_apiserver import QWEN3_8B
 from tkf_infra import names
 from tkf_infra.config.quantity import parse_quantity
 from tkf_infra.ops.stacks import DEV_PASSPHRASE
+from tkf_infra.ops.summary import FAILED_STATUSES
+from tkf_infra.sizing.adapter_facts import AdapterFacts
 
 #: Seconds the same pods stay unschedulable, with no pod changing, before the watchdog stops `up`.
 STUCK_S = 45.0
@@ -136,7 +138,10 @@ class UpRun:
     """Each LLMInferenceService and LeaderWorkerSet → its conditions (``Type=Status``), as `up` left them."""
 
     def explain(self) -> str:
+        failed = {m: row for m, row in (self.summary.get("models") or {}).items()
+                  if isinstance(row, dict) and row.get("status") in FAILED_STATUSES}
         return (f"up exit {self.returncode} after {self.seconds:.0f} s (stopped by the watchdog: {self.stopped}); "
+                f"models that failed: {failed}; "
                 f"unschedulable: {self.stuck}; pods: {describe_pods(self.pods)}; workloads: {self.workloads}; "
                 f"stderr tail: {self.stderr[-1500:]}")
 
@@ -294,10 +299,15 @@ def cli_up(es: EngineStack, kube: KubeClient, namespace: str, *, timeout: float 
                  kube.list_objects("v1", "Pod", namespace), workload_conditions(kube, namespace))
 
 
+def is_serving_pod(pod: Obj) -> bool:
+    """A model's pod, not a weight download Job's."""
+    return all(o["kind"] != "Job" for o in pod["metadata"].get("ownerReferences") or [])
+
+
 def assert_all_ready(run: UpRun, pods: int) -> None:
     """`up` ended by itself, successfully, with at least ``pods`` serving pods (not download Jobs') Ready."""
     assert run.returncode == 0 and not run.stopped, run.explain()
-    serving = [p for p in run.pods if all(o["kind"] != "Job" for o in p["metadata"].get("ownerReferences") or [])]
+    serving = [p for p in run.pods if is_serving_pod(p)]
     assert len([p for p in serving if pod_ready(p)]) >= pods, run.explain()
     # `up`'s own check after the engine (tkf_infra/ops/ready_check.py) read the cluster and found every model Ready.
     readiness = run.summary.get("readiness") or {}
@@ -352,10 +362,12 @@ class Fleet:
 
     def aim(self, models: list[dict[str, Any]], *, pools: list[dict[str, Any]] | None = None,
             system_node: bool = True, backend: str = "kserve", platform: bool = True,
-            cluster_settings: dict[str, Any] | None = None, gpu_operator: dict[str, Any] | None = None) -> None:
+            cluster_settings: dict[str, Any] | None = None, gpu_operator: dict[str, Any] | None = None,
+            adapters: Sequence[AdapterFacts] = (), config: Callable[[dict[str, Any]], None] | None = None) -> None:
         """The pools' nodes (default: the prod pool) and a system node, a stack of ``models`` aimed at them,
         the managers its platform runs. ``gpu_operator``: its MIG strategy and time-slicing replicas shape the
-        nodes too (what the device plugin advertises)."""
+        nodes too (what the device plugin advertises); ``adapters``: LoRA adapter facts added to the project's
+        lock (as `lock` would record them); ``config``: a last edit of the stack file's config map."""
         pools = pools or [PROD_POOL]
         slices = int((gpu_operator or {}).get("timeSlicingReplicas", 0))
         strategy = str((gpu_operator or {}).get("migStrategy", "none"))
@@ -366,6 +378,9 @@ class Fleet:
         self.namespace = aim_at(es, self.cluster, pools=pools, models=models, backend=backend,
                                 storage_class=SHARED_CLASS, platform=platform, cluster_settings=cluster_settings,
                                 gpu_operator=gpu_operator)
+        add_adapters(es.project, adapters)
+        if config is not None:
+            es.edit_config(config)
         if platform:
             install_cert_manager_crds(self.kube)
             self.managers.start_when_served(self.cluster, self.hooks, self._workdir / "managers",

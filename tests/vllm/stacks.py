@@ -20,8 +20,7 @@ from typing import Any
 
 import yaml
 
-from tests.engine_fixtures import copy_project, dev_config
-from tkf_infra.hub.lock import load_lock
+from tests.engine_fixtures import add_adapters, copy_project, dev_config
 from tkf_infra.ops.stacks import DEV_PASSPHRASE, pulumi_home
 from tkf_infra.sizing.adapter_facts import AdapterFacts
 
@@ -73,11 +72,7 @@ def render_stack(backend: str, workdir: Path, secrets: dict[str, str] | None = N
     ``secrets``: stack secrets set (``pulumi config set --secret``) before the first ``up``. ``models``:
     another catalog (default `priced_catalog`); ``adapters``: LoRA adapter facts added to the copy's lock."""
     root = copy_project(workdir / "project")
-    if adapters:
-        lock = load_lock(root / "models.lock.json")
-        for facts in adapters:
-            lock.put_adapter(facts)
-        lock.save(root / "models.lock.json")
+    add_adapters(root, adapters)
     doc = dev_config()
     config = doc["config"]
     config["tkf-infra:cluster"]["renderDir"] = str(workdir / "rendered")
