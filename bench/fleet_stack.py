@@ -27,6 +27,10 @@ it (the stack file, the last deployment) inside the timed run. The issue's bar: 
 `--engine-env KEY=VALUE` (repeatable) also measures the fleet with that in the engine's environment (an engine
 switch such as `PULUMI_PARALLEL_DIFF=true`), in environments of its own, interleaved with the others.
 
+`--cli ROOT` (repeatable) also measures the fleet, full and targeted, under the Pulumi CLI at `ROOT/bin/pulumi`
+(a release built beside the pinned one), in environments of its own, interleaved with the others; the language
+host, the Kubernetes provider and the program are the installed ones, so only the engine differs.
+
 `--compare-with REF` also measures the fleet of a git ref (`git archive REF`, the same virtualenv), in
 environments of its own, interleaved with the others: a before/after in one run.
 
@@ -77,9 +81,10 @@ from tkf_infra.ops.targets import resolve  # noqa: E402
 
 
 def fleet_env(tmp: Path, n: int, platform: bool, checkout: Path = ROOT, prefix: str = "f",
-              engine_env: dict[str, str] | None = None) -> tuple[Program, auto.Stack, Path]:
+              engine_env: dict[str, str] | None = None, cli: Path | None = None) -> tuple[Program, auto.Stack, Path]:
     """Environment `<prefix><n>`: its platform applied, its fleet of `n` generated models applied once;
-    `engine_env`: more of the engine's environment for its runs (an engine switch measured against the fleet)."""
+    `engine_env`: more of the engine's environment for its runs (an engine switch measured against the fleet);
+    `cli`: another Pulumi CLI's root (`cli/bin/pulumi`) runs its engine, from the platform's first `up` on."""
     env_name = f"{prefix}{n}"
     project = copy_project(tmp / env_name, checkout)
     doc = dev_stack_config(platform)
@@ -92,11 +97,33 @@ def fleet_env(tmp: Path, n: int, platform: bool, checkout: Path = ROOT, prefix: 
     env, opts = _workspace(project, tmp / f"state-{env_name}")
     env.update(engine_env or {})
     opts.env_vars = env
+    if cli is not None:
+        opts.pulumi_command = auto.PulumiCommand(root=str(cli))
     plat = auto.create_stack(f"{env_name}-platform", work_dir=str(project), opts=opts)
     untimed_up(plat)
     fleet = auto.create_stack(env_name, work_dir=str(project), opts=opts)
     untimed_up(fleet)
     return Program(f"fleet-{env_name}", fleet, env), plat, path
+
+
+def cli_version(root: Path) -> str:
+    """`pulumi version` of the CLI at `root/bin/pulumi` (the label of its rows)."""
+    return subprocess.run([str(root / "bin" / "pulumi"), "version"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def print_cli_table(best: dict[tuple[int, str, str], float], sizes: list[int], label: str, repeat: int) -> None:
+    """The fleet under another CLI (its rows' `label`) against the pinned one, per size: preview, up and the
+    targeted up."""
+    print(f"\nthe {label} against the pinned CLI {cli_version(pulumi_home())} (best of {repeat}, s; ratio: this "
+          "CLI / the pinned one)")
+    print("| models | preview | ratio | up | ratio | targeted up | ratio |\n|---|---|---|---|---|---|---|")
+    for n in sizes:
+        cells: list[Any] = [n]
+        for key, kind in ((label, "preview"), (label, "up"), (f"{label} --models", "up")):
+            mine, pinned = best[(n, key, kind)], best[(n, key.replace(label, "fleet"), kind)]
+            cells += [round(mine, 2), round(mine / pinned, 2)]
+        print("| " + " | ".join(str(c) for c in cells) + " |")
 
 
 def ref_checkout(tmp: Path, ref: str) -> Path:
@@ -306,10 +333,14 @@ def main() -> None:  # noqa: C901 - one interleaved run: set-up, rounds, then th
     ap.add_argument("--engine-env", action="append", default=[], metavar="KEY=VALUE",
                     help="also measure the fleet with this in the engine's environment (PULUMI_PARALLEL_DIFF=true),"
                          " in environments of its own, interleaved; repeatable")
+    ap.add_argument("--cli", action="append", default=[], type=Path, metavar="ROOT",
+                    help="also measure the fleet, full and targeted, under the Pulumi CLI at ROOT/bin/pulumi, in "
+                         "environments of its own, interleaved; repeatable")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument("--trace", action="store_true", help="also break one preview and one up of each down by phase")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    cli_labels = {root: f"fleet cli {cli_version(root)}" for root in args.cli}  # the rows of each --cli
     rows: list[dict[str, Any]] = []
     print(f"# start {time.strftime('%H:%M:%S', time.gmtime())} UTC {load()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="tkf-fleet-bench-") as tmpdir:
@@ -340,6 +371,11 @@ def main() -> None:  # noqa: C901 - one interleaved run: set-up, rounds, then th
                 other, _, other_path = fleet_env(tmp, n, args.platform, prefix=f"e{i}-", engine_env={key: value})
                 other.resources = fleet.resources
                 measured.append(Measured(f"fleet {setting}", other, partial(toggle_model, other_path)))
+            for i, (root, label) in enumerate(cli_labels.items()):
+                other, _, other_path = fleet_env(tmp, n, args.platform, prefix=f"c{i}-", cli=root)
+                other.resources = fleet.resources
+                measured += [Measured(label, other, partial(toggle_model, other_path)),
+                             Measured(f"{label} --models", other, partial(toggle_model, other_path), (first,))]
             programs[n] = measured
             print(f"# {n} models ready: " + ", ".join(f"{m.key} {m.program.resources} resources, state "
                                                       f"{state_bytes(m.program) / 1e6:.2f} MB" for m in measured),
@@ -398,6 +434,8 @@ def main() -> None:  # noqa: C901 - one interleaved run: set-up, rounds, then th
                     mine = best[(n, f"fleet {setting}", kind)]
                     cells += [round(mine, 2), round(mine / best[(n, "fleet", kind)], 2)]
                 print("| " + " | ".join(str(c) for c in cells) + " |")
+        for label in cli_labels.values():
+            print_cli_table(best, sizes, label, args.repeat)
         print("\ntargeted (--models, the first model): best (s), against the full run of its size, and its up against "
               "the targeted up of the smallest size")
         print("| models | preview | /fleet | up | /fleet | up / smallest |\n|---|---|---|---|---|---|")
