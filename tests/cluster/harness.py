@@ -48,13 +48,9 @@ POD_FAULTS = ("never-ready", "crash-loop", "fail")
 NODE_LEASE_S = 40
 #: Seconds a pod tolerates its node NotReady or unreachable before taint eviction (default 300).
 NOT_READY_TOLERATION_S = 10
-#: Pod IPs kwok hands out (its default, 10.0.0.0/24, holds 254; it was also the test server's Service range).
+#: Pod IPs kwok hands out (its default, 10.0.0.0/24, holds 254), apart from tkf-kube-apiserver's Service range
+#: (10.96.0.0/16, tools/kube-apiserver/main.go).
 POD_CIDR = "10.244.0.0/16"
-#: The tier's ClusterIP range, over tkf-kube-apiserver's 10.0.0.0/24 (254 addresses; the last flag wins): a
-#: 300-model fleet asks one Service a model plus the platform's, and its `up` failed "failed to allocate a
-#: serviceIP … range is full" on the 255th (bench/cluster_churn.py, docs/admission.md). A /16 is what real
-#: clusters give (EKS: 10.100.0.0/16 or 172.20.0.0/16), apart from POD_CIDR.
-SERVICE_CIDR = "10.96.0.0/16"
 KWOK_BUILD_HINT = "{path} is missing: run scripts/build_kube_apiserver.sh (or scripts/setup.sh --dev)"
 
 
@@ -143,8 +139,7 @@ def running_cluster(workdir: Path, *, scheduler_config: Path | None = None,
     if scheduler_config is not None:
         args.append(f"--scheduler-config={scheduler_config}")
     flags = [f"--default-not-ready-toleration-seconds={NOT_READY_TOLERATION_S}",
-             f"--default-unreachable-toleration-seconds={NOT_READY_TOLERATION_S}",
-             f"--service-cluster-ip-range={SERVICE_CIDR}"]
+             f"--default-unreachable-toleration-seconds={NOT_READY_TOLERATION_S}"]
     proc, server = start_apiserver(workdir / "apiserver", extra_args=flags, server_args=args)
     stack = contextlib.ExitStack()
     stack.callback(stop_apiserver, proc)

@@ -162,7 +162,11 @@ func run() error {
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file=" + creds.saKeyFile,
 		"--service-account-signing-key-file=" + creds.saKeyFile,
-		"--service-cluster-ip-range=10.0.0.0/24",
+		// A /16, as real clusters give (EKS: 10.100.0.0/16 or 172.20.0.0/16), apart from kwok's pod range
+		// (tests/cluster/harness.py POD_CIDR): a /24 holds 254 ClusterIPs, and a 300-model fleet asks one
+		// Service a model plus the platform's ("failed to allocate a serviceIP … range is full",
+		// docs/admission.md).
+		"--service-cluster-ip-range=10.96.0.0/16",
 		"--allow-privileged=true",
 		// No ServiceAccount controller runs by default, so no `default` SA would ever exist for pods.
 		// The webhook plugins are off unless --admission-webhooks: applied
