@@ -58,6 +58,8 @@ TARGET_KEEP_ENV = "TKF_TARGET_KEEP"
 #: above. Why: plain `pulumi up` run with the two variables exported by hand would leave the kept models unregistered
 #: without the CLI's `--exclude` list, and the engine would delete them; without a live ticket the program refuses.
 TARGET_TICKET_ENV = "TKF_TARGET_TICKET"
+#: Every variable of a targeted run: a full run clears them all, so none is left over from another run.
+TARGET_ENV = (TARGET_MODELS_ENV, TARGET_KEEP_ENV, TARGET_TICKET_ENV)
 #: The platform's components, which a targeted run keeps as they are in state.
 KEPT_PLATFORM_TYPES = (names.GPU_NODE_POOL_TYPE, names.GPU_OPERATOR_TYPE, names.SERVING_PREREQUISITES_TYPE,
                        names.OBSERVABILITY_TYPE)

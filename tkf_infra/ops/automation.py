@@ -21,7 +21,7 @@ from tkf_infra.ops import policy_report
 from tkf_infra.ops.stacks import UsageError, engine_error, last_error_line, stack_outputs
 from tkf_infra.ops.summary import RunTracker, summarize
 from tkf_infra.program import POLICY_REFUSALS_ENV
-from tkf_infra.targeted import TARGET_KEEP_ENV, TARGET_MODELS_ENV, TARGET_TICKET_ENV
+from tkf_infra.targeted import TARGET_ENV
 
 if TYPE_CHECKING:
     from tkf_infra.ops.targets import Targeting
@@ -58,8 +58,7 @@ def run_operation(stack: auto.Stack, operation: str, *, on_output: Callable[[str
     any other failure to its model.
     """
     stack.workspace.env_vars = {**stack.workspace.env_vars, POLICY_REFUSALS_ENV: json.dumps(refused_by_policy or {}),
-                                **(targeting.env if targeting else {TARGET_MODELS_ENV: "", TARGET_KEEP_ENV: "",
-                                                                      TARGET_TICKET_ENV: ""})}
+                                **(targeting.env if targeting else dict.fromkeys(TARGET_ENV, ""))}
     kept = targeting.excludes if targeting else None
     tracker = RunTracker(operation)
     excluded: list[str] = []
