@@ -23,7 +23,7 @@ must turn Ready through the same download, init-container and readiness path as 
 
 from __future__ import annotations
 
-import time
+import contextlib
 from typing import Any
 
 import pytest
@@ -111,13 +111,15 @@ def test_an_autoscaled_model_scales_to_its_reserved_maximum_on_a_full_pool(fleet
     deployment = workload_of(kube, ns, SCALED)
     merge_patch(kube, "apps/v1", "Deployment", deployment, ns, {"spec": {"replicas": MAX_REPLICAS}},
                 manager="horizontal-pod-autoscaler")  # the replica count the HPA writes
-    kubelets, deadline = Kubelets(), time.monotonic() + 180
-    while time.monotonic() < deadline:
+    kubelets = Kubelets()
+
+    def scaled() -> bool:
         kubelets.tick(kube, ns)
         pods = serving_pods(kube, ns, SCALED)
-        if len(pods) == MAX_REPLICAS and all(pod_ready(p) for p in pods):
-            break
-        time.sleep(0.5)
+        return len(pods) == MAX_REPLICAS and all(pod_ready(p) for p in pods)
+
+    with contextlib.suppress(TimeoutError):  # the assertion below names what is missing
+        kube.wait_for(scaled, f"{SCALED} at {MAX_REPLICAS} Ready replicas", 180, interval=0.5)
     pods = serving_pods(kube, ns, SCALED)
     assert len(pods) == MAX_REPLICAS and all(pod_ready(p) for p in pods), (
         f"scaled to {MAX_REPLICAS}: unschedulable {unscheduled(kube, ns)}; pods {describe_pods(pods)}")
