@@ -199,13 +199,35 @@ def release_from_log(quotes: list[str]) -> str | None:
     return min(candidates, key=lambda v: parse_vllm_version(v) or (0, 0, 0)) if len(rows) == 1 else None
 
 
+#: When each vLLM release reached PyPI (its source and fetch day are in the file).
+RELEASES = Path(__file__).with_name("vllm_releases.json")
+
+
+def release_cap(day: str) -> str | None:
+    """The newest release a start-up logged on `day` can have run, None when the table ends before then.
+
+    A nightly of that day is main as of then; the first minor release published after it may have been branched
+    earlier, so main's code of the day ships at the latest in the second. Patch releases come off release branches
+    and do not count.
+    """
+    published: dict[str, str] = json.loads(RELEASES.read_text())["releases"]
+    minors = sorted((when, v) for v, when in published.items() if re.fullmatch(r"\d+\.\d+\.0", v) and when > day)
+    return minors[1][1] if len(minors) > 1 else None
+
+
 def _version(case: dict[str, Any]) -> str:
-    """The release (from the case, else from its log lines) and the engine the case ran (VLLM_USE_V1)."""
+    """The release (from the case, else from its log lines) and the engine the case ran (VLLM_USE_V1).
+
+    Unknown, it is capped by the day the case's source was written (`release_cap`): a log cannot come from a release
+    not yet cut, and the product then sizes with the most conservative of the rows up to the cap only.
+    """
     engine = str(case.get("engine") or "").lower()
     release = case.get("vllm_version") or release_from_log([str(q) for q in case.get("log_quote") or []])
     if release:
         return f"{release}-{engine}" if engine in ("v0", "v1") else str(release)
-    return f"unknown-{engine}" if engine in ("v0", "v1") else "unknown"
+    day = str((case.get("source") or {}).get("date") or "")
+    cap = release_cap(day) if re.fullmatch(r"\d{4}-\d{2}-\d{2}", day) else None
+    return (f"unknown-{engine}" if engine in ("v0", "v1") else "unknown") + (f"<={cap}" if cap else "")
 
 
 def _prefix_caching(case: dict[str, Any]) -> bool | None:

@@ -6,6 +6,7 @@ import json
 import statistics
 from pathlib import Path
 
+from bench.calibration_cases import _version, release_cap
 from bench.sizing_accuracy import run, summary
 
 CASES = Path(__file__).parent / "data" / "calibration"
@@ -56,3 +57,14 @@ def test_a_malformed_case_is_skipped_by_field_and_the_others_still_run(tmp_path:
     assert [s.case_id for s in report.scored] == [good["case_id"]] and report.skipped == 4, report.lines
     assert "max_model_len '32k': input should be a valid integer" in report.lines[0]
     assert "case #4: skipped (a case is a JSON object, got str)" in report.lines[3]
+
+
+def test_a_case_of_unknown_release_is_capped_by_the_day_its_source_was_written() -> None:
+    # 0.18.0 reached PyPI on 2026-03-20 and 0.19.0 on 2026-04-03: a log of 2026-03-12 ran 0.19.0 at the newest
+    # (a nightly of that day may be in 0.18.0's branch or, branched earlier, only in 0.19.0).
+    assert release_cap("2026-03-12") == "0.19.0"
+    assert release_cap("2099-01-01") is None, "after the table's last release there is no cap"
+    case = {"engine": "v1", "source": {"date": "2026-03-12"}}
+    assert _version(case) == "unknown-v1<=0.19.0"
+    assert _version({"engine": "v1", "source": {"date": "March 2026"}}) == "unknown-v1"
+    assert _version({**case, "vllm_version": "0.17.1"}) == "0.17.1-v1", "a printed release is not capped"

@@ -64,6 +64,24 @@ def test_an_unknown_release_is_sized_with_every_row_and_says_so(text: str) -> No
     assert len(choice.rows) == len(ROWS) and choice.warning and "most conservative" in choice.warning
 
 
+def test_an_unknown_release_with_a_cap_is_sized_with_the_rows_begun_by_then_only() -> None:
+    choice = choose_version("unknown-v1<=0.19.0")
+    assert [r.name for r in choice.rows] == [r.name for r in ROWS if r.engine == "v1" and r.first <= (0, 19, 0)]
+    assert choice.warning and "no newer than 0.19.0" in choice.warning and "most conservative" in choice.warning
+    gpu, facts = lookup_gpu("H100-80GB"), llama()
+    capped = estimate(facts, gpu, SizingParams(vllm_version="unknown-v1<=0.19.0", max_model_len=8192))
+    each = [estimate(facts, gpu, SizingParams(vllm_version=f"{r.first[0]}.{r.first[1]}.{r.first[2]}-v1",
+                                              max_model_len=8192)) for r in choice.rows]
+    assert capped.available_kv_gib == pytest.approx(min(e.available_kv_gib for e in each), abs=0.011)
+
+
+@pytest.mark.parametrize("text", ["unknown<=soon", "unknown<=0.1.0"])
+def test_a_cap_that_names_no_row_is_ignored_and_the_warning_says_so(text: str) -> None:
+    choice = choose_version(text)
+    assert len(choice.rows) == len(ROWS)
+    assert choice.warning and "is ignored" in choice.warning and text.split("<=")[1] in choice.warning
+
+
 def test_the_unknown_release_warning_reaches_the_published_figures() -> None:
     facts = ModelFacts(repo="meta-llama/Llama-3.1-8B-Instruct", revision="0" * 40, config=llama())
     params = SizingParams(vllm_version="vllm/vllm-openai:latest", max_model_len=8192)

@@ -306,7 +306,9 @@ class VersionChoice:
 
 
 
-_UNKNOWN_ENGINE = re.compile(r"^unknown(?:[-_ ](v0|v1))?$", re.IGNORECASE)
+#: ``unknown``, ``unknown-v1``, or with a cap, ``unknown-v1<=0.18.0``: a release no newer than the cap (a build of
+#: a known day, a start-up log dated before a release existed), so only rows that begin by then are candidates.
+_UNKNOWN_ENGINE = re.compile(r"^unknown(?:[-_ ](v0|v1))?(?:\s*<=\s*(\S+))?$", re.IGNORECASE)
 _FORCED_ENGINE = re.compile(r"^(.+)[-_ ](v0|v1)$", re.IGNORECASE)
 
 
@@ -330,6 +332,12 @@ def choose_version(text: str) -> VersionChoice:
         engine = (hint.group(1) or "").lower()
         rows = tuple(r for r in ROWS if not engine or r.engine == engine)
         what = f"an unknown {engine.upper()} release" if engine else "an unknown release"
+        cap = parse_vllm_version(hint.group(2)) if hint.group(2) else None
+        capped = tuple(r for r in rows if cap is not None and r.first <= cap)
+        if capped:
+            rows, what = capped, f"{what} no newer than {'.'.join(map(str, cap or ()))}"
+        elif hint.group(2):
+            what += f" (the cap {hint.group(2)!r} after '<=' names no release the table describes, so it is ignored)"
         return VersionChoice(text, None, rows, _warn(what))
     forced = _FORCED_ENGINE.match(text.strip())
     engine = forced.group(2).lower() if forced else None
