@@ -26,6 +26,11 @@ replaced cache fails ``up`` under ``protect``, collides with its retained self, 
 ``pruneWeightCache``. The plan writes the mode the claim already has, and the engine is told to ignore the field
 on an existing claim (``ignore_changes``) so that a mode the plan could not know (no live read, nothing
 published) still plans no replace; a new claim is created with the plan's mode.
+
+Why a claim keeps its class too: ``spec.storageClassName`` is force-new in the same table, so a change of
+``serving.storageClass`` would replace every cache at once. The engine ignores it on an existing claim, new
+caches get the new class, and preview names each cache left behind and how to move it
+(`tkf_infra.plan.storage_room.classes_kept`, in kubeconfig mode where the live claims are read).
 """
 
 from __future__ import annotations
@@ -59,8 +64,9 @@ _POD_FAILURE_BACKOFF_S, _MAX_POD_FAILURE_BACKOFF_S = 10, 600
 DOWNLOAD_START_SECONDS = 600
 #: What the download pod requests; the plan reserves it on the node the Job is pinned to (tkf_infra/plan/pins.py).
 DOWNLOAD_CPU_MILLIS, DOWNLOAD_MEMORY_MIB = 1000, 2048
-#: The claim's field the engine keeps as it is on an existing claim (`ignore_changes`; module docstring).
+#: The claim's fields the engine keeps as they are on an existing claim (`ignore_changes`; module docstring).
 ACCESS_MODES_PATH = "spec.accessModes"
+STORAGE_CLASS_PATH = "spec.storageClassName"
 
 
 @dataclass(frozen=True)
@@ -191,7 +197,7 @@ class WeightCache(pulumi.ComponentResource):
                 storage_class_name=args.storage_class,
             ),
             opts=pulumi.ResourceOptions(parent=self, retain_on_delete=not args.prune, protect=args.protect,
-                                        ignore_changes=[ACCESS_MODES_PATH]),
+                                        ignore_changes=[ACCESS_MODES_PATH, STORAGE_CLASS_PATH]),
         )
         env = [core.EnvVarArgs(name="HOME", value="/tmp"), core.EnvVarArgs(name="HF_HUB_DISABLE_TELEMETRY", value="1")]
         if args.hf_token_secret:

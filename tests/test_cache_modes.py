@@ -22,7 +22,7 @@ from tkf_infra.hub.lock import load_lock
 from tkf_infra.live.cluster import read_cluster
 from tkf_infra.names import weight_cache
 from tkf_infra.outputs import DEPLOYED_OUTPUT, ENDPOINTS_OUTPUT, deployed_entry, endpoints_output
-from tkf_infra.plan.admission import ClusterState, LivePvc
+from tkf_infra.plan.admission import W_CACHE_CLASS_KEPT, ClusterState, LivePvc
 from tkf_infra.plan.cache_modes import ACCESS_KEY, RWO, RWX, legacy_modes, published_modes
 from tkf_infra.plan.pins import read_pins
 from tkf_infra.program import footprints
@@ -90,6 +90,33 @@ def test_removing_a_reader_keeps_a_read_write_many_claim() -> None:
     doc = stack_doc(reader("a"), backend="vllm", nodePools=[POOL])
     assert plan_after(doc, last_outputs(first)).cache_modes == {CACHE: RWX}
     assert claim(doc, last_outputs(first)).spec["accessModes"] == [RWX]
+
+
+def test_a_storage_class_change_keeps_each_existing_claim_on_its_class_and_names_it() -> None:
+    """`.spec.storageClassName` is force-new like the mode: the engine ignores it on an existing claim, new caches
+    get the new class, and preview names each cache left on the old class with the way to move it."""
+    pvc = claim(stack_doc(reader("a"), serving={"storageClass": "fast"}))
+    assert pvc.spec["storageClassName"] == "fast"
+    assert {"spec.accessModes", "spec.storageClassName"} <= set(pvc.options["ignoreChanges"]), \
+        "an existing claim's class is never diffed, so a class change replaces no cache"
+    doc = stack_doc(reader("a"), cluster=kube(), serving={"storageClass": "fast"})
+    nodes = tuple(live(n) for n in NODES)
+    old = ClusterState("the test cluster", nodes, api_versions=SERVED,
+                       pvcs={CACHE: LivePvc(CACHE, 20, True, "slow", (RWO,))})
+    plan = planned(doc, old)
+    assert "a" in plan.deployed, "a cache on another class is kept and serves, it is not refused"
+    (note,) = [w for w in plan.warnings if w.startswith(f"[{W_CACHE_CLASS_KEPT}]")]
+    assert f"weight cache {CACHE}" in note and "read by a" in note and "stays on StorageClass 'slow'" in note
+    assert "serving.storageClass is 'fast'" in note and f"kubectl delete pvc {CACHE} -n llm-serving" in note
+    assert "pulumi up --refresh" in note
+    same = ClusterState("the test cluster", nodes, api_versions=SERVED,
+                        pvcs={CACHE: LivePvc(CACHE, 20, True, "fast", (RWO,))})
+    assert not [w for w in planned(doc, same).warnings if W_CACHE_CLASS_KEPT in w], "same class: nothing to say"
+    default = ClusterState("the test cluster", nodes, api_versions=SERVED, default_storage_class="fast",
+                           pvcs={CACHE: LivePvc(CACHE, 20, True, "slow", (RWO,))})
+    unset = planned(stack_doc(reader("a"), cluster=kube()), default)
+    assert any("serving.storageClass is 'fast'" in w for w in unset.warnings if W_CACHE_CLASS_KEPT in w), \
+        "no class set: the cluster's default is the one new caches get"
 
 
 def test_a_class_several_nodes_mount_is_read_write_many_from_the_first_reader() -> None:

@@ -1,9 +1,11 @@
-"""A protected weight cache through the real engine in render mode: a second replica plans no replace.
+"""A protected weight cache through the real engine in render mode: a second replica, or a new storage class,
+plans no replace.
 
 Why: under `serving.protect` (prod) the engine refuses to replace a protected resource, and the Kubernetes
 provider replaces a claim whose `spec.accessModes` change; a cache used to turn ReadWriteMany with its second
 replica, so that routine edit failed the preview and `up`. Render mode reads no cluster: the claim's mode comes
 back through the last run's `endpoints[…].footprint.weightCacheAccess` (`tkf_infra.plan.cache_modes`).
+`spec.storageClassName` is force-new too: a change of `serving.storageClass` applies to new caches only.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ def claim_ops(es: EngineStack) -> list[str]:
     return ops
 
 
-def claim_modes(es: EngineStack) -> list[Any]:
-    return [doc["spec"]["accessModes"] for (kind, _), doc in es.manifests().items() if kind == "PersistentVolumeClaim"]
+def claim_modes(es: EngineStack, field: str = "accessModes") -> list[Any]:
+    return [doc["spec"].get(field) for (kind, _), doc in es.manifests().items() if kind == "PersistentVolumeClaim"]
 
 
 def test_a_second_replica_of_a_protected_cache_plans_no_replace(make_stack: Callable[..., EngineStack]) -> None:
@@ -56,3 +58,10 @@ def test_a_second_replica_of_a_protected_cache_plans_no_replace(make_stack: Call
     assert claim_modes(es) == [["ReadWriteOnce"]]
     endpoints = es.stack.outputs()["endpoints"].value
     assert [ep["footprint"]["weightCacheAccess"] for ep in endpoints.values()] == ["ReadWriteOnce"]
+
+    before = claim_modes(es, "storageClassName")
+    es.edit_config(lambda cfg: cfg["tkf-infra:serving"].update(storageClass="fast-nvme"))
+    ops = claim_ops(es)  # before: "unable to replace resource … as it is currently marked for protection"
+    assert ops and set(ops) <= {"same", "update"}, f"a class change would {ops} the protected claim"
+    assert es.stack.up().summary.result == "succeeded"
+    assert claim_modes(es, "storageClassName") == before, "the existing claim keeps its class"

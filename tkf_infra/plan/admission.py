@@ -49,6 +49,7 @@ W_STORAGE_UNCHECKED = "storage-unchecked"
 W_APIS_UNREAD = "topology-unreadable"
 W_DAEMONS_UNREAD = "node-daemonsets-unreadable"
 W_NAMESPACE_ABSENT = "namespace-absent"
+W_CACHE_CLASS_KEPT = "weight-cache-class-kept"
 
 
 def named(code: str, text: str) -> str:

@@ -34,7 +34,7 @@ from tkf_infra.plan.pins import Pin, Storage, not_binding, pack_pool
 from tkf_infra.plan.pool_layout import Demand, PoolLayout
 from tkf_infra.plan.pools import PoolFacts
 from tkf_infra.plan.share import context_gib
-from tkf_infra.plan.storage_room import Cache, admit_storage, multi_node_mounts, storage_limits
+from tkf_infra.plan.storage_room import Cache, admit_storage, classes_kept, multi_node_mounts, storage_limits
 from tkf_infra.plan.time_slicing import SliceDemand, prove_time_slicing
 from tkf_infra.sizing.ec2 import InstanceGpus
 from tkf_infra.sizing.node_room import EKS_AMI_TAG, eks_node_room
@@ -319,5 +319,8 @@ def _storage(models: Sequence[ModelPlan], refused: Mapping[str, tuple[str, str]]
                                if old else Cache(pvc, e.model_ref, fp.cache_gib(m.weight_bytes), (e.name,)))
         prints.setdefault(e.name, {}).update(weightCache=pvc, weightCacheGiB=fp.cache_gib(m.weight_bytes))
     existing = dict(cluster.pvcs) if cluster is not None and cluster.storage_error is None else {}
+    warnings += classes_kept(list(caches.values()), existing,
+                             s.serving.storage_class or (cluster.default_storage_class if cluster else None),
+                             s.namespaces.serving)
     return {model: ("storage", reason)
             for model, reason in admit_storage(list(caches.values()), limits, existing, shown).items()}

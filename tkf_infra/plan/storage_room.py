@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tkf_infra.plan.admission import (
+    W_CACHE_CLASS_KEPT,
     W_STORAGE_NOT_LIVE,
     W_STORAGE_UNCHECKED,
     W_STORAGE_UNREAD,
@@ -124,6 +125,31 @@ def admit_storage(caches: Sequence[Cache], limits: Sequence[StorageLimit], exist
             free[lim.name] -= costs[lim.name]
         claimed += max(costs.values(), default=float(c.gib))
     return refused
+
+
+def classes_kept(caches: Sequence[Cache], existing: Mapping[str, LivePvc], storage_class: str | None,
+                 namespace: str) -> list[str]:
+    """A warning per existing cache whose claim is on another class than the stack's `storage_class`.
+
+    Why a warning and not a replace: `.spec.storageClassName` of a claim cannot change, and the Kubernetes provider
+    would replace the claim — failing `up` under `serving.protect`, colliding with the retained claim of the same
+    name, or downloading the weights again under `serving.pruneWeightCache`. The component has the engine ignore
+    the field on an existing claim (`components.weight_cache`), so a class change applies to new caches only; this
+    says which caches stay behind and how to move one, since nothing else in the plan would show it.
+    """
+    out = []
+    for c in caches:
+        old = existing.get(c.name)
+        if old is None or storage_class is None or old.storage_class == storage_class:
+            continue
+        on = f"StorageClass {old.storage_class!r}" if old.storage_class else "no StorageClass"
+        out.append(named(W_CACHE_CLASS_KEPT, (
+            f"storage: weight cache {c.name} (for {c.ref}, read by {', '.join(c.models)}) stays on {on}: "
+            f"serving.storageClass is {storage_class!r} now, and a claim's class cannot change, so existing caches "
+            f"keep theirs and only new ones are created on {storage_class!r}. To move this one: stop its readers, "
+            f"`kubectl delete pvc {c.name} -n {namespace}`, then `pulumi up --refresh`, which creates it on "
+            f"{storage_class!r} and downloads the weights once more")))
+    return out
 
 
 #: Provisioners whose volumes one node mounts at a time: block devices (attached to one node) and node-local
