@@ -144,3 +144,17 @@ def test_a_shared_label_marks_the_gpu_time_sliced() -> None:
     gpu = lookup_gpu("NVIDIA-GeForce-RTX-3090-SHARED")
     assert gpu.shared and gpu.product_labels == ("NVIDIA-GeForce-RTX-3090-SHARED",)
     assert not lookup_gpu("RTX-3090").shared
+
+
+@pytest.mark.parametrize("pasted", ["H100\x1f", "H100-80GB\n", "NVIDIA-H100-80GB-HBM3\r\n", "H100\u200b-80GB",
+                                    "H100-80GB\t"])
+def test_a_gpu_name_with_an_invisible_character_is_refused_not_matched_loosely(pasted: str) -> None:
+    """find_gpu strips everything but letters and digits (it reads nvidia-smi's and pasted names), so a stack
+    file's 'H100\\x1f' used to size an H100: a user's name with a control or format character is refused, saying
+    which character and what to write."""
+    assert find_gpu(pasted) is not None, "the loose matcher still finds it"
+    with pytest.raises(KeyError) as err:
+        lookup_gpu(pasted)
+    message = str(err.value.args[0])
+    assert "invisible character" in message and "write the name alone, e.g. H100-80GB" in message
+    assert lookup_gpu("H100\u00a080GB").name == "H100-80GB", "a no-break space from a web page is a space"

@@ -20,6 +20,7 @@ all of them from here.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from tkf_infra.sizing.gpu_spec import (
     DERIVATION_GAP_FRACTION,
@@ -127,6 +128,12 @@ def lookup_gpu(name: str) -> GpuSpec:
     the wrong card would be worse than failing. A vGPU type (``NVIDIA A40-48Q``, `tkf_infra.sizing.vgpu`)
     sizes the VM's framebuffer on its board.
     """
+    if hidden := [c for c in name if unicodedata.category(c).startswith("C")]:
+        # find_gpu matches loosely (it reads nvidia-smi and pasted names), so 'H100\x1f' would find the H100:
+        # a name from a stack file is the user's text, and an invisible character in it is a paste gone wrong.
+        raise KeyError(f"GPU {name!r} holds {'an invisible character' if len(hidden) == 1 else 'invisible characters'}"
+                       f" ({', '.join(repr(c) for c in hidden)}: a line break, escape or format mark from a paste?); "
+                       "write the name alone, e.g. H100-80GB or NVIDIA-H100-80GB-HBM3")
     gpu = find_gpu(name)
     board = vgpu_board(name) if gpu is None else None
     if gpu is None and (old := pre_volta_family(name) or (pre_volta_family(board) if board else None)):
