@@ -48,8 +48,8 @@ H100_NODE = {"cpu": "191450m", "memory": "2095697Mi"}
 def planned(doc: dict[str, Any], cluster: ClusterState | None = None, previous: dict[str, Any] | None = None,
             ec2: Any = None) -> Any:
     """The plan the program makes of `doc` (plain data; the program tests below check what it logs)."""
+    from tkf_infra.live.ec2 import ec2_facts
     from tkf_infra.plan import plan_fleet
-    from tkf_infra.program import ec2_facts
 
     catalog = validate_catalog(doc)
     found, errors = ec2_facts(catalog, ec2, "us-east-1") if ec2 is not None else ({}, {})

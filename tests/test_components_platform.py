@@ -24,8 +24,8 @@ from tkf_infra.config import (
 )
 from tkf_infra.config.charts import VENDORED_CHARTS
 from tkf_infra.config.stack import VLLM_GPU_IMAGE
+from tkf_infra.live.ec2 import ec2_facts
 from tkf_infra.plan.pools import PoolFacts, PoolProblem, resolve_pool
-from tkf_infra.program import ec2_facts
 
 ROOT = Path(__file__).resolve().parents[1]
 CHARTS = ROOT / "components" / "data" / "charts"

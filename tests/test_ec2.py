@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tkf_infra.program import describe_instance_types
+from tkf_infra.live.ec2 import describe_instance_types
 from tkf_infra.sizing.ec2 import instance_gpus
 
 

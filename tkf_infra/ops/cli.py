@@ -43,7 +43,7 @@ class Format(StrEnum):
 
 def _operation(stack_name: str, operation: str, as_json: bool, create: bool = False,
                clear_pending_creates: bool = False, models: str | None = None) -> None:
-    from tkf_infra.ops import automation, engine, locks, stacks, summary
+    from tkf_infra.ops import automation, engine, interrupted, locks, stacks
 
     stack = open_stack(stack_name, create=create)
     targeting = None
@@ -78,11 +78,11 @@ def _operation(stack_name: str, operation: str, as_json: bool, create: bool = Fa
                                                     clear_pending_creates=clear_pending_creates).summary)
         final = results[-1]
         if interrupts.received:
-            summary.mark_interrupted(final, results[0] if len(results) > 1 else None,
+            interrupted.mark_interrupted(final, results[0] if len(results) > 1 else None,
                                      stacks.signal_name(interrupts.last), operation)
         deployment = stacks.state_deployment(stack)
         if deployment:
-            summary.add_pending(final, deployment)
+            interrupted.add_pending(final, deployment)
     if operation == "up" and not interrupts.received:  # outside the engine's signal forwarding: ^C stops this wait
         from tkf_infra.ops import ready_check
 

@@ -2,7 +2,7 @@
 
 An EKS node pool names an instance type, not a GPU; the fit check needs the GPU. AWS reports the
 GPU by short name (``H100``, ``A10G``) and memory in MiB, which we map onto the GPU table. The call
-itself is the program's edge (`tkf_infra.program.describe_instance_types`); this module only reads
+itself is the program's edge (`tkf_infra.live.ec2.describe_instance_types`); this module only reads
 its answer, so `sizing` stays free of I/O.
 """
 
@@ -61,7 +61,7 @@ def _host(item: Mapping[str, Any]) -> tuple[int, int, int, int]:
 def instance_gpus(instance_types: Iterable[Mapping[str, Any]]) -> dict[str, InstanceGpus]:
     """GPU and host facts per instance type, from DescribeInstanceTypes' `InstanceTypes` items.
 
-    Pure: the program's edge (`tkf_infra.program.describe_instance_types`) makes the AWS call and hands
+    Pure: the program's edge (`tkf_infra.live.ec2.describe_instance_types`) makes the AWS call and hands
     the items here, so sizing reads no network. Instance types without GPUs are reported with count 0.
     """
     out: dict[str, InstanceGpus] = {}
