@@ -1,6 +1,6 @@
 """Packing measured against the optimum (issue 28): the GPUs and nodes the fleet plan uses, per pool,
-against an exact MILP (HiGHS, `highspy`, a dev-only pin) or, where the solver hits its time limit,
-its proven lower bound.
+against an exact MILP (`bench/packing_milp.py`: HiGHS, `highspy`, a dev-only pin) or, where the solver hits
+its time limit, its proven lower bound.
 
 Generated catalogs (seeded) of mixed models: MIG shares (`gpuShare: auto` and pinned profiles),
 whole-GPU models at TP 1/2/4/8 (on the MIG pool with MIG off, and on a plain H100 pool), and
@@ -26,27 +26,25 @@ the instances the layout put there ask more CPU or memory than the node has (doc
 from __future__ import annotations
 
 import argparse
-import itertools
 import math
 import random
 import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.packing_milp import Item, PoolFigures, Solved, solve  # noqa: E402
 from tkf_infra.config import validate_catalog  # noqa: E402
 from tkf_infra.config.quantity import mebibytes, millicores  # noqa: E402
 from tkf_infra.hub.lock import load_lock  # noqa: E402
 from tkf_infra.plan import FleetPlan, Stage, plan_fleet  # noqa: E402
-from tkf_infra.plan.layout import placement  # noqa: E402
 from tkf_infra.program import footprints  # noqa: E402
-from tkf_infra.sizing.mig import MigProfile  # noqa: E402
 
 QWEN05 = {"repo": "Qwen/Qwen2.5-0.5B-Instruct", "revision": "7ae557604adf67be50417f59c2c2f167def9a775"}
 CODER05 = {"repo": "Qwen/Qwen2.5-Coder-0.5B-Instruct", "revision": "ea3f2471cf1b1f0db85067f1ef93848e38e88c25"}
@@ -152,40 +150,6 @@ CASES = {"one node, exact": exact_node_doc, "56 x 1g.10gb": cpu_bound_doc}
 # ------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Item:
-    """One model's demand on a pool, as the plan sized it."""
-
-    model: str
-    replicas: int
-    cpu: int
-    mem: int
-    gpus: int = 0
-    """Whole GPUs per pod (0 for a share)."""
-    profile: MigProfile | None = None
-    sliced: bool = False
-
-
-@dataclass
-class PoolFigures:
-    pool: str
-    kind: str
-    nodes: int
-    gpus_per_node: int
-    cpu: int
-    mem: int
-    time_slices: int
-    items: list[Item] = field(default_factory=list)
-    placed_replicas: int = 0
-    refused: list[str] = field(default_factory=list)
-    plan_gpus: int = 0
-    plan_nodes: int = 0
-    split: int = 0
-    """MIG-pool replicas whose GPUs the layout put on another node than admission put their CPU/memory."""
-    overfull: int = 0
-    """MIG-pool nodes whose pods, where the layout put their GPUs, ask more CPU or memory than the node has."""
-
-
 def plan_doc(doc: dict[str, Any]) -> tuple[FleetPlan, float]:
     """The product's plan of a stack document, and the seconds it took (validation included)."""
     t0 = time.perf_counter()
@@ -274,92 +238,6 @@ def _refused_plans(doc: dict[str, Any], names: set[str]) -> list[Any]:
 # ------------------------------------------------------------------------------------------------
 # The exact solver
 # ------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Solved:
-    value: float | None
-    """Best solution found (None: none within the time limit)."""
-    bound: float
-    optimal: bool
-    seconds: float
-
-    def text(self) -> str:
-        if math.isinf(self.bound):
-            return "infeasible"
-        if self.optimal and self.value is not None:
-            return f"{round(self.value)}"
-        return f">={math.ceil(self.bound - 1e-6)}" + (f" ({round(self.value)})" if self.value is not None else "")
-
-
-def mig_patterns(profiles: Sequence[MigProfile]) -> list[tuple[MigProfile, ...]]:
-    """Every maximal set of instances of these profiles one GPU can carry (the layout's own placement rule)."""
-    profiles = sorted(set(profiles), key=lambda p: p.name)
-    valid = []
-    for size in range(1, 8):
-        for combo in itertools.combinations_with_replacement(profiles, size):
-            if placement(combo) is not None:
-                valid.append(combo)
-    def grows(c: tuple[MigProfile, ...]) -> bool:
-        return any(placement((*c, p)) is not None for p in profiles)
-    return [c for c in valid if not grows(c)]
-
-
-def solve(figs: PoolFigures, objective: str, time_limit: float) -> Solved:
-    """Fewest GPUs ("gpus") or nodes ("nodes") that hold every item on this pool's nodes."""
-    import highspy
-
-    h = highspy.Highs()  # type: ignore[no-untyped-call]
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("time_limit", float(time_limit))
-    h.setOptionValue("threads", 1)
-    h.setOptionValue("mip_rel_gap", 0.0)
-    n_nodes, g = figs.nodes, figs.gpus_per_node
-    profiles = sorted({i.profile for i in figs.items if i.profile is not None}, key=lambda p: p.name)
-    patterns = mig_patterns(profiles) if profiles else []
-    used = [h.addBinary() for _ in range(n_nodes)]
-    gpu_terms: list[Any] = []
-    assign: dict[tuple[int, str], Any] = {}
-    for n in range(n_nodes):
-        a = {i.model: h.addIntegral(lb=0, ub=i.replicas) for i in figs.items}
-        for i in figs.items:
-            assign[(n, i.model)] = a[i.model]
-        node_gpus: list[Any] = [i.gpus * a[i.model] for i in figs.items if i.gpus]
-        if patterns:
-            c = [h.addIntegral(lb=0, ub=g) for _ in patterns]
-            node_gpus += c
-            for p in profiles:
-                holds = [pat.count(p) * c[k] for k, pat in enumerate(patterns) if p in pat]
-                h.addConstr(h.qsum(a[i.model] for i in figs.items if i.profile == p) <= h.qsum(holds))
-        sliced = [a[i.model] for i in figs.items if i.sliced]
-        if sliced:
-            s = h.addIntegral(lb=0, ub=g)
-            h.addConstr(h.qsum(sliced) <= figs.time_slices * s)
-            node_gpus.append(s)
-        total = h.qsum(node_gpus)
-        h.addConstr(total <= g * used[n])
-        h.addConstr(h.qsum(i.cpu * a[i.model] for i in figs.items) <= figs.cpu * used[n])
-        h.addConstr(h.qsum(i.mem * a[i.model] for i in figs.items) <= figs.mem * used[n])
-        gpu_terms.append(total)
-        if n:
-            h.addConstr(used[n] <= used[n - 1])  # symmetry: use nodes in order
-    for i in figs.items:
-        h.addConstr(h.qsum(assign[(n, i.model)] for n in range(n_nodes)) == i.replicas)
-    h.minimize(h.qsum(gpu_terms) if objective == "gpus" else h.qsum(used))
-    t0 = time.perf_counter()
-    h.run()
-    seconds = time.perf_counter() - t0
-    info = h.getInfo()
-    status = h.getModelStatus()
-    optimal = status == highspy.HighsModelStatus.kOptimal
-    has = info.primal_solution_status == 2  # kSolutionStatusFeasible
-    value = info.objective_function_value if has else None
-    bound = info.mip_dual_bound if not optimal else (value or 0.0)
-    if value is not None and round(value) <= math.ceil(bound - 1e-6):
-        optimal, bound = True, value  # an integral objective at its bound: proven, though the clock ran out
-    if status == highspy.HighsModelStatus.kInfeasible:
-        return Solved(None, math.inf, False, seconds)
-    return Solved(value, bound, optimal, seconds)
 
 
 # ------------------------------------------------------------------------------------------------
