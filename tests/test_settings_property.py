@@ -177,6 +177,35 @@ def test_a_hostile_string_anywhere_is_named_or_harmless(path: tuple[str, ...], v
         assert problems, f"{'.'.join(path)} = {value!r} was accepted"
 
 
+def accepted(doc: dict[str, Any]) -> bool:
+    """The stack validates and nothing in it is refused."""
+    try:
+        cat = validate_catalog(doc)
+    except SettingsError:
+        return False
+    return not [*cat.pool_problems, *(p for r in cat.rejected for p in r.problems)]
+
+
+#: Values some string setting accepts as they are, for the check below (each path finds its own among them).
+ACCEPTED_BASES = [*VALID_STRINGS, "H100-80GB", "NVIDIA-H100-80GB-HBM3", "auto", "bfloat16", "hermes", "1g.10gb"]
+
+
+def test_a_control_character_in_any_accepted_value_is_refused() -> None:
+    """The property above samples; this walks every string setting with every value it accepts, and puts a line
+    break, a unit separator or a NUL before, inside and after it. A lenient matcher behind a setting (the GPU
+    table's, which ignores punctuation) once took 'H100\x1f' for the H100; every such path is refused now."""
+    covered, taken = 0, []
+    for path in STRING_SETTINGS:
+        bases = [b for b in ACCEPTED_BASES if accepted(with_setting(path, b))]
+        covered += bool(bases)
+        for base in bases:
+            for c in ("\n", "\x1f", "\x00"):
+                taken += [f"{'.'.join(path)} = {v!r}" for v in (base + c, c + base, base[:1] + c + base[1:])
+                          if accepted(with_setting(path, v))]
+    assert covered >= 25, f"only {covered} string settings accepted any base value: the walk checks too little"
+    assert not taken, "accepted with a control character: " + "; ".join(taken[:10])
+
+
 # -- contradictions between fields (each valid alone): only the product's named error, and exactly when due -------
 
 DEEPSEEK_V3 = {"repo": "deepseek-ai/DeepSeek-V3", "revision": "86518964eaef84e3fdd98e9861759a1384f9c29d"}
