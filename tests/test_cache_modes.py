@@ -115,8 +115,8 @@ def test_a_storage_class_change_keeps_each_existing_claim_on_its_class_and_names
     default = ClusterState("the test cluster", nodes, api_versions=SERVED, default_storage_class="fast",
                            pvcs={CACHE: LivePvc(CACHE, 20, True, "slow", (RWO,))})
     unset = planned(stack_doc(reader("a"), cluster=kube()), default)
-    assert any("serving.storageClass is 'fast'" in w for w in unset.warnings if W_CACHE_CLASS_KEPT in w), \
-        "no class set: the cluster's default is the one new caches get"
+    assert any("the cluster's default StorageClass (serving.storageClass is unset) is 'fast'" in w
+               for w in unset.warnings if W_CACHE_CLASS_KEPT in w), "no class set: the cluster's default is the one"
 
 
 def test_a_class_several_nodes_mount_is_read_write_many_from_the_first_reader() -> None:

@@ -321,6 +321,6 @@ def _storage(models: Sequence[ModelPlan], refused: Mapping[str, tuple[str, str]]
     existing = dict(cluster.pvcs) if cluster is not None and cluster.storage_error is None else {}
     warnings += classes_kept(list(caches.values()), existing,
                              s.serving.storage_class or (cluster.default_storage_class if cluster else None),
-                             s.namespaces.serving)
+                             s.namespaces.serving, chosen=s.serving.storage_class is not None)
     return {model: ("storage", reason)
             for model, reason in admit_storage(list(caches.values()), limits, existing, shown).items()}

@@ -128,15 +128,17 @@ def admit_storage(caches: Sequence[Cache], limits: Sequence[StorageLimit], exist
 
 
 def classes_kept(caches: Sequence[Cache], existing: Mapping[str, LivePvc], storage_class: str | None,
-                 namespace: str) -> list[str]:
+                 namespace: str, chosen: bool = True) -> list[str]:
     """A warning per existing cache whose claim is on another class than the stack's `storage_class`.
 
     Why a warning and not a replace: `.spec.storageClassName` of a claim cannot change, and the Kubernetes provider
     would replace the claim — failing `up` under `serving.protect`, colliding with the retained claim of the same
     name, or downloading the weights again under `serving.pruneWeightCache`. The component has the engine ignore
     the field on an existing claim (`components.weight_cache`), so a class change applies to new caches only; this
-    says which caches stay behind and how to move one, since nothing else in the plan would show it.
+    says which caches stay behind and how to move one, since nothing else in the plan would show it. `chosen`:
+    the class is the stack's `serving.storageClass` (else the cluster's default class, the stack naming none).
     """
+    where = "serving.storageClass" if chosen else "the cluster's default StorageClass (serving.storageClass is unset)"
     out = []
     for c in caches:
         old = existing.get(c.name)
@@ -145,7 +147,7 @@ def classes_kept(caches: Sequence[Cache], existing: Mapping[str, LivePvc], stora
         on = f"StorageClass {old.storage_class!r}" if old.storage_class else "no StorageClass"
         out.append(named(W_CACHE_CLASS_KEPT, (
             f"storage: weight cache {c.name} (for {c.ref}, read by {', '.join(c.models)}) stays on {on}: "
-            f"serving.storageClass is {storage_class!r} now, and a claim's class cannot change, so existing caches "
+            f"{where} is {storage_class!r} now, and a claim's class cannot change, so existing caches "
             f"keep theirs and only new ones are created on {storage_class!r}. To move this one: stop its readers, "
             f"`kubectl delete pvc {c.name} -n {namespace}`, then `pulumi up --refresh`, which creates it on "
             f"{storage_class!r} and downloads the weights once more")))
