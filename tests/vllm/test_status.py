@@ -31,6 +31,8 @@ from tests.vllm.server import Service
 #: fails the next request with "Server disconnected" (it failed a load run here).
 HTTP = httpx.Client(timeout=httpx.Timeout(30, read=900),
                     limits=httpx.Limits(max_connections=64, max_keepalive_connections=0))
+#: A load client's connections closed without a response, in a row, before the test counts it an error.
+DROPS_IN_A_ROW = 3
 #: How long to keep vLLM loaded while waiting for a `status` call that caught a steady queue.
 STATUS_PATIENCE_S = 300
 
@@ -133,13 +135,25 @@ def test_status_reports_the_real_vllms_load(vllm_pod: RunningPod, prometheus: Se
     errors: list[str] = []
     stop = threading.Event()
 
+    dropped: list[str] = []
+
     def client() -> None:
         body = {"model": served, "prompt": "The fleet serves", "max_tokens": max_tokens, "ignore_eos": True}
+        in_a_row = 0
         while not stop.is_set():
             try:
                 r = HTTP.post(f"{vllm_pod.server.url}/v1/completions", json=body, headers=vllm_pod.server.headers())
                 r.raise_for_status()
                 usages.append(r.json()["usage"])
+                in_a_row = 0
+            except httpx.RemoteProtocolError as exc:
+                # A fresh connection closed with no response (one in about five loaded runs on 2 cores): this
+                # request never ran, so it is sent again; a server that keeps doing it fails the test below.
+                dropped.append(str(exc))
+                in_a_row += 1
+                if in_a_row >= DROPS_IN_A_ROW:
+                    errors.append(f"{in_a_row} connections in a row closed with no response: {exc}")
+                    return
             except httpx.HTTPError as exc:
                 errors.append(str(exc))
                 return
@@ -189,7 +203,8 @@ def test_status_reports_the_real_vllms_load(vllm_pod: RunningPod, prometheus: Se
         stop.set()
         for t in threads:
             t.join(timeout=900)
-    assert not errors, errors
+    assert not errors, (errors, f"{len(dropped)} connections dropped in all")
+    assert len(dropped) <= clients, f"{len(dropped)} of the requests' connections closed with no response"
     assert record is not None, f"no `status` call caught vLLM with a steady queue: {attempts}"
     assert record["servedName"] == served and record["hasData"] is True, (record, proc.stderr, attempts)
     assert len(set(instants)) == 1, f"status asked at several instants, not one snapshot: {instants}"
