@@ -34,7 +34,14 @@ from tkf_infra.plan.pins import Pin, Storage, not_binding, pack_pool
 from tkf_infra.plan.pool_layout import Demand, PoolLayout
 from tkf_infra.plan.pools import PoolFacts
 from tkf_infra.plan.share import context_gib
-from tkf_infra.plan.storage_room import Cache, admit_storage, classes_kept, multi_node_mounts, storage_limits
+from tkf_infra.plan.storage_room import (
+    Cache,
+    admit_storage,
+    classes_kept,
+    multi_node_mounts,
+    new_claims_class,
+    storage_limits,
+)
 from tkf_infra.plan.time_slicing import SliceDemand, prove_time_slicing
 from tkf_infra.sizing.ec2 import InstanceGpus
 from tkf_infra.sizing.node_room import EKS_AMI_TAG, eks_node_room
@@ -246,7 +253,7 @@ def admit(models: Sequence[ModelPlan], pools: Mapping[str, PoolFacts], catalog: 
     rwo = one_node(claims or {})
     storage = Storage({m.entry.name: fp.cache_name(m.entry.repo, m.entry.revision) for m in models},
                       adm.PodAsk(*fp.download_job, 0) if fp.download_job else None, multi,
-                      s.serving.storage_class or (cluster.default_storage_class if cluster else None) or "",
+                      new_claims_class(cluster, s.serving.storage_class) or "",
                       one_node=rwo,
                       homes=homes(models, rwo, {m: p.nodes for m, p in (previous_pins or {}).items()},
                                   {n.name for nodes in rooms.values() for n in nodes.nodes}))
@@ -319,8 +326,6 @@ def _storage(models: Sequence[ModelPlan], refused: Mapping[str, tuple[str, str]]
                                if old else Cache(pvc, e.model_ref, fp.cache_gib(m.weight_bytes), (e.name,)))
         prints.setdefault(e.name, {}).update(weightCache=pvc, weightCacheGiB=fp.cache_gib(m.weight_bytes))
     existing = dict(cluster.pvcs) if cluster is not None and cluster.storage_error is None else {}
-    warnings += classes_kept(list(caches.values()), existing,
-                             s.serving.storage_class or (cluster.default_storage_class if cluster else None),
-                             s.namespaces.serving, chosen=s.serving.storage_class is not None)
+    warnings += classes_kept(list(caches.values()), existing, cluster, s.serving.storage_class, s.namespaces.serving)
     return {model: ("storage", reason)
             for model, reason in admit_storage(list(caches.values()), limits, existing, shown).items()}

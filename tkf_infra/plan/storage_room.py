@@ -47,11 +47,17 @@ class Cache:
     models: tuple[str, ...]
 
 
+def new_claims_class(state: ClusterState | None, storage_class: str | None) -> str | None:
+    """The StorageClass a new weight cache's claim gets: `serving.storageClass`, else the cluster's default
+    (None when neither is known: the API server then picks, if it has a default at all)."""
+    return storage_class or (state.default_storage_class if state else None)
+
+
 def storage_limits(state: ClusterState | None, storage_class: str | None,
                    budget_gib: float | None) -> tuple[list[StorageLimit], list[str], str]:
     """Limits from the cluster (CSIStorageCapacity, quotas) or the budget setting, warnings, the class named."""
     warnings: list[str] = []
-    klass = storage_class or (state.default_storage_class if state else None)
+    klass = new_claims_class(state, storage_class)
     shown = klass or "the cluster's default StorageClass"
     limits: list[StorageLimit] = []
     if state is not None and state.storage_error is None:
@@ -127,30 +133,31 @@ def admit_storage(caches: Sequence[Cache], limits: Sequence[StorageLimit], exist
     return refused
 
 
-def classes_kept(caches: Sequence[Cache], existing: Mapping[str, LivePvc], storage_class: str | None,
-                 namespace: str, chosen: bool = True) -> list[str]:
-    """A warning per existing cache whose claim is on another class than the stack's `storage_class`.
+def classes_kept(caches: Sequence[Cache], existing: Mapping[str, LivePvc], state: ClusterState | None,
+                 storage_class: str | None, namespace: str) -> list[str]:
+    """A warning per existing cache whose claim is on another class than new claims get (`new_claims_class`).
 
     Why a warning and not a replace: `.spec.storageClassName` of a claim cannot change, and the Kubernetes provider
     would replace the claim — failing `up` under `serving.protect`, colliding with the retained claim of the same
     name, or downloading the weights again under `serving.pruneWeightCache`. The component has the engine ignore
     the field on an existing claim (`components.weight_cache`), so a class change applies to new caches only; this
-    says which caches stay behind and how to move one, since nothing else in the plan would show it. `chosen`:
-    the class is the stack's `serving.storageClass` (else the cluster's default class, the stack naming none).
+    says which caches stay behind and how to move one, since nothing else in the plan would show it.
     """
-    where = "serving.storageClass" if chosen else "the cluster's default StorageClass (serving.storageClass is unset)"
+    klass = new_claims_class(state, storage_class)
+    where = ("serving.storageClass" if storage_class is not None else
+             "the cluster's default StorageClass (serving.storageClass is unset)")
     out = []
     for c in caches:
         old = existing.get(c.name)
-        if old is None or storage_class is None or old.storage_class == storage_class:
+        if old is None or klass is None or old.storage_class == klass:
             continue
         on = f"StorageClass {old.storage_class!r}" if old.storage_class else "no StorageClass"
         out.append(named(W_CACHE_CLASS_KEPT, (
             f"storage: weight cache {c.name} (for {c.ref}, read by {', '.join(c.models)}) stays on {on}: "
-            f"{where} is {storage_class!r} now, and a claim's class cannot change, so existing caches "
-            f"keep theirs and only new ones are created on {storage_class!r}. To move this one: stop its readers, "
+            f"{where} is {klass!r} now, and a claim's class cannot change, so existing caches "
+            f"keep theirs and only new ones are created on {klass!r}. To move this one: stop its readers, "
             f"`kubectl delete pvc {c.name} -n {namespace}`, then `pulumi up --refresh`, which creates it on "
-            f"{storage_class!r} and downloads the weights once more")))
+            f"{klass!r} and downloads the weights once more")))
     return out
 
 
@@ -172,7 +179,7 @@ def multi_node_mounts(state: ClusterState | None, storage_class: str | None,
     cluster's StorageClass provisioner is known to do, else None (not checked: no pin keeps readers together)."""
     if setting is not None:
         return setting
-    klass = storage_class or (state.default_storage_class if state else None)
+    klass = new_claims_class(state, storage_class)
     provisioner = state.provisioners.get(klass or "") if state is not None else None
     if provisioner in SINGLE_NODE_PROVISIONERS:
         return False
