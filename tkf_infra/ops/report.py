@@ -41,7 +41,7 @@ def offline_plan(stack: str) -> tuple[FleetPlan, list[str]]:
         raise FileNotFoundError(f"unknown stack {stack!r}: there is no {path.name} (stack files: {files})")
     run = prepare(stack, read_stack_file(path), dry_run=True, read_outputs=lambda _: None, env_file=read_env_file)
     catalog = validate_catalog(run.settings)
-    found, errors = ec2_facts(catalog) if any(p.kind == "eks" for p in catalog.pools) else ({}, {})
+    found, errors = ec2_facts(catalog)  # no EKS pool: no call
     plan = plan_fleet(catalog, lock=load_lock(), ec2=found, ec2_errors=errors, footprints=program.footprints(catalog),
                       refused_by_platform=refused(run, catalog))
     return plan, [*run.warnings, *plan.warnings]
