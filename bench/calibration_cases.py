@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -210,9 +211,15 @@ def release_cap(day: str) -> str | None:
     earlier, so main's code of the day ships at the latest in the second. Patch releases come off release branches
     and do not count.
     """
-    published: dict[str, str] = json.loads(RELEASES.read_text())["releases"]
-    minors = sorted((when, v) for v, when in published.items() if re.fullmatch(r"\d+\.\d+\.0", v) and when > day)
+    minors = [(when, v) for when, v in _minor_releases() if when > day]
     return minors[1][1] if len(minors) > 1 else None
+
+
+@cache
+def _minor_releases() -> tuple[tuple[str, str], ...]:
+    """(day, version) of each x.y.0 release, by day: the file is read once per bench run, not once per case."""
+    published: dict[str, str] = json.loads(RELEASES.read_text())["releases"]
+    return tuple(sorted((when, v) for v, when in published.items() if re.fullmatch(r"\d+\.\d+\.0", v)))
 
 
 def _version(case: dict[str, Any]) -> str:
